@@ -1,0 +1,21 @@
+# Helpers that give every first-party target the same warnings and sanitizer flags.
+function(moewb_strict target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-error=deprecated-declarations)
+  if(MOEWB_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# moewb_library(NAME SOURCES ... DEPS ...): a static module library with alias moewb::NAME and
+# public headers under NAME/include.
+function(moewb_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(moewb_${name} STATIC ${ARG_SOURCES})
+  add_library(moewb::${name} ALIAS moewb_${name})
+  target_include_directories(moewb_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                           PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(moewb_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  set_target_properties(moewb_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  moewb_strict(moewb_${name})
+endfunction()

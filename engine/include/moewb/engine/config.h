@@ -1,0 +1,102 @@
+// RunConfig: everything a training run is made of, as read from TOML (samples/configs/*.toml).
+//
+// Operations: parse a TOML file or string into a RunConfig, apply `key=value` overrides (the CLI's
+// --set and, later, live patches), validate the whole config in one function, and print it back as
+// TOML (what the trace stores in `run.config`). Every key has a default, so an empty file is a valid
+// config of the tiny model. Unknown keys, wrong types and invalid combinations are rejected with a
+// message naming the key, the value and what is accepted. Pure value type; no threads, no I/O except
+// loadConfigFile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moewb/base/status.h"
+
+namespace moewb::engine {
+
+struct RunSection {
+  std::string name = "run";       // shown in the workbench and stored in the trace
+  uint64_t seed = 1234;           // seeds weights and data; same seed + config => same losses
+  int64_t steps = 200;            // optimizer steps for `moewb run` unless --steps overrides
+  std::string backend = "cpu";    // "cpu" (reference); "cuda" and "auto" come with the GPU backend
+  int32_t threads = 0;            // CPU worker threads; 0 = all hardware threads
+};
+
+struct ModelSection {
+  int32_t vocabSize = 256;        // tokens; embedding and LM head rows
+  int32_t dModel = 64;            // model width D
+  int32_t numLayers = 2;          // decoder layers L
+  int32_t numHeads = 4;           // attention heads; dModel % numHeads == 0
+  int32_t seqLen = 64;            // tokens per sequence T
+  double normEps = 1e-5;          // RMSNorm epsilon
+  double initStd = 0.02;          // std of the normal weight init
+};
+
+struct MoeSection {
+  int32_t numExperts = 8;         // routed experts E per layer
+  int32_t topK = 2;               // experts per token, 1 <= topK <= numExperts
+  int32_t dFf = 128;              // expert SwiGLU hidden width
+  double auxLossCoef = 0.01;      // switch load-balancing loss weight alpha (0 disables)
+};
+
+struct DataSection {
+  std::string kind = "synthetic"; // only "synthetic" for now
+  int32_t batchSize = 8;          // sequences per step B
+  double skew = 1.0;              // Zipf exponent of topic frequencies; 0 = uniform, larger = hotter experts
+  int32_t numTopics = 16;         // hidden topics; each has its own token transition table
+  double noise = 0.1;             // probability that a token is replaced by a uniform random one
+};
+
+struct OptimSection {
+  double lr = 3e-3;               // peak AdamW learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weightDecay = 0.01;      // decoupled, on matrices only
+  int32_t warmupSteps = 10;       // linear warm-up, then constant
+  double gradClip = 1.0;          // global L2 norm clip; 0 disables
+};
+
+struct RunConfig {
+  RunSection run;
+  ModelSection model;
+  MoeSection moe;
+  DataSection data;
+  OptimSection optim;
+
+  int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
+};
+
+// One documented key of the config: its dotted name, type name and a one-line description.
+struct ConfigKeyInfo {
+  std::string key;          // "moe.top_k"
+  std::string type;         // "integer", "float", "string"
+  std::string defaultValue; // as TOML text
+  std::string description;
+};
+
+// Lists every accepted key in file order (the README's config reference is generated from this).
+const std::vector<ConfigKeyInfo>& configKeys();
+
+// Parses TOML text (`sourceName` names it in messages, e.g. the file path). Unknown sections or
+// keys, and values of the wrong type, give kInvalidArgument naming the key. Does not validate
+// cross-key constraints: call validateConfig.
+Result<RunConfig> parseConfigToml(const std::string& text, const std::string& sourceName);
+
+// Reads and parses a file; kNotFound when it cannot be read.
+Result<RunConfig> loadConfigFile(const std::string& path);
+
+// Applies one override "section.key=value" (value in TOML syntax, bare strings accepted).
+// Errors name the key and the accepted keys/types. Does not validate; call validateConfig after.
+Status applyOverride(RunConfig& config, const std::string& assignment);
+
+// The one validation function: ranges of every key and the constraints between keys
+// (top_k <= num_experts, d_model % num_heads == 0, ...). Returns the first problem found.
+Status validateConfig(const RunConfig& config);
+
+// Serialises to TOML with every key present; parseConfigToml(toToml(c)) == c.
+std::string toToml(const RunConfig& config);
+
+}  // namespace moewb::engine

@@ -1,0 +1,123 @@
+// EventSink: the only way the engine reports what it does. The trainer calls these from its
+// training thread, in time order within a step: onRunStart once, then per step any number of
+// onPhase / onExpertLoad / onCounter calls followed by exactly one onStep, and onRunEnd once.
+// The engine knows nothing of SQLite, CUPTI or Qt; the profiler implements this interface.
+// Implementations must be cheap (they run on the engine's hot path): copy and queue, never block
+// on I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moewb::engine {
+
+// What part of the step a time range covers. Pass ranges (forward, backward, optimizer) contain
+// the per-layer phases; see phaseDepth.
+enum class Phase : uint8_t {
+  kForward,    // whole forward pass (layer -1)
+  kBackward,   // whole backward pass (layer -1)
+  kOptimizer,  // AdamW update incl. gradient clipping (layer -1)
+  kEmbedding,  // token embedding lookup / its gradient scatter (layer -1)
+  kAttention,  // RMSNorm + causal attention + residual of one layer
+  kRouter,     // MoE RMSNorm + router logits, softmax, top-k, aux loss
+  kPermute,    // gather tokens into expert-major order
+  kExperts,    // per-expert SwiGLU FFNs
+  kCombine,    // unpermute + weighted sum + residual
+  kLoss,       // final norm + LM head + cross-entropy (layer -1)
+};
+
+enum class Pass : uint8_t { kNone, kForward, kBackward };
+
+// "attention", "router", ... (stable names; they are stored in traces).
+const char* phaseName(Phase phase);
+// Slice name as stored: "forward", "backward", "optimizer" for pass ranges, otherwise
+// phaseName + ".fwd" / ".bwd", e.g. "experts.bwd".
+std::string phaseSliceName(Phase phase, Pass pass);
+// Nesting depth on the timeline: step = 0, pass ranges = 1, everything else = 2.
+int32_t phaseDepth(Phase phase);
+
+struct RunStartEvent {
+  std::string name;        // run.name
+  std::string configToml;  // the full validated config as TOML
+  std::string backend;     // "cpu"
+  int32_t worldSize = 1;   // ranks
+  int32_t numLayers = 0;
+  int32_t numExperts = 0;
+  int64_t startNs = 0;     // steadyNowNs() at start
+};
+
+struct PhaseEvent {
+  int64_t step = 0;        // 0-based optimizer step
+  int32_t layer = -1;      // decoder layer, -1 for whole-model phases
+  Phase phase = Phase::kForward;
+  Pass pass = Pass::kNone;
+  int64_t startNs = 0;     // steady clock
+  int64_t endNs = 0;
+};
+
+struct ExpertLoadEvent {
+  int64_t step = 0;
+  int32_t layer = 0;
+  int32_t rank = 0;
+  std::vector<int64_t> tokensPerExpert;  // [num_experts] (token, expert) assignments routed
+  std::vector<int64_t> droppedPerExpert; // [num_experts] assignments dropped by capacity (0s if dropless)
+};
+
+struct CounterEvent {
+  std::string name;        // "memory.activations_bytes", "lr", ...
+  int64_t tsNs = 0;
+  double value = 0;
+};
+
+struct StepEvent {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  double loss = 0;         // mean cross-entropy over the step's tokens (nats)
+  double auxLoss = 0;      // sum over layers of the weighted switch aux loss
+  int64_t tokens = 0;      // tokens processed this step
+  double tokensPerSecond = 0;
+  int64_t peakBytes = 0;   // peak bytes of engine-owned tensors during the step
+  double gradNorm = 0;     // global L2 gradient norm before clipping
+  double lr = 0;           // learning rate used
+};
+
+enum class RunOutcome : uint8_t { kCompleted, kStopped, kFailed };
+
+struct RunEndEvent {
+  RunOutcome outcome = RunOutcome::kCompleted;
+  std::string message;     // failure message, empty otherwise
+  int64_t endNs = 0;
+  int64_t stepsDone = 0;
+};
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void onRunStart(const RunStartEvent& event) = 0;
+  virtual void onPhase(const PhaseEvent& event) = 0;
+  virtual void onExpertLoad(const ExpertLoadEvent& event) = 0;
+  virtual void onCounter(const CounterEvent& event) = 0;
+  // Called once per step after all its other events; the step is complete.
+  virtual void onStep(const StepEvent& event) = 0;
+  virtual void onRunEnd(const RunEndEvent& event) = 0;
+};
+
+// Forwards every call to several sinks in order (e.g. the tracer and a progress printer).
+class FanOutSink final : public EventSink {
+ public:
+  explicit FanOutSink(std::vector<EventSink*> sinks) : m_sinks(std::move(sinks)) {}
+  void onRunStart(const RunStartEvent& e) override { for (auto* s : m_sinks) s->onRunStart(e); }
+  void onPhase(const PhaseEvent& e) override { for (auto* s : m_sinks) s->onPhase(e); }
+  void onExpertLoad(const ExpertLoadEvent& e) override { for (auto* s : m_sinks) s->onExpertLoad(e); }
+  void onCounter(const CounterEvent& e) override { for (auto* s : m_sinks) s->onCounter(e); }
+  void onStep(const StepEvent& e) override { for (auto* s : m_sinks) s->onStep(e); }
+  void onRunEnd(const RunEndEvent& e) override { for (auto* s : m_sinks) s->onRunEnd(e); }
+
+ private:
+  std::vector<EventSink*> m_sinks;
+};
+
+}  // namespace moewb::engine

@@ -1,0 +1,58 @@
+// Trainer: owns the model, optimizer and data source of one run and executes training steps on
+// the CPU reference backend, reporting everything through an EventSink.
+//
+// Lifecycle: create (validates the config, initialises weights from run.seed) -> run / step ->
+// destroy. A Trainer is used from one thread (the "training thread"); requestStop may be called
+// from any thread and makes run() return after the current step. Deterministic: the same config
+// (including seed and thread count-independent math) gives the same losses.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "moewb/base/status.h"
+#include "moewb/engine/config.h"
+#include "moewb/engine/event_sink.h"
+
+namespace moewb::engine {
+
+class Model;
+class SyntheticData;
+
+class Trainer {
+ public:
+  // Validates `config` (validateConfig) and builds the model. `sink` may be null; otherwise it
+  // must outlive the Trainer. Errors: kInvalidArgument for a bad config.
+  static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
+  ~Trainer();
+
+  // Runs `steps` optimizer steps (onRunStart before the first call's first step, onRunEnd at the
+  // end of this call). Returns ok when all steps ran or a stop was requested (outcome kStopped).
+  Status run(int64_t steps);
+
+  // One optimizer step: forward, backward, AdamW. Emits phases, expert loads and one onStep.
+  // Returns the step's event (loss etc).
+  Result<StepEvent> step();
+
+  // Thread-safe: asks run() to stop after the step in progress.
+  void requestStop() { m_stopRequested.store(true); }
+
+  int64_t stepsDone() const { return m_stepsDone; }
+  const RunConfig& config() const { return m_config; }
+  // Number of trainable float parameters.
+  int64_t parameterCount() const;
+
+ private:
+  Trainer(const RunConfig& config, EventSink* sink);
+
+  RunConfig m_config;
+  EventSink* m_sink;
+  std::unique_ptr<Model> m_model;
+  std::unique_ptr<SyntheticData> m_data;
+  int64_t m_stepsDone = 0;
+  bool m_runStarted = false;
+  std::atomic<bool> m_stopRequested{false};
+};
+
+}  // namespace moewb::engine

@@ -1,0 +1,86 @@
+// TraceReader: read-only access to a trace file, also while another process is writing it
+// (WAL). Opening checks that the file is a MoE Workbench trace with a schema version this build
+// understands; queries are typed and use the store's indexes (time-window queries on
+// slice(start_ns), per-step queries on step and expert_load keys).
+//
+// Files from elsewhere are untrusted: every problem is a Status naming the file, never a crash.
+// Thread-safety: one TraceReader per thread (it owns one SQLite connection).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moewb/base/status.h"
+#include "moewb/storage/rows.h"
+
+namespace moewb::storage {
+
+// The schema version this build writes and the newest it reads.
+inline constexpr int kSchemaVersion = 1;
+
+struct TimeWindow {
+  int64_t startNs = 0;
+  int64_t endNs = 0;  // exclusive
+};
+
+// Aggregate of all slices with one name (for `moewb info` and the GUI's summary).
+struct PhaseTotal {
+  std::string name;
+  std::string category;
+  int64_t count = 0;
+  int64_t totalNs = 0;
+  int64_t maxNs = 0;
+  double meanNs() const { return count ? double(totalNs) / double(count) : 0.0; }
+};
+
+// Load imbalance of one layer over a range of steps: max/mean of per-expert tokens.
+struct LayerImbalance {
+  int32_t layer = 0;
+  double meanMaxOverMean = 0;  // average over steps of (max_e tokens / mean_e tokens)
+  double lastMaxOverMean = 0;  // the same for the last step in range
+  int32_t hottestExpert = 0;   // expert with most tokens summed over the range
+  double hottestShare = 0;     // its share of all assignments in the range
+};
+
+class TraceReader {
+ public:
+  // Opens `path` read-only. Errors (kDataLoss / kNotFound / kFailedPrecondition, each message
+  // naming the file): not found, not an SQLite file, an SQLite file that is not a trace,
+  // truncated or corrupt, or a newer schema version than kSchemaVersion.
+  static Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+  virtual ~TraceReader() = default;
+
+  virtual const std::string& path() const = 0;
+  virtual Result<std::map<std::string, std::string>> meta() = 0;
+  virtual Result<std::vector<RunRow>> runs() = 0;
+  virtual Result<std::vector<TrackRow>> tracks() = 0;
+  // Committed steps of one run with step >= fromStep, ordered by (step, rank).
+  virtual Result<std::vector<StepRow>> steps(RunId run, int64_t fromStep = 0) = 0;
+  // Slices overlapping the window (start < window.end && start + dur > window.start), ordered by
+  // start; optionally only of one track.
+  virtual Result<std::vector<SliceRow>> slices(TimeWindow window,
+                                               std::optional<TrackId> track = std::nullopt) = 0;
+  // [first slice start, last slice end] over the whole file; {0,0} when empty.
+  virtual Result<TimeWindow> timeBounds() = 0;
+  // Expert load rows with fromStep <= step <= toStep, ordered by (step, layer, expert, rank).
+  virtual Result<std::vector<ExpertLoadRow>> expertLoad(int64_t fromStep, int64_t toStep) = 0;
+  virtual Result<std::vector<CounterRow>> counters(TimeWindow window) = 0;
+  virtual Result<std::vector<ConfigChangeRow>> configChanges() = 0;
+  virtual Result<std::vector<StatRow>> stats() = 0;
+  // Totals per slice name, largest total first; `category` empty = all categories.
+  virtual Result<std::vector<PhaseTotal>> phaseTotals(const std::string& category = "") = 0;
+  // Per-layer imbalance over all committed steps, ordered by layer.
+  virtual Result<std::vector<LayerImbalance>> layerImbalance() = 0;
+};
+
+// Writes the trace as Chrome Trace Event JSON (object form with "traceEvents"), which Perfetto UI
+// and chrome://tracing open: one process per rank, one thread per track, complete ("X") events
+// for slices with step/layer in args, counter ("C") events, and metadata names.
+// Errors: kInternal naming outPath if it cannot be written; read errors from the reader.
+Status exportChromeTrace(TraceReader& reader, const std::string& outPath);
+
+}  // namespace moewb::storage

@@ -1,0 +1,63 @@
+// TraceWriter: creates a trace file (SQLite, schema v1, WAL mode) and appends rows to it from a
+// background writer thread, so the engine's hot path only copies a row into a queue.
+//
+// Ordering and durability: rows are written in the order they were added. Rows accumulate in one
+// open transaction that is committed when a step completes (addStep), when flush() is called, or
+// when the pending batch gets large; so after a crash the file holds every step committed before
+// it, and a reader (WAL) sees each step as soon as it is committed. Ids (RunId, TrackId) are
+// assigned on the calling thread without waiting for the database.
+// Thread-safety: all add* methods may be called from any thread.
+// Errors: a failed SQLite write is remembered and returned by flush()/close(); later rows are
+// dropped and counted.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "moewb/base/status.h"
+#include "moewb/storage/rows.h"
+
+namespace moewb::storage {
+
+struct WriterOptions {
+  bool overwrite = false;          // replace an existing file at path
+  int64_t maxBatchRows = 50'000;   // commit early when this many rows are pending
+};
+
+class TraceWriter {
+ public:
+  // Creates `path` (and its parent directory) with the schema and meta rows. Errors:
+  // kAlreadyExists if the file exists and !options.overwrite; kInternal naming the file and
+  // SQLite's message if it cannot be created.
+  static Result<std::unique_ptr<TraceWriter>> create(const std::string& path,
+                                                     const WriterOptions& options = {});
+  virtual ~TraceWriter() = default;
+
+  // Queues a run row (status "running"); returns its id.
+  virtual RunId addRun(const RunRow& run) = 0;
+  // Marks the run finished: status, message and end time.
+  virtual void finishRun(RunId run, const std::string& status, const std::string& message,
+                         int64_t endNs) = 0;
+  // Queues a track; returns its id.
+  virtual TrackId addTrack(const TrackRow& track) = 0;
+  virtual void addSlice(const SliceRow& slice) = 0;
+  virtual void addCounter(const CounterRow& counter) = 0;
+  virtual void addExpertLoad(const ExpertLoadRow& load) = 0;
+  virtual void addConfigChange(RunId run, const ConfigChangeRow& change) = 0;
+  // Upserts a stats row (same name replaces the value).
+  virtual void addStat(const StatRow& stat) = 0;
+  // Queues the step row and commits the transaction with everything queued before it.
+  virtual void addStep(const StepRow& step) = 0;
+  // Sets a meta key (e.g. "host", "gpu").
+  virtual void setMeta(const std::string& key, const std::string& value) = 0;
+
+  // Blocks until everything queued so far is committed. Returns the first write error, if any.
+  virtual Status flush() = 0;
+  // Flushes, checkpoints the WAL into the main file and stops the writer thread. Idempotent.
+  virtual Status close() = 0;
+
+  // The file path this writer writes.
+  virtual const std::string& path() const = 0;
+};
+
+}  // namespace moewb::storage
