@@ -1,0 +1,43 @@
+// HostTracer: the EventSink that turns the engine's host events into trace-store rows.
+//
+// It owns the per-run bookkeeping (run id, the trainer-thread track, the counter track) and maps
+// each event to rows: a "step" slice (depth 0) and a step row per StepEvent, phase slices with
+// the depth from phaseDepth(), one expert_load row per (layer, expert), counter rows. Costs on
+// the engine thread: one row copy into the writer's queue per event; no I/O.
+// Thread-safety: the sink methods are called from the training thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "moewb/base/ids.h"
+#include "moewb/engine/event_sink.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace moewb::profiler {
+
+class HostTracer final : public engine::EventSink {
+ public:
+  // `writer` must outlive the tracer. `rank` tags every row.
+  explicit HostTracer(storage::TraceWriter* writer, int32_t rank = 0);
+
+  void onRunStart(const engine::RunStartEvent& event) override;
+  void onPhase(const engine::PhaseEvent& event) override;
+  void onExpertLoad(const engine::ExpertLoadEvent& event) override;
+  void onCounter(const engine::CounterEvent& event) override;
+  void onStep(const engine::StepEvent& event) override;
+  void onRunEnd(const engine::RunEndEvent& event) override;
+
+  RunId runId() const { return m_run; }
+
+ private:
+  TrackId counterTrack();
+
+  storage::TraceWriter* m_writer;
+  int32_t m_rank;
+  RunId m_run;
+  TrackId m_thread;
+  TrackId m_counters;
+};
+
+}  // namespace moewb::profiler

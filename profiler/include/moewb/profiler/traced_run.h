@@ -1,0 +1,81 @@
+// TracedRun: one training run of the embedded engine recorded into a trace file. This is the
+// piece the CLI (`moewb run`) and the GUI's Run action share.
+//
+// Lifecycle: create() validates the config and only then creates the trace file (so a bad config
+// leaves nothing behind), run() trains on the calling thread and returns a summary, requestStop()
+// (any thread) ends the run after the current step. Every completed step is committed to the file
+// before run() moves on, so the GUI can read the file live.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moewb/base/status.h"
+#include "moewb/engine/config.h"
+#include "moewb/engine/event_sink.h"
+
+namespace moewb::engine {
+class Trainer;
+}
+namespace moewb::storage {
+class TraceWriter;
+}
+
+namespace moewb::profiler {
+
+class HostTracer;
+
+struct TracedRunOptions {
+  std::string outPath;          // trace file to create
+  bool overwrite = true;        // replace an existing file at outPath
+  int64_t steps = -1;           // -1 = config.run.steps
+};
+
+struct RunSummary {
+  std::string tracePath;
+  int64_t stepsDone = 0;
+  double firstLoss = 0;
+  double lastLoss = 0;
+  double meanTokensPerSecond = 0;   // over all steps but the first
+  double wallSeconds = 0;
+  std::vector<double> meanImbalancePerLayer;  // mean over steps of max/mean expert load, [layers]
+  bool stopped = false;         // true when requestStop ended the run early
+};
+
+class TracedRun {
+ public:
+  // Validates `config` (kInvalidArgument naming the key, nothing created), then creates the
+  // trace at options.outPath and the trainer. `observer` (may be null, must outlive the run)
+  // receives every engine event after the tracer, e.g. a progress printer.
+  static Result<std::unique_ptr<TracedRun>> create(const engine::RunConfig& config,
+                                                   const TracedRunOptions& options,
+                                                   engine::EventSink* observer = nullptr);
+  ~TracedRun();
+
+  // Trains options.steps steps on the calling thread and closes the trace. Errors from the
+  // engine or the writer are returned; steps committed before the error stay in the file.
+  Result<RunSummary> run();
+
+  // Thread-safe; the run ends after the step in progress with status "stopped".
+  void requestStop();
+
+  const engine::RunConfig& config() const { return m_config; }
+  int64_t plannedSteps() const { return m_steps; }
+
+ private:
+  class SummarySink;
+  TracedRun() = default;
+
+  engine::RunConfig m_config;
+  int64_t m_steps = 0;
+  std::unique_ptr<storage::TraceWriter> m_writer;
+  std::unique_ptr<HostTracer> m_tracer;
+  std::unique_ptr<SummarySink> m_summary;
+  std::unique_ptr<engine::FanOutSink> m_fanOut;
+  std::unique_ptr<engine::Trainer> m_trainer;
+};
+
+}  // namespace moewb::profiler
