@@ -22,6 +22,8 @@ struct RunSection {
   int64_t steps = 200;            // optimizer steps for `moewb run` unless --steps overrides
   std::string backend = "cpu";    // "cpu" (reference); "cuda" and "auto" come with the GPU backend
   int32_t threads = 0;            // CPU worker threads; 0 = all hardware threads
+
+  bool operator==(const RunSection&) const = default;
 };
 
 struct ModelSection {
@@ -32,6 +34,8 @@ struct ModelSection {
   int32_t seqLen = 64;            // tokens per sequence T
   double normEps = 1e-5;          // RMSNorm epsilon
   double initStd = 0.02;          // std of the normal weight init
+
+  bool operator==(const ModelSection&) const = default;
 };
 
 struct MoeSection {
@@ -39,6 +43,8 @@ struct MoeSection {
   int32_t topK = 2;               // experts per token, 1 <= topK <= numExperts
   int32_t dFf = 128;              // expert SwiGLU hidden width
   double auxLossCoef = 0.01;      // switch load-balancing loss weight alpha (0 disables)
+
+  bool operator==(const MoeSection&) const = default;
 };
 
 struct DataSection {
@@ -47,6 +53,8 @@ struct DataSection {
   double skew = 1.0;              // Zipf exponent of topic frequencies; 0 = uniform, larger = hotter experts
   int32_t numTopics = 16;         // hidden topics; each has its own token transition table
   double noise = 0.1;             // probability that a token is replaced by a uniform random one
+
+  bool operator==(const DataSection&) const = default;
 };
 
 struct OptimSection {
@@ -57,6 +65,8 @@ struct OptimSection {
   double weightDecay = 0.01;      // decoupled, on matrices only
   int32_t warmupSteps = 10;       // linear warm-up, then constant
   double gradClip = 1.0;          // global L2 norm clip; 0 disables
+
+  bool operator==(const OptimSection&) const = default;
 };
 
 struct RunConfig {
@@ -67,12 +77,14 @@ struct RunConfig {
   OptimSection optim;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
+  bool operator==(const RunConfig&) const = default;
 };
 
 // One documented key of the config: its dotted name, type name and a one-line description.
 struct ConfigKeyInfo {
   std::string key;          // "moe.top_k"
   std::string type;         // "integer", "float", "string"
+  std::string accepted;     // "1..4096", "cpu | auto", ...
   std::string defaultValue; // as TOML text
   std::string description;
 };

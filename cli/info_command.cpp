@@ -1,0 +1,131 @@
+// `moewb info`: what a trace holds: run and config, steps and loss, top phases by total time,
+// expert-load imbalance per layer, data-quality stats.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "moewb/base/units.h"
+#include "moewb/storage/trace_reader.h"
+
+namespace moewb::cli {
+namespace {
+
+struct InfoArgs {
+  std::string tracePath;
+  int topPhases = 12;
+  bool showConfig = true;
+};
+
+void printRun(const storage::RunRow& run, bool showConfig) {
+  std::printf("run      %s  backend %s  ranks %d  status %s%s%s\n", run.name.c_str(),
+              run.backend.c_str(), run.worldSize, run.status.c_str(),
+              run.message.empty() ? "" : " -- ", run.message.c_str());
+  if (!showConfig) return;
+  std::printf("config\n");
+  std::istringstream lines(run.configToml);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) std::printf("    %s\n", line.c_str());
+  }
+}
+
+void printSteps(const std::vector<storage::StepRow>& steps) {
+  if (steps.empty()) {
+    std::printf("steps    none committed\n");
+    return;
+  }
+  std::vector<int64_t> durs;
+  double tokensPerSecond = 0;
+  for (const auto& s : steps) durs.push_back(s.endNs - s.startNs);
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) tokensPerSecond += steps[i].tokensPerSecond;
+  tokensPerSecond /= double(steps.size() > 1 ? steps.size() - 1 : 1);
+  std::sort(durs.begin(), durs.end());
+  int64_t peak = 0;
+  for (const auto& s : steps) peak = std::max(peak, s.peakBytes);
+  std::printf("steps    %zu committed (%lld..%lld)\n", steps.size(), (long long)steps.front().step,
+              (long long)steps.back().step);
+  std::printf("loss     %.4f -> %.4f   aux %.4f -> %.4f\n", steps.front().loss, steps.back().loss,
+              steps.front().auxLoss, steps.back().auxLoss);
+  std::printf("speed    %s tokens/s   step time p50 %s  max %s   peak memory %s\n",
+              formatCount(tokensPerSecond).c_str(), formatDurationNs(durs[durs.size() / 2]).c_str(),
+              formatDurationNs(durs.back()).c_str(), formatBytes(peak).c_str());
+}
+
+void printPhases(const std::vector<storage::PhaseTotal>& totals, int top) {
+  int64_t all = 0;
+  for (const auto& t : totals) all += t.totalNs;
+  std::printf("\ntop phases by total time\n  %-18s %8s %12s %12s %7s\n", "name", "count", "total",
+              "mean", "share");
+  int shown = 0;
+  for (const auto& t : totals) {
+    if (shown++ >= top) break;
+    std::printf("  %-18s %8lld %12s %12s %6.1f%%\n", t.name.c_str(), (long long)t.count,
+                formatDurationNs(t.totalNs).c_str(), formatDurationNs(int64_t(t.meanNs())).c_str(),
+                all ? 100.0 * double(t.totalNs) / double(all) : 0.0);
+  }
+}
+
+void printImbalance(const std::vector<storage::LayerImbalance>& layers) {
+  std::printf("\nexpert load imbalance per layer (max/mean tokens per expert; 1.00 = balanced)\n");
+  std::printf("  %-6s %10s %10s %16s\n", "layer", "mean", "last", "hottest (share)");
+  for (const auto& l : layers) {
+    std::printf("  %-6d %10.2f %10.2f %8d (%4.1f%%)\n", l.layer, l.meanMaxOverMean,
+                l.lastMaxOverMean, l.hottestExpert, 100.0 * l.hottestShare);
+  }
+}
+
+int infoCommand(const InfoArgs& args) {
+  auto opened = storage::TraceReader::open(args.tracePath);
+  if (!opened.isOk()) {
+    std::fprintf(stderr, "moewb info: %s\n", opened.status().message().c_str());
+    return kExitBadInput;
+  }
+  storage::TraceReader& reader = **opened;
+  auto fail = [&](const Status& s) {
+    std::fprintf(stderr, "moewb info: %s: %s\n", args.tracePath.c_str(), s.message().c_str());
+    return kExitFailure;
+  };
+  auto meta = reader.meta();
+  if (!meta.isOk()) return fail(meta.status());
+  std::printf("trace    %s (schema %s, written by %s on %s)\n", args.tracePath.c_str(),
+              (*meta)["schema_version"].c_str(), (*meta)["tool_version"].c_str(),
+              (*meta)["host"].c_str());
+  auto runs = reader.runs();
+  if (!runs.isOk()) return fail(runs.status());
+  for (const auto& run : *runs) {
+    printRun(run, args.showConfig);
+    auto steps = reader.steps(run.id);
+    if (!steps.isOk()) return fail(steps.status());
+    printSteps(*steps);
+  }
+  auto totals = reader.phaseTotals();
+  if (!totals.isOk()) return fail(totals.status());
+  printPhases(*totals, args.topPhases);
+  auto imbalance = reader.layerImbalance();
+  if (!imbalance.isOk()) return fail(imbalance.status());
+  printImbalance(*imbalance);
+  auto stats = reader.stats();
+  if (stats.isOk() && !stats->empty()) {
+    std::printf("\ndata quality\n");
+    for (const auto& s : *stats) {
+      std::printf("  %-28s %-9s %lld  %s\n", s.name.c_str(), s.severity.c_str(), (long long)s.value,
+                  s.description.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void addInfoCommand(CLI::App& app, std::function<int()>* action) {
+  auto args = std::make_shared<InfoArgs>();
+  CLI::App* cmd = app.add_subcommand("info", "summarise a trace: run, config, steps, phases, load");
+  cmd->add_option("trace", args->tracePath, "trace file (.sqlite)")->required();
+  cmd->add_option("--top", args->topPhases, "phases to list")->check(CLI::Range(1, 1000));
+  cmd->add_flag("!--no-config", args->showConfig, "do not print the config");
+  cmd->callback([args, action] { *action = [args] { return infoCommand(*args); }; });
+}
+
+}  // namespace moewb::cli

@@ -1,0 +1,116 @@
+// `moewb run`: train the embedded engine on a config and record the run into a trace file.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "moewb/base/units.h"
+#include "moewb/engine/config.h"
+#include "moewb/profiler/traced_run.h"
+#include "progress_printer.h"
+
+namespace moewb::cli {
+namespace {
+
+struct RunArgs {
+  std::string configPath;
+  std::string outPath;
+  int64_t steps = -1;
+  std::vector<std::string> overrides;
+  bool force = false;
+  bool quiet = false;
+};
+
+profiler::TracedRun* g_activeRun = nullptr;
+
+// First Ctrl-C: finish the current step, commit it and stop. Second: default action.
+extern "C" void onInterrupt(int) {
+  if (g_activeRun) g_activeRun->requestStop();  // an atomic store: async-signal-safe
+  std::signal(SIGINT, SIG_DFL);
+}
+
+void printSummary(const profiler::RunSummary& s) {
+  std::printf("\nrun summary\n");
+  std::printf("  trace           %s\n", s.tracePath.c_str());
+  std::printf("  steps           %lld%s\n", (long long)s.stepsDone, s.stopped ? " (stopped early)" : "");
+  std::printf("  loss            %.4f -> %.4f (%.1f%% lower)\n", s.firstLoss, s.lastLoss,
+              s.firstLoss > 0 ? 100.0 * (1.0 - s.lastLoss / s.firstLoss) : 0.0);
+  std::printf("  tokens/s        %s (mean after the first step)\n",
+              formatCount(s.meanTokensPerSecond).c_str());
+  std::printf("  wall time       %.2f s\n", s.wallSeconds);
+  std::printf("  expert load     max/mean per layer, mean over steps (1.00 = balanced):\n");
+  for (size_t layer = 0; layer < s.meanImbalancePerLayer.size(); ++layer) {
+    std::printf("    layer %-3zu     %.2f\n", layer, s.meanImbalancePerLayer[layer]);
+  }
+}
+
+Result<engine::RunConfig> buildConfig(const RunArgs& args) {
+  MOEWB_ASSIGN_OR_RETURN(engine::RunConfig config, engine::loadConfigFile(args.configPath));
+  for (const auto& assignment : args.overrides) {
+    MOEWB_RETURN_IF_ERROR(engine::applyOverride(config, assignment));
+  }
+  Status valid = engine::validateConfig(config);
+  if (!valid.isOk()) return valid.withContext(args.configPath);
+  return config;
+}
+
+int runCommand(const RunArgs& args) {
+  auto config = buildConfig(args);
+  if (!config.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", config.status().message().c_str());
+    return kExitBadInput;
+  }
+  std::string outPath = args.outPath.empty() ? "runs/" + config->run.name + ".sqlite" : args.outPath;
+  if (!args.force && std::filesystem::exists(outPath)) {
+    std::fprintf(stderr, "moewb run: %s already exists; pass --force to replace it or --out to "
+                         "choose another file\n", outPath.c_str());
+    return kExitBadInput;
+  }
+  profiler::TracedRunOptions options;
+  options.outPath = outPath;
+  options.overwrite = true;
+  options.steps = args.steps;
+  int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
+  ProgressPrinter progress(planned);
+  auto run = profiler::TracedRun::create(*config, options, args.quiet ? nullptr : &progress);
+  if (!run.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", run.status().message().c_str());
+    return run.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+  }
+  std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", config->run.name.c_str(),
+               config->run.backend.c_str(), (long long)planned, outPath.c_str());
+  g_activeRun = run->get();
+  std::signal(SIGINT, onInterrupt);
+  auto summary = (*run)->run();
+  std::signal(SIGINT, SIG_DFL);
+  g_activeRun = nullptr;
+  if (!summary.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
+                 summary.status().message().c_str(), outPath.c_str());
+    return kExitFailure;
+  }
+  printSummary(*summary);
+  return kExitOk;
+}
+
+}  // namespace
+
+void addRunCommand(CLI::App& app, std::function<int()>* action) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "train on a config and record the run into a trace");
+  cmd->add_option("--config,-c", args->configPath, "TOML config (see samples/configs/)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out,-o", args->outPath, "trace file to write (default runs/<run.name>.sqlite)");
+  cmd->add_option("--steps,-n", args->steps, "optimizer steps (default: run.steps of the config)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--set", args->overrides, "override a config key, e.g. --set moe.top_k=2")
+      ->type_name("KEY=VALUE");
+  cmd->add_flag("--force,-f", args->force, "replace the output file if it exists");
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress line");
+  cmd->callback([args, action] { *action = [args] { return runCommand(*args); }; });
+}
+
+}  // namespace moewb::cli

@@ -1,0 +1,41 @@
+// Stable names and timeline depths of engine phases (they are stored in traces, so never rename).
+#include "moewb/engine/event_sink.h"
+
+namespace moewb::engine {
+
+const char* phaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kEmbedding: return "embedding";
+    case Phase::kAttention: return "attention";
+    case Phase::kRouter: return "router";
+    case Phase::kPermute: return "permute";
+    case Phase::kExperts: return "experts";
+    case Phase::kCombine: return "combine";
+    case Phase::kLoss: return "loss";
+  }
+  return "unknown";
+}
+
+int32_t phaseDepth(Phase phase) {
+  switch (phase) {
+    case Phase::kForward:
+    case Phase::kBackward:
+    case Phase::kOptimizer:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+std::string phaseSliceName(Phase phase, Pass pass) {
+  std::string name = phaseName(phase);
+  if (phaseDepth(phase) == 1) return name;
+  if (pass == Pass::kForward) return name + ".fwd";
+  if (pass == Pass::kBackward) return name + ".bwd";
+  return name;
+}
+
+}  // namespace moewb::engine

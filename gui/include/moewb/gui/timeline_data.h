@@ -1,0 +1,126 @@
+// TimelineData: the slices of a trace arranged for drawing, and the draw-list builder.
+//
+// Slices are grouped into lanes, one per (track, depth); each lane holds packed slices sorted by
+// start time plus a running maximum of their end times, so the slices visible in a window are
+// found by two binary searches (O(log n)) and never by a scan. Names are interned once.
+// addSlices appends rows as a live trace grows: rows already present (same lane, start, duration
+// and name) are skipped, so a refresh may safely re-read an overlapping window; rows arriving out
+// of order are inserted in place.
+//
+// buildDrawList turns the data and a TimelineGeometry into the items a view paints: one item per
+// visible slice at least minWidthPx wide, and runs of narrower neighbouring slices folded into one
+// merged item (Tracy's approach), so the number of items is bounded by the pixels, not the slices.
+// It runs outside the paint path (when the window or data change). Cost: O(lanes * (log n +
+// items)). Thread-safety: a TimelineData is a plain value; build draw lists from a const reference
+// while nobody mutates it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "moewb/base/ids.h"
+#include "moewb/gui/timeline_geometry.h"
+#include "moewb/storage/rows.h"
+
+namespace moewb::gui {
+
+// One slice as the timeline keeps it (40 bytes; names interned).
+struct TimelineSlice {
+  int64_t startNs = 0;  // ns
+  int64_t durNs = 0;    // ns
+  int64_t step = -1;    // optimizer step, -1 = none
+  int32_t nameId = 0;   // index into TimelineData::name()
+  int32_t layer = -1;   // decoder layer, -1 = whole model
+
+  int64_t endNs() const { return startNs + durNs; }
+};
+
+struct TimelineLane {
+  TrackId track;                       // the track this lane belongs to
+  int32_t depth = 0;                   // nesting depth of its slices
+  std::vector<TimelineSlice> slices;   // sorted by startNs
+  std::vector<int64_t> maxEndNs;       // maxEndNs[i] = max end of slices[0..i], non-decreasing
+};
+
+struct TimelineTrack {
+  TrackId id;
+  std::string name;  // "trainer thread"
+  std::string kind;  // "thread", "stream", ...
+  int32_t rank = 0;
+};
+
+// One thing to paint: a slice, or several narrow slices folded together.
+struct DrawItem {
+  int32_t lane = 0;        // index into TimelineData::lanes()
+  double x0 = 0;           // left edge, px from the window start
+  double x1 = 0;           // right edge, px (x1 - x0 >= 1)
+  int32_t sliceIndex = 0;  // first slice of the item in its lane
+  int32_t count = 1;       // slices covered; > 1 means folded
+  int64_t startNs = 0;     // time span covered by the item
+  int64_t endNs = 0;
+
+  bool isFolded() const { return count > 1; }
+};
+
+struct DrawList {
+  TimelineGeometry geometry;     // the window the items were built for
+  uint64_t dataRevision = 0;     // TimelineData::revision() at build time
+  std::vector<DrawItem> items;   // grouped by lane (ascending), by x0 within a lane
+};
+
+class TimelineData {
+ public:
+  // Removes everything (tracks, lanes, names); bumps the revision.
+  void clear();
+  // Replaces the track descriptions (names shown beside the lanes). Lanes of unknown tracks are
+  // still kept and drawn under the track id.
+  void setTracks(const std::vector<storage::TrackRow>& tracks);
+  // Adds rows, skipping duplicates of rows already held. When `accepted` is given it receives,
+  // for each input row, whether it was added. Returns the number added; bumps the revision when
+  // it is not 0. O(k log n) for k rows in start order, more for out-of-order rows.
+  int64_t addSlices(const std::vector<storage::SliceRow>& rows,
+                    std::vector<bool>* accepted = nullptr);
+
+  const std::vector<TimelineLane>& lanes() const { return m_lanes; }
+  const std::vector<TimelineTrack>& tracks() const { return m_tracks; }
+  // The track description of `id`, or nullptr.
+  const TimelineTrack* track(TrackId id) const;
+  // Interned name of a slice; "" for an unknown id.
+  const std::string& name(int32_t nameId) const;
+  // [earliest start, latest end] of all slices; empty when there are none.
+  TimeRange bounds() const { return m_bounds; }
+  int64_t sliceCount() const { return m_sliceCount; }
+  // Changes whenever the content changes (draw lists compare it to know they are stale).
+  uint64_t revision() const { return m_revision; }
+
+  // Index range [first, last) of the slices of `lane` that overlap [startNs, endNs).
+  static std::pair<size_t, size_t> visibleRange(const TimelineLane& lane, int64_t startNs,
+                                                int64_t endNs);
+
+ private:
+  int32_t internName(const std::string& name);
+  TimelineLane& laneFor(TrackId track, int32_t depth);
+  bool insertSlice(TimelineLane& lane, const TimelineSlice& slice, size_t* dirtyFrom);
+
+  std::vector<TimelineLane> m_lanes;   // sorted by (track, depth)
+  std::vector<TimelineTrack> m_tracks;
+  std::vector<std::string> m_names;
+  std::unordered_map<std::string, int32_t> m_nameIds;
+  TimeRange m_bounds;
+  int64_t m_sliceCount = 0;
+  uint64_t m_revision = 0;
+};
+
+// Builds the draw list of `data` for window `g`: slices narrower than minWidthPx that follow each
+// other with gaps under minWidthPx are folded into one item; a single narrow slice is kept as
+// its own item widened to 1 px. Items of each lane are ordered by x.
+DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g,
+                       double minWidthPx = 3.0);
+
+// The draw item of `list` under (lane, x), or nullptr. O(log items).
+const DrawItem* hitTest(const DrawList& list, int32_t lane, double x);
+
+}  // namespace moewb::gui

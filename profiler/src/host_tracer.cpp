@@ -1,0 +1,120 @@
+// HostTracer: engine events -> trace-store rows (see host_tracer.h). One row copy per event.
+#include "moewb/profiler/host_tracer.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "moewb/base/units.h"
+
+namespace moewb::profiler {
+
+namespace {
+const char* outcomeName(engine::RunOutcome outcome) {
+  switch (outcome) {
+    case engine::RunOutcome::kCompleted: return "completed";
+    case engine::RunOutcome::kStopped: return "stopped";
+    case engine::RunOutcome::kFailed: return "failed";
+  }
+  return "failed";
+}
+}  // namespace
+
+HostTracer::HostTracer(storage::TraceWriter* writer, int32_t rank) : m_writer(writer), m_rank(rank) {}
+
+void HostTracer::onRunStart(const engine::RunStartEvent& event) {
+  storage::RunRow run;
+  run.name = event.name;
+  run.configToml = event.configToml;
+  run.backend = event.backend;
+  run.worldSize = event.worldSize;
+  run.startNs = event.startNs;
+  run.startUnixNs = unixNowNs();
+  run.status = "running";
+  m_run = m_writer->addRun(run);
+
+  storage::TrackRow thread;
+  thread.name = "trainer thread";
+  thread.kind = "thread";
+  thread.rank = m_rank;
+  thread.threadId = int64_t(syscall(SYS_gettid));
+  m_thread = m_writer->addTrack(thread);
+}
+
+void HostTracer::onPhase(const engine::PhaseEvent& event) {
+  storage::SliceRow slice;
+  slice.track = m_thread;
+  slice.startNs = event.startNs;
+  slice.durNs = event.endNs - event.startNs;
+  slice.name = engine::phaseSliceName(event.phase, event.pass);
+  slice.category = storage::kCategoryPhase;
+  slice.step = event.step;
+  slice.layer = event.layer;
+  slice.depth = engine::phaseDepth(event.phase);
+  m_writer->addSlice(slice);
+}
+
+void HostTracer::onExpertLoad(const engine::ExpertLoadEvent& event) {
+  for (size_t e = 0; e < event.tokensPerExpert.size(); ++e) {
+    storage::ExpertLoadRow row;
+    row.step = event.step;
+    row.layer = event.layer;
+    row.expert = int32_t(e);
+    row.rank = event.rank;
+    row.tokens = event.tokensPerExpert[e];
+    row.dropped = e < event.droppedPerExpert.size() ? event.droppedPerExpert[e] : 0;
+    m_writer->addExpertLoad(row);
+  }
+}
+
+TrackId HostTracer::counterTrack() {
+  if (!m_counters.isValid()) {
+    storage::TrackRow track;
+    track.name = "counters";
+    track.kind = "counter";
+    track.rank = m_rank;
+    m_counters = m_writer->addTrack(track);
+  }
+  return m_counters;
+}
+
+void HostTracer::onCounter(const engine::CounterEvent& event) {
+  storage::CounterRow row;
+  row.track = counterTrack();
+  row.name = event.name;
+  row.tsNs = event.tsNs;
+  row.value = event.value;
+  m_writer->addCounter(row);
+}
+
+void HostTracer::onStep(const engine::StepEvent& event) {
+  storage::SliceRow slice;
+  slice.track = m_thread;
+  slice.startNs = event.startNs;
+  slice.durNs = event.endNs - event.startNs;
+  slice.name = "step";
+  slice.category = storage::kCategoryStep;
+  slice.step = event.step;
+  slice.depth = 0;
+  m_writer->addSlice(slice);
+
+  storage::StepRow row;
+  row.run = m_run;
+  row.rank = event.rank;
+  row.step = event.step;
+  row.startNs = event.startNs;
+  row.endNs = event.endNs;
+  row.loss = event.loss;
+  row.auxLoss = event.auxLoss;
+  row.tokens = event.tokens;
+  row.tokensPerSecond = event.tokensPerSecond;
+  row.peakBytes = event.peakBytes;
+  row.gradNorm = event.gradNorm;
+  row.lr = event.lr;
+  m_writer->addStep(row);  // commits the step with everything queued before it
+}
+
+void HostTracer::onRunEnd(const engine::RunEndEvent& event) {
+  m_writer->finishRun(m_run, outcomeName(event.outcome), event.message, event.endNs);
+}
+
+}  // namespace moewb::profiler

@@ -1,0 +1,116 @@
+// TracedRun: config -> validated trainer -> trace file, shared by `moewb run` and the GUI.
+#include "moewb/profiler/traced_run.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "moewb/base/units.h"
+#include "moewb/engine/trainer.h"
+#include "moewb/profiler/host_tracer.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace moewb::profiler {
+
+// Keeps what the end-of-run summary needs: first/last loss, throughput, imbalance per layer.
+class TracedRun::SummarySink final : public engine::EventSink {
+ public:
+  void onRunStart(const engine::RunStartEvent& e) override {
+    m_imbalanceSum.assign(size_t(std::max(e.numLayers, 0)), 0.0);
+    m_startNs = e.startNs;
+  }
+  void onPhase(const engine::PhaseEvent&) override {}
+  void onCounter(const engine::CounterEvent&) override {}
+  void onExpertLoad(const engine::ExpertLoadEvent& e) override {
+    if (e.layer < 0 || e.tokensPerExpert.empty()) return;
+    if (size_t(e.layer) >= m_imbalanceSum.size()) m_imbalanceSum.resize(size_t(e.layer) + 1, 0.0);
+    int64_t total = 0, maxTokens = 0;
+    for (int64_t t : e.tokensPerExpert) {
+      total += t;
+      maxTokens = std::max(maxTokens, t);
+    }
+    double mean = double(total) / double(e.tokensPerExpert.size());
+    if (mean > 0) m_imbalanceSum[size_t(e.layer)] += double(maxTokens) / mean;
+  }
+  void onStep(const engine::StepEvent& e) override {
+    if (m_summary.stepsDone == 0) m_summary.firstLoss = e.loss;
+    m_summary.lastLoss = e.loss;
+    m_summary.stepsDone++;
+    if (m_summary.stepsDone > 1) {  // the first step pays one-time costs
+      m_tokensAfterFirst += e.tokens;
+      m_nsAfterFirst += e.endNs - e.startNs;
+    }
+    m_lastEndNs = e.endNs;
+  }
+  void onRunEnd(const engine::RunEndEvent& e) override {
+    m_summary.stopped = e.outcome == engine::RunOutcome::kStopped;
+  }
+
+  RunSummary summary() const {
+    RunSummary s = m_summary;
+    if (m_nsAfterFirst > 0) s.meanTokensPerSecond = double(m_tokensAfterFirst) * 1e9 / double(m_nsAfterFirst);
+    s.wallSeconds = double(m_lastEndNs - m_startNs) / 1e9;
+    for (double sum : m_imbalanceSum) {
+      s.meanImbalancePerLayer.push_back(s.stepsDone ? sum / double(s.stepsDone) : 0.0);
+    }
+    return s;
+  }
+
+ private:
+  RunSummary m_summary;
+  std::vector<double> m_imbalanceSum;  // [layers] sum over steps of max/mean
+  int64_t m_startNs = 0;
+  int64_t m_lastEndNs = 0;
+  int64_t m_tokensAfterFirst = 0;
+  int64_t m_nsAfterFirst = 0;
+};
+
+TracedRun::~TracedRun() {
+  m_trainer.reset();
+  if (m_writer) (void)m_writer->close();
+}
+
+Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& config,
+                                                     const TracedRunOptions& options,
+                                                     engine::EventSink* observer) {
+  MOEWB_RETURN_IF_ERROR(engine::validateConfig(config));
+  if (options.outPath.empty()) return invalidArgument("no output trace path given");
+  std::unique_ptr<TracedRun> run(new TracedRun());
+  run->m_config = config;
+  run->m_steps = options.steps >= 0 ? options.steps : config.run.steps;
+
+  storage::WriterOptions writerOptions;
+  writerOptions.overwrite = options.overwrite;
+  MOEWB_ASSIGN_OR_RETURN(run->m_writer, storage::TraceWriter::create(options.outPath, writerOptions));
+  run->m_tracer = std::make_unique<HostTracer>(run->m_writer.get());
+  run->m_summary = std::make_unique<SummarySink>();
+  std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
+  if (observer) sinks.push_back(observer);
+  run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
+
+  auto trainer = engine::Trainer::create(config, run->m_fanOut.get());
+  if (!trainer.isOk()) {
+    (void)run->m_writer->close();
+    run->m_writer.reset();
+    std::error_code ignored;
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(options.outPath + suffix, ignored);
+    }
+    return trainer.status();
+  }
+  run->m_trainer = std::move(trainer).value();
+  return run;
+}
+
+Result<RunSummary> TracedRun::run() {
+  Status trained = m_trainer->run(m_steps);
+  Status closed = m_writer->close();
+  if (!trained.isOk()) return trained;
+  if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());
+  RunSummary summary = m_summary->summary();
+  summary.tracePath = m_writer->path();
+  return summary;
+}
+
+void TracedRun::requestStop() { m_trainer->requestStop(); }
+
+}  // namespace moewb::profiler

@@ -1,0 +1,107 @@
+// A thin RAII layer over the SQLite C API, used by the trace writer and reader.
+//
+// Holds: MOEWB_SQLITE_CHECK, which turns a failed sqlite3_* call into a Status that names the
+// trace file, the call, the source line and SQLite's message; Database, an owned connection; and
+// Statement, an owned prepared statement with checked bind/step and unchecked column reads.
+// Costs: preparing a statement parses SQL (microseconds); binding and reading columns are O(1);
+// step() does the real work. A Database or Statement is used by one thread at a time.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "moewb/base/status.h"
+
+namespace moewb::storage::detail {
+
+// The StatusCode for an SQLite result code: kDataLoss for a corrupt file or one that is not a
+// database, kResourceExhausted for a full disk or no memory, kInternal otherwise.
+StatusCode statusCodeForSqlite(int rc);
+
+// The Status for a failed SQLite call `call` made at file:line on the connection `db` (may be
+// null) of the trace at `path`. The message names all of these plus sqlite3_errmsg.
+Status sqliteError(sqlite3* db, int rc, const char* call, const char* file, int line,
+                   const std::string& path);
+
+}  // namespace moewb::storage::detail
+
+// Evaluates an sqlite3_* call; returns a Status (see sqliteError) from the enclosing function
+// unless it gave SQLITE_OK, SQLITE_ROW or SQLITE_DONE.
+#define MOEWB_SQLITE_CHECK(db, path, call)                                                 \
+  do {                                                                                     \
+    const int moewb_sqlite_rc_ = (call);                                                   \
+    if (moewb_sqlite_rc_ != SQLITE_OK && moewb_sqlite_rc_ != SQLITE_ROW &&                 \
+        moewb_sqlite_rc_ != SQLITE_DONE) {                                                 \
+      return ::moewb::storage::detail::sqliteError((db), moewb_sqlite_rc_, #call, __FILE__, \
+                                                   __LINE__, (path));                      \
+    }                                                                                      \
+  } while (0)
+
+namespace moewb::storage::detail {
+
+// An owned SQLite connection plus the path it was opened with (for error messages).
+class Database {
+ public:
+  Database() = default;
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+  Database(Database&& other) noexcept;
+  Database& operator=(Database&& other) noexcept;
+  ~Database();
+
+  // Opens `path` with sqlite3_open_v2 `flags`. Errors: the SQLite error naming the file.
+  static Result<Database> open(const std::string& path, int flags);
+
+  // Runs one or more SQL statements that return no rows (sqlite3_exec).
+  Status exec(const char* sql);
+  // Closes the connection (sqlite3_close); later calls do nothing. Errors: the SQLite error.
+  Status close();
+
+  sqlite3* handle() const { return m_db; }
+  const std::string& path() const { return m_path; }
+
+ private:
+  sqlite3* m_db = nullptr;
+  std::string m_path;
+};
+
+// An owned prepared statement. Bind indexes are 1-based, column indexes 0-based (as in SQLite).
+class Statement {
+ public:
+  Statement() = default;
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  Statement(Statement&& other) noexcept;
+  Statement& operator=(Statement&& other) noexcept;
+  ~Statement();
+
+  // Prepares `sql` on `db` (which must outlive the statement). Errors: the SQLite error.
+  static Result<Statement> prepare(Database& db, std::string_view sql);
+
+  Status bindInt(int index, int64_t value);
+  Status bindDouble(int index, double value);
+  Status bindText(int index, std::string_view value);
+
+  // Advances: true when a row is ready, false when done. Errors: the SQLite error.
+  Result<bool> step();
+  // Steps to completion (for statements that return no rows) and resets for the next use.
+  Status run();
+  // Resets the statement for the next use and clears its bindings.
+  void reset();
+
+  int64_t columnInt(int column) const { return sqlite3_column_int64(m_stmt, column); }
+  double columnDouble(int column) const { return sqlite3_column_double(m_stmt, column); }
+  bool columnIsNull(int column) const { return sqlite3_column_type(m_stmt, column) == SQLITE_NULL; }
+  std::string columnText(int column) const;
+
+  bool isPrepared() const { return m_stmt != nullptr; }
+
+ private:
+  sqlite3_stmt* m_stmt = nullptr;
+  Database* m_db = nullptr;
+};
+
+}  // namespace moewb::storage::detail
