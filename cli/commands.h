@@ -16,5 +16,6 @@ inline constexpr int kExitBadInput = 2;
 void addRunCommand(CLI::App& app, std::function<int()>* action);
 void addInfoCommand(CLI::App& app, std::function<int()>* action);
 void addExportCommand(CLI::App& app, std::function<int()>* action);
+void addConfigCommand(CLI::App& app, std::function<int()>* action);
 
 }  // namespace moewb::cli

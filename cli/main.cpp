@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   moewb::cli::addRunCommand(app, &action);
   moewb::cli::addInfoCommand(app, &action);
   moewb::cli::addExportCommand(app, &action);
+  moewb::cli::addConfigCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

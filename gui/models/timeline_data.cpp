@@ -57,12 +57,11 @@ TimelineLane& TimelineData::laneFor(TrackId track, int32_t depth) {
 
 // Inserts `slice` in start order unless an identical slice is there. Appends are O(1); an
 // out-of-order insert lowers *dirtyFrom so the running end maximum is recomputed from there.
-bool TimelineData::insertSlice(TimelineLane& lane, const TimelineSlice& slice,
-                               size_t* dirtyFrom) {
+bool TimelineData::insertSlice(TimelineLane& lane, const TimelineSlice& slice, size_t* dirtyFrom) {
   auto& v = lane.slices;
   if (v.empty() || slice.startNs > v.back().startNs) {
-    const int64_t prevMax = lane.maxEndNs.empty() ? std::numeric_limits<int64_t>::min()
-                                                  : lane.maxEndNs.back();
+    const int64_t prevMax =
+        lane.maxEndNs.empty() ? std::numeric_limits<int64_t>::min() : lane.maxEndNs.back();
     v.push_back(slice);
     lane.maxEndNs.push_back(std::max(prevMax, slice.endNs()));
     return true;
@@ -125,9 +124,9 @@ std::pair<size_t, size_t> TimelineData::visibleRange(const TimelineLane& lane, i
   // overlap. Last: the first slice starting at or after the window end.
   auto firstIt = std::upper_bound(lane.maxEndNs.begin(), lane.maxEndNs.end(), startNs);
   size_t first = size_t(firstIt - lane.maxEndNs.begin());
-  auto lastIt = std::lower_bound(
-      lane.slices.begin() + std::ptrdiff_t(first), lane.slices.end(), endNs,
-      [](const TimelineSlice& s, int64_t t) { return s.startNs < t; });
+  auto lastIt =
+      std::lower_bound(lane.slices.begin() + std::ptrdiff_t(first), lane.slices.end(), endNs,
+                       [](const TimelineSlice& s, int64_t t) { return s.startNs < t; });
   size_t last = size_t(lastIt - lane.slices.begin());
   return {first, std::max(first, last)};
 }

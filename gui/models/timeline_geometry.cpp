@@ -11,9 +11,13 @@ double TimelineGeometry::nsPerPx() const {
   return double(std::max<int64_t>(durNs(), 1)) / std::max(widthPx, 1e-9);
 }
 
-double TimelineGeometry::xOf(int64_t tNs) const { return double(tNs - startNs) / nsPerPx(); }
+double TimelineGeometry::xOf(int64_t tNs) const {
+  return double(tNs - startNs) / nsPerPx();
+}
 
-double TimelineGeometry::timeAt(double x) const { return double(startNs) + x * nsPerPx(); }
+double TimelineGeometry::timeAt(double x) const {
+  return double(startNs) + x * nsPerPx();
+}
 
 namespace {
 
@@ -49,8 +53,7 @@ TimelineGeometry zoomGeometry(const TimelineGeometry& g, double anchorX, double 
   const double anchorNs = g.timeAt(anchorX);
   const double fraction = anchorX / std::max(g.widthPx, 1.0);
   const double wanted = double(g.durNs()) / factor;
-  const int64_t len =
-      std::clamp<int64_t>(std::llround(wanted), kMinWindowNs, usable.durNs());
+  const int64_t len = std::clamp<int64_t>(std::llround(wanted), kMinWindowNs, usable.durNs());
   TimelineGeometry out = g;
   out.startNs = std::llround(anchorNs - fraction * double(len));
   out.endNs = out.startNs + len;
@@ -102,13 +105,19 @@ std::vector<int64_t> tickTimes(const TimelineGeometry& g, int64_t originNs, int6
 
 std::string formatTickLabel(int64_t offsetNs, int64_t stepNs) {
   if (offsetNs == 0) return "0";
-  struct Unit { int64_t ns; const char* name; };
-  static constexpr Unit kUnits[] = {{1'000'000'000, "s"}, {1'000'000, "ms"}, {1'000, "us"},
-                                    {1, "ns"}};
+  struct Unit {
+    int64_t ns;
+    const char* name;
+  };
+  static constexpr Unit kUnits[] = {
+      {1'000'000'000, "s"}, {1'000'000, "ms"}, {1'000, "us"}, {1, "ns"}};
   const int64_t mag = std::max<int64_t>(std::llabs(offsetNs), stepNs);
   Unit unit = kUnits[3];
   for (const Unit& u : kUnits) {
-    if (mag >= u.ns) { unit = u; break; }
+    if (mag >= u.ns) {
+      unit = u;
+      break;
+    }
   }
   // Decimals: enough that one step is visible in the last digit.
   int decimals = 0;

@@ -167,7 +167,9 @@ std::string hostName() {
 
 }  // namespace
 
-const char* schemaSql() { return kSchemaSqlV1; }
+const char* schemaSql() {
+  return kSchemaSqlV1;
+}
 
 Status createSchema(Database& db) {
   MOEWB_RETURN_IF_ERROR(db.exec(kSchemaSqlV1));

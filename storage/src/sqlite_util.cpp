@@ -54,7 +54,9 @@ Database& Database::operator=(Database&& other) noexcept {
   return *this;
 }
 
-Database::~Database() { (void)close(); }
+Database::~Database() {
+  (void)close();
+}
 
 Result<Database> Database::open(const std::string& path, int flags) {
   Database db;
@@ -100,7 +102,9 @@ Statement& Statement::operator=(Statement&& other) noexcept {
 }
 
 // sqlite3_finalize repeats the error of the last step, which step() already reported.
-Statement::~Statement() { sqlite3_finalize(m_stmt); }
+Statement::~Statement() {
+  sqlite3_finalize(m_stmt);
+}
 
 Result<Statement> Statement::prepare(Database& db, std::string_view sql) {
   Statement statement;
@@ -122,9 +126,9 @@ Status Statement::bindDouble(int index, double value) {
 }
 
 Status Statement::bindText(int index, std::string_view value) {
-  MOEWB_SQLITE_CHECK(m_db->handle(), m_db->path(),
-                     sqlite3_bind_text(m_stmt, index, value.data(), int(value.size()),
-                                       SQLITE_TRANSIENT));
+  MOEWB_SQLITE_CHECK(
+      m_db->handle(), m_db->path(),
+      sqlite3_bind_text(m_stmt, index, value.data(), int(value.size()), SQLITE_TRANSIENT));
   return Status::ok();
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "moewb/base/status.h"
 
@@ -30,14 +31,14 @@ Status sqliteError(sqlite3* db, int rc, const char* call, const char* file, int 
 
 // Evaluates an sqlite3_* call; returns a Status (see sqliteError) from the enclosing function
 // unless it gave SQLITE_OK, SQLITE_ROW or SQLITE_DONE.
-#define MOEWB_SQLITE_CHECK(db, path, call)                                                 \
-  do {                                                                                     \
-    const int moewb_sqlite_rc_ = (call);                                                   \
-    if (moewb_sqlite_rc_ != SQLITE_OK && moewb_sqlite_rc_ != SQLITE_ROW &&                 \
-        moewb_sqlite_rc_ != SQLITE_DONE) {                                                 \
+#define MOEWB_SQLITE_CHECK(db, path, call)                                                  \
+  do {                                                                                      \
+    const int moewb_sqlite_rc_ = (call);                                                    \
+    if (moewb_sqlite_rc_ != SQLITE_OK && moewb_sqlite_rc_ != SQLITE_ROW &&                  \
+        moewb_sqlite_rc_ != SQLITE_DONE) {                                                  \
       return ::moewb::storage::detail::sqliteError((db), moewb_sqlite_rc_, #call, __FILE__, \
-                                                   __LINE__, (path));                      \
-    }                                                                                      \
+                                                   __LINE__, (path));                       \
+    }                                                                                       \
   } while (0)
 
 namespace moewb::storage::detail {
@@ -84,6 +85,9 @@ class Statement {
   Status bindInt(int index, int64_t value);
   Status bindDouble(int index, double value);
   Status bindText(int index, std::string_view value);
+  // Binds `args` to parameters 1..n in order: integers, floating point values and strings.
+  template <typename... Args>
+  Status bindAll(const Args&... args);
 
   // Advances: true when a row is ready, false when done. Errors: the SQLite error.
   Result<bool> step();
@@ -100,8 +104,30 @@ class Statement {
   bool isPrepared() const { return m_stmt != nullptr; }
 
  private:
+  template <typename T>
+  Status bindValue(int index, const T& value);
+
   sqlite3_stmt* m_stmt = nullptr;
   Database* m_db = nullptr;
 };
+
+template <typename T>
+Status Statement::bindValue(int index, const T& value) {
+  if constexpr (std::is_integral_v<T>) {
+    return bindInt(index, int64_t(value));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return bindDouble(index, double(value));
+  } else {
+    return bindText(index, std::string_view(value));
+  }
+}
+
+template <typename... Args>
+Status Statement::bindAll(const Args&... args) {
+  Status status;
+  int index = 0;
+  ((status = status.isOk() ? bindValue(++index, args) : status), ...);
+  return status;
+}
 
 }  // namespace moewb::storage::detail

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
@@ -17,22 +19,30 @@
 
 namespace moewb::engine {
 
+template <typename T>
 class Model;
 class SyntheticData;
+class ThreadPool;
 
 class Trainer {
  public:
   // Validates `config` (validateConfig) and builds the model. `sink` may be null; otherwise it
-  // must outlive the Trainer. Errors: kInvalidArgument for a bad config.
+  // must outlive the Trainer. Errors: kInvalidArgument for a bad config; kResourceExhausted when
+  // the model and one step's activations would not fit in half of the machine's memory.
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
   ~Trainer();
 
   // Runs `steps` optimizer steps (onRunStart before the first call's first step, onRunEnd at the
   // end of this call). Returns ok when all steps ran or a stop was requested (outcome kStopped).
+  // A failed step ends the run with outcome kFailed (message = the step's error) and returns that
+  // error. steps < 0 gives kInvalidArgument (no events).
   Status run(int64_t steps);
 
-  // One optimizer step: forward, backward, AdamW. Emits phases, expert loads and one onStep.
-  // Returns the step's event (loss etc).
+  // One optimizer step: forward, backward, AdamW. Emits phases, expert loads, counters ("lr",
+  // "grad_norm", "memory.tensor_bytes") and one onStep, and returns the step's event (loss etc).
+  // Errors: kInternal when the loss or the gradient norm is not finite (training diverged; no
+  // onStep is emitted and the weights are not updated); once a step has failed, every later
+  // step() / run() returns kFailedPrecondition.
   Result<StepEvent> step();
 
   // Thread-safe: asks run() to stop after the step in progress.
@@ -42,16 +52,24 @@ class Trainer {
   const RunConfig& config() const { return m_config; }
   // Number of trainable float parameters.
   int64_t parameterCount() const;
+  // CPU threads the trainer computes with (run.threads, or the hardware threads when 0).
+  int32_t threadCount() const;
 
  private:
   Trainer(const RunConfig& config, EventSink* sink);
+  void startRunOnce();
+  void endRun(RunOutcome outcome, const std::string& message);
+  Result<StepEvent> trainStep();
+  void emitStepEvents(const StepEvent& event, const std::vector<std::vector<int64_t>>& counts);
 
   RunConfig m_config;
   EventSink* m_sink;
-  std::unique_ptr<Model> m_model;
+  std::unique_ptr<ThreadPool> m_pool;
+  std::unique_ptr<Model<float>> m_model;
   std::unique_ptr<SyntheticData> m_data;
   int64_t m_stepsDone = 0;
   bool m_runStarted = false;
+  Status m_failure;  // the error of the step that failed; ok while training is healthy
   std::atomic<bool> m_stopRequested{false};
 };
 

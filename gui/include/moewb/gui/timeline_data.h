@@ -39,10 +39,10 @@ struct TimelineSlice {
 };
 
 struct TimelineLane {
-  TrackId track;                       // the track this lane belongs to
-  int32_t depth = 0;                   // nesting depth of its slices
-  std::vector<TimelineSlice> slices;   // sorted by startNs
-  std::vector<int64_t> maxEndNs;       // maxEndNs[i] = max end of slices[0..i], non-decreasing
+  TrackId track;                      // the track this lane belongs to
+  int32_t depth = 0;                  // nesting depth of its slices
+  std::vector<TimelineSlice> slices;  // sorted by startNs
+  std::vector<int64_t> maxEndNs;      // maxEndNs[i] = max end of slices[0..i], non-decreasing
 };
 
 struct TimelineTrack {
@@ -66,9 +66,9 @@ struct DrawItem {
 };
 
 struct DrawList {
-  TimelineGeometry geometry;     // the window the items were built for
-  uint64_t dataRevision = 0;     // TimelineData::revision() at build time
-  std::vector<DrawItem> items;   // grouped by lane (ascending), by x0 within a lane
+  TimelineGeometry geometry;    // the window the items were built for
+  uint64_t dataRevision = 0;    // TimelineData::revision() at build time
+  std::vector<DrawItem> items;  // grouped by lane (ascending), by x0 within a lane
 };
 
 class TimelineData {
@@ -90,6 +90,8 @@ class TimelineData {
   const TimelineTrack* track(TrackId id) const;
   // Interned name of a slice; "" for an unknown id.
   const std::string& name(int32_t nameId) const;
+  // Every interned name, indexed by name id.
+  const std::vector<std::string>& names() const { return m_names; }
   // [earliest start, latest end] of all slices; empty when there are none.
   TimeRange bounds() const { return m_bounds; }
   int64_t sliceCount() const { return m_sliceCount; }
@@ -105,7 +107,7 @@ class TimelineData {
   TimelineLane& laneFor(TrackId track, int32_t depth);
   bool insertSlice(TimelineLane& lane, const TimelineSlice& slice, size_t* dirtyFrom);
 
-  std::vector<TimelineLane> m_lanes;   // sorted by (track, depth)
+  std::vector<TimelineLane> m_lanes;  // sorted by (track, depth)
   std::vector<TimelineTrack> m_tracks;
   std::vector<std::string> m_names;
   std::unordered_map<std::string, int32_t> m_nameIds;

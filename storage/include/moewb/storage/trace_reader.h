@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +27,11 @@ inline constexpr int kSchemaVersion = 1;
 struct TimeWindow {
   int64_t startNs = 0;
   int64_t endNs = 0;  // exclusive
+
+  // The window that overlaps every slice and counter.
+  static constexpr TimeWindow all() {
+    return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
 };
 
 // Aggregate of all slices with one name (for `moewb info` and the GUI's summary).
@@ -73,8 +80,19 @@ class TraceReader {
   virtual Result<std::vector<StatRow>> stats() = 0;
   // Totals per slice name, largest total first; `category` empty = all categories.
   virtual Result<std::vector<PhaseTotal>> phaseTotals(const std::string& category = "") = 0;
-  // Per-layer imbalance over all committed steps, ordered by layer.
+  // Per-layer imbalance over all committed steps, ordered by layer. Per step, tokens are summed
+  // over ranks; the mean is over the experts that layer has rows for anywhere in the file; steps
+  // where a layer routed no tokens are left out (lastMaxOverMean is the last step with tokens).
   virtual Result<std::vector<LayerImbalance>> layerImbalance() = 0;
+
+  // Calls `visit` for every slice in (start, id) order, streaming (memory O(1) in the number of
+  // slices); stops early when `visit` returns false. `visit` may call other methods of this
+  // reader. The default implementation calls slices(TimeWindow::all()).
+  virtual Status forEachSlice(const std::function<bool(const SliceRow&)>& visit);
+  // Calls `visit` for every counter sample, streaming; stops early when `visit` returns false.
+  // The SQLite reader goes in (track, ts) order; the default implementation calls
+  // counters(TimeWindow::all()) (ts order).
+  virtual Status forEachCounter(const std::function<bool(const CounterRow&)>& visit);
 };
 
 // Writes the trace as Chrome Trace Event JSON (object form with "traceEvents"), which Perfetto UI

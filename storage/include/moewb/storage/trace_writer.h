@@ -7,8 +7,9 @@
 // it, and a reader (WAL) sees each step as soon as it is committed. Ids (RunId, TrackId) are
 // assigned on the calling thread without waiting for the database.
 // Thread-safety: all add* methods may be called from any thread.
-// Errors: a failed SQLite write is remembered and returned by flush()/close(); later rows are
-// dropped and counted.
+// Errors: a failed SQLite write is remembered and returned by flush()/close(); the open
+// transaction (rows since the last commit) is rolled back and later rows are dropped and counted.
+// Rows added after close() are dropped too.
 #pragma once
 
 #include <memory>
@@ -20,8 +21,8 @@
 namespace moewb::storage {
 
 struct WriterOptions {
-  bool overwrite = false;          // replace an existing file at path
-  int64_t maxBatchRows = 50'000;   // commit early when this many rows are pending
+  bool overwrite = false;         // replace an existing file at path
+  int64_t maxBatchRows = 50'000;  // commit early when this many rows are pending
 };
 
 class TraceWriter {

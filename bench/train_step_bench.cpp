@@ -1,0 +1,76 @@
+// Training-step throughput of the CPU reference engine on the sample configs' shapes:
+// tokens/s and the peak bytes of engine tensors per step. No tracing (sink = null) and with the
+// host tracer writing a real trace, to show what tracing costs.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "moewb/engine/trainer.h"
+#include "moewb/profiler/host_tracer.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace {
+
+using moewb::engine::RunConfig;
+
+RunConfig tinyConfig(int threads) {
+  RunConfig config;  // the defaults are the tiny model (samples/configs/tiny.toml)
+  config.run.threads = threads;
+  return config;
+}
+
+void BM_TinyTrainStep(benchmark::State& state) {
+  auto trainer = moewb::engine::Trainer::create(tinyConfig(int(state.range(0))), nullptr);
+  if (!trainer.isOk()) {
+    state.SkipWithError(trainer.status().toString().c_str());
+    return;
+  }
+  (void)(*trainer)->step();  // warm-up: first-touch allocations
+  int64_t peak = 0;
+  for (auto _ : state) {
+    auto step = (*trainer)->step();
+    if (!step.isOk()) {
+      state.SkipWithError(step.status().toString().c_str());
+      return;
+    }
+    peak = std::max(peak, step->peakBytes);
+  }
+  state.counters["tokens/s"] = benchmark::Counter(
+      double(state.iterations()) * double(tinyConfig(1).tokensPerStep()), benchmark::Counter::kIsRate);
+  state.counters["peak_MiB"] = double(peak) / (1024.0 * 1024.0);
+}
+BENCHMARK(BM_TinyTrainStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_TinyTrainStepTraced(benchmark::State& state) {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("moewb-bench-" + std::to_string(getpid()) + ".sqlite")).string();
+  auto writer = moewb::storage::TraceWriter::create(path, {.overwrite = true});
+  if (!writer.isOk()) {
+    state.SkipWithError(writer.status().toString().c_str());
+    return;
+  }
+  moewb::profiler::HostTracer tracer(writer->get());
+  auto trainer = moewb::engine::Trainer::create(tinyConfig(2), &tracer);
+  if (!trainer.isOk()) {
+    state.SkipWithError(trainer.status().toString().c_str());
+    return;
+  }
+  (void)(*trainer)->step();
+  for (auto _ : state) {
+    auto step = (*trainer)->step();
+    if (!step.isOk()) {
+      state.SkipWithError(step.status().toString().c_str());
+      return;
+    }
+  }
+  state.counters["tokens/s"] = benchmark::Counter(
+      double(state.iterations()) * double(tinyConfig(2).tokensPerStep()), benchmark::Counter::kIsRate);
+  (void)(*writer)->close();
+  std::filesystem::remove(path);
+}
+BENCHMARK(BM_TinyTrainStepTraced)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

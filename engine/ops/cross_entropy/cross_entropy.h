@@ -1,0 +1,26 @@
+// Dense softmax cross-entropy over LM-head logits (ENGINE-MATH §6, no soft-cap, no z-loss):
+//   L = (1/N) sum_t (lse_t - z[t, y_t]),  lse_t = m_t + log sum_v exp(z[t, v] - m_t), m_t = max z_t;
+//   dz[t, :] = (softmax(z_t) - onehot(y_t)) * dLoss / N.
+// The LM head itself is a plain linear (ops/linear). Costs: O(N V) each way, parallel over rows;
+// the loss is summed over tokens in order, in double.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace moewb::engine {
+
+// Returns the mean loss (nats); writes lse[N]. Targets must lie in [0, V) (checked).
+template <typename T>
+double crossEntropyForward(ThreadPool& pool, const Tensor<T>& logits /*[N, V]*/,
+                           const Tensor<int32_t>& targets /*[N]*/, Tensor<T>& lse /*[N]*/);
+
+// Returns dLogits[N, V] for an upstream gradient dLoss of the mean loss.
+template <typename T>
+Tensor<T> crossEntropyBackward(ThreadPool& pool, const Tensor<T>& logits /*[N, V]*/,
+                               const Tensor<int32_t>& targets /*[N]*/, const Tensor<T>& lse /*[N]*/,
+                               double dLoss);
+
+}  // namespace moewb::engine

@@ -1,0 +1,48 @@
+// SyntheticData: a deterministic, learnable token stream with a skew knob for expert load.
+//
+// Every sequence draws a hidden topic from Zipf(skew) over data.num_topics topics
+// (P(topic i) ∝ (i+1)^-skew; skew 0 = uniform). Topic i owns a window of the vocabulary of
+// 2*max(1, V/num_topics) tokens starting at i*max(1, V/num_topics) (so neighbouring topics share
+// half their tokens) and a fixed random single-cycle permutation of that window: the hidden state
+// walks the cycle, and each emitted token is the state's token, or with probability data.noise a
+// uniform random token. A model can predict the next token from the previous one up to the
+// topic ambiguity of shared tokens, which the context resolves; so the loss falls far below
+// ln(V). With a large skew the frequent topics' few tokens dominate every batch, and a router that
+// learns token-dependent routing makes some experts hot.
+// batch(step) is a pure function of (seed, config, step). Costs: O(B T) per batch, O(topics * V)
+// tables at construction. Thread-safety: const methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/batch.h"
+#include "moewb/engine/config.h"
+
+namespace moewb::engine {
+
+class SyntheticData {
+ public:
+  // `data` must have passed validateConfig (num_topics <= vocabSize, noise in [0, 1]).
+  SyntheticData(const DataSection& data, int32_t vocabSize, int32_t seqLen, uint64_t seed);
+
+  // The batch of optimizer step `step` (0-based).
+  Batch batch(int64_t step) const;
+
+  // P(topic) for every topic, [num_topics].
+  const std::vector<double>& topicProbabilities() const { return m_topicProbability; }
+  // The vocabulary window of a topic, in cycle order ([window size] token ids).
+  const std::vector<int32_t>& topicCycle(int32_t topic) const { return m_cycle[size_t(topic)]; }
+
+ private:
+  int32_t m_batchSize;
+  int32_t m_seqLen;
+  int32_t m_vocabSize;
+  double m_noise;
+  uint64_t m_seed;
+  std::vector<double> m_topicProbability;    // [topics]
+  std::vector<double> m_topicCdf;            // [topics] inclusive prefix sums
+  std::vector<std::vector<int32_t>> m_cycle; // [topics][window] tokens in the order they follow
+};
+
+}  // namespace moewb::engine

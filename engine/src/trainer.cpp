@@ -1,0 +1,199 @@
+// Trainer: one run of the CPU reference engine. Each step is
+//   data -> forward (phases per layer) -> backward (phases in reverse) -> clip + AdamW,
+// with every phase, the expert loads, a few counters and the step summary reported to the sink.
+// Costs: one model step plus O(layers * experts) event data; see model.h for the model's cost.
+#include "moewb/engine/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "data/synthetic_data.h"
+#include "model/model.h"
+#include "moewb/base/units.h"
+#include "optim/optimizer.h"
+#include "runtime/thread_pool.h"
+#include "tensor/tensor.h"
+#include "trace/phase_recorder.h"
+
+namespace moewb::engine {
+namespace {
+
+// Rough bytes of the float parameters (value, grad, two moments) plus one step's activations.
+double estimateTrainingBytes(const ModelDims& d) {
+  const double n = double(d.tokens()), rows = n * double(d.topK);
+  const double params = double(d.vocabSize) * double(d.dModel) * 2 +
+                        double(d.numLayers) * (4.0 * double(d.dModel) * double(d.dModel) +
+                                               3.0 * double(d.numExperts) * double(d.dFf) *
+                                                   double(d.dModel));
+  const double perLayer = n * double(d.dModel) * 12 +
+                          double(d.batchSize) * double(d.numHeads) * double(d.seqLen) *
+                              double(d.seqLen) +
+                          rows * (2.0 * double(d.dModel) + 3.0 * double(d.dFf)) +
+                          2.0 * n * double(d.numExperts);
+  const double activations = double(d.numLayers) * perLayer + 2.0 * n * double(d.vocabSize);
+  return 4.0 * (4.0 * params + activations);
+}
+
+double physicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long pageBytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && pageBytes > 0 ? double(pages) * double(pageBytes) : 0.0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, EventSink* sink) {
+  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  const double neededBytes = estimateTrainingBytes(ModelDims::fromConfig(config));
+  const double memoryBytes = physicalMemoryBytes();
+  if (memoryBytes > 0 && neededBytes > 0.5 * memoryBytes) {
+    return resourceExhausted("the model and one step's activations need about " +
+                             formatBytes(int64_t(neededBytes)) + ", more than half of the " +
+                             formatBytes(int64_t(memoryBytes)) +
+                             " of memory; reduce model.d_model, moe.num_experts, moe.d_ff, "
+                             "model.vocab_size or data.batch_size * model.seq_len");
+  }
+  try {
+    return std::unique_ptr<Trainer>(new Trainer(config, sink));
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("out of memory while allocating the model");
+  }
+}
+
+Trainer::Trainer(const RunConfig& config, EventSink* sink) : m_config(config), m_sink(sink) {
+  m_pool = std::make_unique<ThreadPool>(config.run.threads);
+  m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
+  m_model->initialize(config.run.seed);
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
+                                           config.model.seqLen, config.run.seed);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::parameterCount() const { return m_model->parameterCount(); }
+int32_t Trainer::threadCount() const { return m_pool->size(); }
+
+void Trainer::startRunOnce() {
+  if (m_runStarted) return;
+  m_runStarted = true;
+  if (m_sink == nullptr) return;
+  RunStartEvent event;
+  event.name = m_config.run.name;
+  event.configToml = toToml(m_config);
+  event.backend = "cpu";
+  event.worldSize = 1;
+  event.numLayers = m_config.model.numLayers;
+  event.numExperts = m_config.moe.numExperts;
+  event.startNs = steadyNowNs();
+  m_sink->onRunStart(event);
+}
+
+void Trainer::endRun(RunOutcome outcome, const std::string& message) {
+  if (m_sink == nullptr) return;
+  RunEndEvent event;
+  event.outcome = outcome;
+  event.message = message;
+  event.endNs = steadyNowNs();
+  event.stepsDone = m_stepsDone;
+  m_sink->onRunEnd(event);
+}
+
+Status Trainer::run(int64_t steps) {
+  if (steps < 0) return invalidArgument("steps = " + std::to_string(steps) + "; accepted: >= 0");
+  startRunOnce();
+  for (int64_t i = 0; i < steps; ++i) {
+    if (m_stopRequested.exchange(false)) {
+      endRun(RunOutcome::kStopped, "");
+      return Status::ok();
+    }
+    Result<StepEvent> result = step();
+    if (!result.isOk()) {
+      endRun(RunOutcome::kFailed, result.status().toString());
+      return result.status();
+    }
+  }
+  endRun(RunOutcome::kCompleted, "");
+  return Status::ok();
+}
+
+Result<StepEvent> Trainer::step() {
+  if (!m_failure.isOk()) {
+    return failedPrecondition("training already failed: " + m_failure.toString());
+  }
+  startRunOnce();
+  Result<StepEvent> result = trainStep();
+  if (!result.isOk()) m_failure = result.status();
+  return result;
+}
+
+Result<StepEvent> Trainer::trainStep() {
+  const int64_t stepIndex = m_stepsDone;
+  TensorMemory::resetPeak();
+  StepEvent event;
+  event.step = stepIndex;
+  event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = m_data->batch(stepIndex);
+  m_model->zeroGrads();
+  ForwardResult forward;
+  {
+    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
+    forward = m_model->forward(batch, &recorder);
+  }
+  if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) + ": loss = " +
+                         std::to_string(forward.loss) + ", aux loss = " +
+                         std::to_string(forward.auxLoss));
+  }
+  {
+    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(&recorder);
+  }
+  OptimizerStepResult optim;
+  {
+    ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
+    optim.gradNorm = globalGradNorm(*m_pool, m_model->parameters());
+    if (std::isfinite(optim.gradNorm)) {
+      optim = optimizerStep(*m_pool, m_model->parameters(), m_config.optim, stepIndex,
+                            optim.gradNorm);
+    }
+  }
+  if (!std::isfinite(optim.gradNorm)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": gradient norm = " + std::to_string(optim.gradNorm));
+  }
+  event.endNs = steadyNowNs();
+  event.loss = forward.loss;
+  event.auxLoss = forward.auxLoss;
+  event.tokens = batch.tokens();
+  const double seconds = double(std::max<int64_t>(1, event.endNs - event.startNs)) / kNsPerSecond;
+  event.tokensPerSecond = double(event.tokens) / seconds;
+  event.peakBytes = TensorMemory::peakBytes();
+  event.gradNorm = optim.gradNorm;
+  event.lr = optim.lr;
+  emitStepEvents(event, forward.expertCounts);
+  ++m_stepsDone;
+  return event;
+}
+
+void Trainer::emitStepEvents(const StepEvent& event,
+                             const std::vector<std::vector<int64_t>>& counts) {
+  if (m_sink == nullptr) return;
+  for (size_t layer = 0; layer < counts.size(); ++layer) {
+    ExpertLoadEvent load;
+    load.step = event.step;
+    load.layer = int32_t(layer);
+    load.tokensPerExpert = counts[layer];
+    load.droppedPerExpert.assign(counts[layer].size(), 0);
+    m_sink->onExpertLoad(load);
+  }
+  m_sink->onCounter({"lr", event.endNs, event.lr});
+  m_sink->onCounter({"grad_norm", event.endNs, event.gradNorm});
+  m_sink->onCounter({"memory.tensor_bytes", event.endNs, double(TensorMemory::currentBytes())});
+  m_sink->onStep(event);
+}
+
+}  // namespace moewb::engine

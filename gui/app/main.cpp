@@ -1,0 +1,128 @@
+// moewb-gui: the MoE Workbench desktop app.
+//   moewb-gui [FILE]                      open a trace
+//   moewb-gui --run CONFIG [--out PATH] [--steps N]   train CONFIG and watch it live
+//   --screenshot OUT.png                  render the window to OUT.png once the trace is loaded
+//                                         (or the run finished) and exit; exit code 1 on errors
+//   --window A:B                          show ms A..B after the trace start on the timeline
+//   --size WxH                            window size (default 1600x1000)
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDateTime>
+#include <QSize>
+#include <QTimer>
+#include <cstdio>
+
+#include "main_window.h"
+#include "theme.h"
+#include "timeline_view.h"
+
+namespace {
+
+// Applies --window A:B (milliseconds after the first slice) to the timeline.
+void applyWindow(moewb::gui::MainWindow* window, const QString& spec) {
+  const QStringList parts = spec.split(QLatin1Char(':'));
+  if (parts.size() != 2) return;
+  const int64_t origin = window->document()->timeBounds().startNs;
+  const auto ms = [](const QString& s) { return int64_t(s.toDouble() * 1e6); };
+  window->timelineView()->showTimeRange({origin + ms(parts[0]), origin + ms(parts[1])});
+}
+
+// Renders `window` to `path` after the event loop has laid it out, then quits with the result.
+// `windowSpec` (--window) is applied first, as a live run's trace only exists now.
+void screenshotAndQuit(moewb::gui::MainWindow* window, const QString& path, bool ok,
+                       const QString& windowSpec) {
+  QTimer::singleShot(300, window, [window, path, ok, windowSpec] {
+    if (!windowSpec.isEmpty()) applyWindow(window, windowSpec);
+    const bool saved = window->saveScreenshot(path);
+    if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(path));
+    if (!window->lastError().isEmpty()) {
+      std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(window->lastError()));
+    }
+    QCoreApplication::exit(saved && ok ? 0 : 1);
+  });
+}
+
+struct Options {
+  QString file;       // FILE to open, may be empty
+  QString runConfig;  // --run
+  QString runOut;     // --out
+  qint64 runSteps = -1;
+  QString screenshot;  // --screenshot
+  QString windowSpec;  // --window
+  QSize size{1600, 1000};
+};
+
+Options parseOptions(const QApplication& app) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      QStringLiteral("MoE Workbench: train, trace and inspect MoE runs"));
+  parser.addHelpOption();
+  parser.addPositionalArgument(QStringLiteral("FILE"), QStringLiteral("trace file to open"));
+  QCommandLineOption runOpt(QStringLiteral("run"), QStringLiteral("train this config at start"),
+                            QStringLiteral("CONFIG"));
+  QCommandLineOption outOpt(QStringLiteral("out"), QStringLiteral("trace file of --run"),
+                            QStringLiteral("PATH"));
+  QCommandLineOption stepsOpt(QStringLiteral("steps"), QStringLiteral("steps of --run"),
+                              QStringLiteral("N"), QStringLiteral("-1"));
+  QCommandLineOption shotOpt(QStringLiteral("screenshot"),
+                             QStringLiteral("save the window as PNG after loading, then exit"),
+                             QStringLiteral("OUT.png"));
+  QCommandLineOption sizeOpt(QStringLiteral("size"), QStringLiteral("window size WxH"),
+                             QStringLiteral("WxH"), QStringLiteral("1600x1000"));
+  QCommandLineOption windowOpt(QStringLiteral("window"),
+                               QStringLiteral("timeline window in ms after the trace start"),
+                               QStringLiteral("A:B"));
+  parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt});
+  parser.process(app);
+  Options o;
+  if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
+  o.runConfig = parser.value(runOpt);
+  o.runOut = parser.value(outOpt);
+  if (o.runOut.isEmpty()) {
+    o.runOut = QStringLiteral("runs/gui-%1.sqlite")
+                   .arg(QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")));
+  }
+  o.runSteps = parser.value(stepsOpt).toLongLong();
+  o.screenshot = parser.value(shotOpt);
+  o.windowSpec = parser.value(windowOpt);
+  const QStringList size = parser.value(sizeOpt).split(QLatin1Char('x'));
+  if (size.size() == 2 && size[0].toInt() > 0 && size[1].toInt() > 0) {
+    o.size = QSize(size[0].toInt(), size[1].toInt());
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("MoE Workbench"));
+  QApplication::setOrganizationName(QStringLiteral("moewb"));
+  moewb::gui::theme::apply(app);
+  const Options o = parseOptions(app);
+
+  moewb::gui::MainWindow window;
+  window.resize(o.size);
+  if (!o.screenshot.isEmpty()) window.setErrorDialogsEnabled(false);
+  window.show();
+
+  bool ok = true;
+  if (!o.file.isEmpty()) {
+    ok = window.openFile(o.file).isOk();
+    if (ok && !o.windowSpec.isEmpty()) applyWindow(&window, o.windowSpec);
+  }
+  if (!o.runConfig.isEmpty()) {
+    const bool started = window.startRun(o.runConfig, o.runOut, o.runSteps).isOk();
+    if (started && !o.screenshot.isEmpty()) {
+      QObject::connect(&window, &moewb::gui::MainWindow::runFinished, &window,
+                       [&window, o](bool runOk, const QString&) {
+                         screenshotAndQuit(&window, o.screenshot, runOk, o.windowSpec);
+                       });
+    } else if (!o.screenshot.isEmpty()) {
+      screenshotAndQuit(&window, o.screenshot, false, o.windowSpec);
+    }
+  } else if (!o.screenshot.isEmpty()) {
+    screenshotAndQuit(&window, o.screenshot, ok, o.windowSpec);
+  }
+  return app.exec();
+}

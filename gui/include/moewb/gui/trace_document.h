@@ -1,0 +1,87 @@
+// TraceDocument: one open trace file and everything the views show about it.
+//
+// open() opens the file with storage::TraceReader and loads the first run's steps, every slice,
+// the expert loads and the tracks into the models and the timeline store. refresh() reads only
+// what is new since the last load, for a trace that a run is still writing (WAL): steps after the
+// last step held, slices from the end of the last committed step on (duplicates are skipped) and
+// expert loads of newly committed steps; the models grow with insert signals, so views keep
+// their state. A refresh costs O(new rows) plus the reader's indexed queries.
+// Errors come back as Status (the reader's message names the file) and through failed(); the
+// document is left as it was. GUI thread only (the reader's connection belongs to this thread).
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <memory>
+#include <optional>
+
+#include "moewb/base/status.h"
+#include "moewb/gui/expert_load_model.h"
+#include "moewb/gui/phase_summary_model.h"
+#include "moewb/gui/step_table_model.h"
+#include "moewb/gui/timeline_data.h"
+#include "moewb/storage/trace_reader.h"
+
+namespace moewb::gui {
+
+class TraceDocument : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit TraceDocument(QObject* parent = nullptr);
+  ~TraceDocument() override;
+
+  // Opens `path` and loads it. Errors: the reader's Status (not found, not a trace, corrupt,
+  // newer schema), which leaves the current document as it was, or a failed query, which leaves
+  // the document closed; failed() is emitted for both.
+  Status open(const QString& path);
+  // Closes the file and empties every model.
+  void close();
+  // Loads what was committed since the last open/refresh. No-op when nothing is open.
+  Status refresh();
+
+  bool isOpen() const { return m_reader != nullptr; }
+  QString path() const { return m_path; }
+  // The run shown (the first run of the file), if the file has one.
+  const std::optional<storage::RunRow>& run() const { return m_run; }
+  // Time span of all slices loaded so far.
+  TimeRange timeBounds() const { return m_timeline.bounds(); }
+  // Data-quality counters of the file (`stats` table) as of the last open/refresh.
+  const std::vector<storage::StatRow>& stats() const { return m_stats; }
+
+  StepTableModel* stepModel() { return &m_steps; }
+  ExpertLoadModel* expertLoadModel() { return &m_expertLoad; }
+  PhaseSummaryModel* phaseSummaryModel() { return &m_phases; }
+  const TimelineData& timeline() const { return m_timeline; }
+
+ signals:
+  // A file was opened and loaded.
+  void opened(const QString& path);
+  // A refresh added data (any count may be 0 only when the run status changed).
+  void refreshed(int newSteps, int newSlices, int newExpertLoads);
+  void closed();
+  // An open or refresh failed; `message` names the file and the problem.
+  void failed(const QString& message);
+
+ private:
+  Status loadAll();
+  Status loadNewSlices(int64_t fromNs);
+  Status loadNewSteps(int* added);
+  Status loadNewExpertLoads(int* added);
+  Status loadRunInfo();
+  Status fail(const Status& status);
+
+  std::unique_ptr<storage::TraceReader> m_reader;
+  QString m_path;
+  std::optional<storage::RunRow> m_run;
+  std::vector<storage::StatRow> m_stats;
+  StepTableModel m_steps;
+  ExpertLoadModel m_expertLoad;
+  PhaseSummaryModel m_phases;
+  TimelineData m_timeline;
+  int64_t m_stepsEndNs = 0;       // latest end of a committed step held, ns
+  int64_t m_lastExpertStep = -1;  // highest step whose expert loads are held
+  int m_lastNewSlices = 0;        // slices added by the last loadNewSlices
+};
+
+}  // namespace moewb::gui

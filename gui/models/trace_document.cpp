@@ -1,0 +1,138 @@
+// TraceDocument: opening a trace and loading it into the models, then incremental refreshes.
+#include "moewb/gui/trace_document.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace moewb::gui {
+
+namespace {
+constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min() / 4;
+constexpr int64_t kLastStep = std::numeric_limits<int64_t>::max() / 4;
+}  // namespace
+
+TraceDocument::TraceDocument(QObject* parent) : QObject(parent) {}
+
+TraceDocument::~TraceDocument() = default;
+
+Status TraceDocument::fail(const Status& status) {
+  emit failed(QString::fromStdString(status.toString()));
+  return status;
+}
+
+Status TraceDocument::open(const QString& path) {
+  auto reader = storage::TraceReader::open(path.toStdString());
+  if (!reader.isOk()) return fail(reader.status());
+  close();
+  m_reader = std::move(reader).value();
+  m_path = path;
+  Status status = loadAll();
+  if (!status.isOk()) {
+    close();
+    return fail(status.withContext(path.toStdString()));
+  }
+  emit opened(path);
+  return Status::ok();
+}
+
+void TraceDocument::close() {
+  const bool wasOpen = isOpen();
+  m_reader.reset();
+  m_path.clear();
+  m_run.reset();
+  m_stats.clear();
+  m_steps.setRows({});
+  m_expertLoad.setRows({});
+  m_phases.clear();
+  m_timeline.clear();
+  m_stepsEndNs = 0;
+  m_lastExpertStep = -1;
+  m_lastNewSlices = 0;
+  if (wasOpen) emit closed();
+}
+
+Status TraceDocument::loadRunInfo() {
+  MOEWB_ASSIGN_OR_RETURN(auto runs, m_reader->runs());
+  if (!runs.empty()) m_run = runs.front();
+  MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
+  MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
+  if (tracks.size() != m_timeline.tracks().size()) m_timeline.setTracks(tracks);
+  return Status::ok();
+}
+
+Status TraceDocument::loadAll() {
+  MOEWB_RETURN_IF_ERROR(loadRunInfo());
+  int steps = 0, loads = 0;
+  MOEWB_RETURN_IF_ERROR(loadNewSteps(&steps));
+  MOEWB_RETURN_IF_ERROR(loadNewSlices(kNoTime));
+  return loadNewExpertLoads(&loads);
+}
+
+Status TraceDocument::refresh() {
+  if (!isOpen()) return Status::ok();
+  const std::string oldStatus = m_run ? m_run->status : std::string();
+  // Slices before the end of the last committed step held are complete; read from there on.
+  const int64_t sliceCursor = m_steps.rows().empty() ? m_timeline.bounds().endNs : m_stepsEndNs;
+  int steps = 0, loads = 0;
+  Status status = loadRunInfo();
+  if (status.isOk()) status = loadNewSteps(&steps);
+  if (status.isOk()) status = loadNewSlices(m_timeline.sliceCount() ? sliceCursor : kNoTime);
+  if (status.isOk()) status = loadNewExpertLoads(&loads);
+  if (!status.isOk()) return fail(status.withContext(m_path.toStdString()));
+  const bool runChanged = m_run && m_run->status != oldStatus;
+  if (steps || m_lastNewSlices || loads || runChanged) {
+    emit refreshed(steps, m_lastNewSlices, loads);
+  }
+  return Status::ok();
+}
+
+Status TraceDocument::loadNewSteps(int* added) {
+  *added = 0;
+  if (!m_run) return Status::ok();
+  const auto& held = m_steps.rows();
+  const int64_t from = held.empty() ? 0 : held.back().step + 1;
+  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->steps(m_run->id, from));
+  for (const auto& r : rows) m_stepsEndNs = std::max(m_stepsEndNs, r.endNs);
+  *added = int(rows.size());
+  m_steps.appendRows(rows);
+  return Status::ok();
+}
+
+Status TraceDocument::loadNewSlices(int64_t fromNs) {
+  m_lastNewSlices = 0;
+  MOEWB_ASSIGN_OR_RETURN(auto bounds, m_reader->timeBounds());
+  if (bounds.endNs <= bounds.startNs && bounds.startNs == 0) return Status::ok();
+  const storage::TimeWindow window{std::max(fromNs, bounds.startNs - 1), bounds.endNs + 1};
+  if (window.endNs <= window.startNs) return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->slices(window));
+  std::vector<bool> accepted;
+  m_lastNewSlices = int(m_timeline.addSlices(rows, &accepted));
+  if (m_lastNewSlices == 0) return Status::ok();
+  std::vector<storage::SliceRow> fresh;
+  fresh.reserve(size_t(m_lastNewSlices));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (accepted[i]) fresh.push_back(std::move(rows[i]));
+  }
+  m_phases.addSlices(fresh);
+  return Status::ok();
+}
+
+Status TraceDocument::loadNewExpertLoads(int* added) {
+  *added = 0;
+  const auto& held = m_steps.rows();
+  // With step rows, only steps committed so far are complete; without any, take everything.
+  const int64_t to = held.empty() ? kLastStep : held.back().step;
+  const int64_t from = m_lastExpertStep + 1;
+  if (from > to) return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->expertLoad(from, to));
+  if (held.empty()) {
+    for (const auto& r : rows) m_lastExpertStep = std::max(m_lastExpertStep, r.step);
+  } else {
+    m_lastExpertStep = to;
+  }
+  *added = int(rows.size());
+  m_expertLoad.appendRows(rows);
+  return Status::ok();
+}
+
+}  // namespace moewb::gui

@@ -1,0 +1,59 @@
+// ChartView: a small line chart (one series) painted with QPainter: title, axes with round tick
+// labels (niceAxis), axis titles, the line with point markers when sparse, and a hover readout
+// of the nearest point. Used for loss per step and step time per step. Painting is O(points);
+// GUI thread only. Qt Charts is deliberately not a dependency.
+#pragma once
+
+#include <QPointF>
+#include <QWidget>
+#include <functional>
+#include <vector>
+
+#include "moewb/gui/chart_axis.h"
+
+class QPainter;
+
+namespace moewb::gui {
+
+class ChartView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit ChartView(QWidget* parent = nullptr);
+
+  void setTitle(const QString& title);
+  void setAxisTitles(const QString& x, const QString& y);
+  void setColor(const QColor& color);
+  // Formats y values for tick labels and the hover readout (default: 3 significant digits).
+  void setValueFormat(std::function<QString(double)> format);
+  // Replaces the series (x ascending); recomputes the axes.
+  void setPoints(std::vector<QPointF> points);
+  const std::vector<QPointF>& points() const { return m_points; }
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  QRectF plotRect() const;
+  QPointF toScreen(const QPointF& value) const;
+  void paintAxes(QPainter& p, const QRectF& plot) const;
+  void paintSeries(QPainter& p, const QRectF& plot) const;
+  void paintHover(QPainter& p, const QRectF& plot) const;
+
+  QString m_title;
+  QString m_xTitle;
+  QString m_yTitle;
+  QColor m_color;
+  std::function<QString(double)> m_format;
+  std::vector<QPointF> m_points;
+  AxisTicks m_x;
+  AxisTicks m_y;
+  int m_hover = -1;  // index of the hovered point
+};
+
+}  // namespace moewb::gui

@@ -1,0 +1,97 @@
+// HeatmapPanel: heat map plus mode, step slider/spin box and hover line.
+#include "heatmap_panel.h"
+
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSlider>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "heatmap_view.h"
+#include "moewb/gui/expert_load_model.h"
+
+namespace moewb::gui {
+
+HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
+  auto* title = new QLabel(tr("<b>Expert load</b> (tokens routed per layer and expert)"), this);
+  m_mode = new QComboBox(this);
+  m_mode->addItems({tr("One step"), tr("Max over steps"), tr("Mean over steps")});
+  m_mode->setToolTip(tr("Show one step, or per cell the maximum / mean over all steps"));
+  m_slider = new QSlider(Qt::Horizontal, this);
+  m_slider->setToolTip(tr("Step shown by the heat map"));
+  m_spin = new QSpinBox(this);
+  m_spin->setPrefix(tr("step "));
+  m_hover = new QLabel(this);
+  m_hover->setText(tr("Hover a cell for its numbers."));
+  m_hover->setStyleSheet(QStringLiteral("color: #9aa0ac;"));
+  m_view = new HeatmapView(this);
+
+  auto* controls = new QHBoxLayout;
+  controls->addWidget(title);
+  controls->addStretch(1);
+  controls->addWidget(m_mode);
+  controls->addWidget(m_slider, 2);
+  controls->addWidget(m_spin);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 6, 6, 4);
+  layout->addLayout(controls);
+  layout->addWidget(m_view, 1);
+  layout->addWidget(m_hover);
+
+  connect(m_mode, &QComboBox::currentIndexChanged, this, &HeatmapPanel::onModeChanged);
+  connect(m_slider, &QSlider::valueChanged, this, [this](int v) { showStep(v); });
+  connect(m_spin, &QSpinBox::valueChanged, this, [this](int v) { showStep(v); });
+  connect(m_view, &HeatmapView::hoverTextChanged, this, [this](const QString& text) {
+    m_hover->setText(text.isEmpty() ? tr("Hover a cell for its numbers.") : text);
+  });
+  syncControls();
+}
+
+void HeatmapPanel::setModel(ExpertLoadModel* model) {
+  if (m_model) disconnect(m_model, nullptr, this, nullptr);
+  m_model = model;
+  m_view->setModel(model);
+  if (m_model) {
+    connect(m_model, &ExpertLoadModel::stepsChanged, this, &HeatmapPanel::syncControls);
+    connect(m_model, &QAbstractItemModel::modelReset, this, &HeatmapPanel::syncControls);
+  }
+  syncControls();
+}
+
+void HeatmapPanel::showStep(qint64 step) {
+  if (m_syncing || !m_model) return;
+  if (m_model->mode() != ExpertLoadModel::Mode::kStep) m_mode->setCurrentIndex(0);
+  m_model->setStep(step);
+  syncControls();
+}
+
+void HeatmapPanel::onModeChanged(int index) {
+  if (!m_model) return;
+  static constexpr ExpertLoadModel::Mode kModes[] = {ExpertLoadModel::Mode::kStep,
+                                                     ExpertLoadModel::Mode::kMaxOverSteps,
+                                                     ExpertLoadModel::Mode::kMeanOverSteps};
+  m_model->setMode(kModes[std::clamp(index, 0, 2)]);
+  syncControls();
+}
+
+void HeatmapPanel::syncControls() {
+  m_syncing = true;
+  const std::vector<int64_t> steps = m_model ? m_model->steps() : std::vector<int64_t>{};
+  const bool any = !steps.empty();
+  const int first = any ? int(steps.front()) : 0;
+  const int last = any ? int(steps.back()) : 0;
+  m_slider->setRange(first, last);
+  m_spin->setRange(first, last);
+  const bool stepMode = m_model && m_model->mode() == ExpertLoadModel::Mode::kStep;
+  m_slider->setEnabled(any && stepMode);
+  m_spin->setEnabled(any && stepMode);
+  m_mode->setEnabled(any);
+  if (m_model && any) {
+    m_slider->setValue(int(m_model->step()));
+    m_spin->setValue(int(m_model->step()));
+  }
+  m_syncing = false;
+}
+
+}  // namespace moewb::gui

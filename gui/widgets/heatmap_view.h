@@ -1,0 +1,59 @@
+// HeatmapView: the expert load of every (layer, expert) as a colour grid, read from an
+// ExpertLoadModel. Colour encodes the normalised load (tokens / layer mean: 1.0 = balanced), with
+// a legend bar; cells large enough also print their value. Hovering a cell outlines it, shows a
+// tooltip and reports the cell's text through hoverTextChanged. Repaints on the model's signals;
+// painting is O(layers * experts). GUI thread only.
+#pragma once
+
+#include <QWidget>
+
+class QPainter;
+
+namespace moewb::gui {
+
+class ExpertLoadModel;
+
+class HeatmapView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit HeatmapView(QWidget* parent = nullptr);
+
+  // Shows `model` (not owned; may be null).
+  void setModel(ExpertLoadModel* model);
+  // Upper end of the colour scale in "x layer mean" (>= 1.5).
+  double colorScaleMax() const;
+  // Description of a cell: layer, expert, value, normalised load, dropped tokens.
+  QString cellText(int layer, int expert) const;
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ signals:
+  void hoverTextChanged(const QString& text);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  QRect gridRect() const;
+  QRectF cellRect(int layer, int expert) const;
+  bool cellAt(const QPoint& pos, int* layer, int* expert) const;
+  void paintCells(QPainter& p) const;
+  void paintLabels(QPainter& p) const;
+  void paintLegend(QPainter& p) const;
+  QString valueText(int layer, int expert) const;
+
+  static constexpr int kLeftPx = 40;
+  static constexpr int kTopPx = 22;
+  static constexpr int kLegendPx = 100;
+  static constexpr int kBottomPx = 6;
+
+  ExpertLoadModel* m_model = nullptr;
+  int m_hoverLayer = -1;
+  int m_hoverExpert = -1;
+};
+
+}  // namespace moewb::gui

@@ -1,0 +1,280 @@
+// MainWindow: layout, actions, opening traces, charts and the status bar.
+#include "main_window.h"
+
+#include <QAction>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTableView>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "chart_view.h"
+#include "heatmap_panel.h"
+#include "moewb/base/units.h"
+#include "run_controller.h"
+#include "theme.h"
+#include "timeline_view.h"
+
+namespace moewb::gui {
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle(tr("MoE Workbench"));
+  m_runner = new RunController(this);
+  m_liveTimer = new QTimer(this);
+  m_liveTimer->setInterval(500);
+  connect(m_liveTimer, &QTimer::timeout, this, &MainWindow::liveTick);
+  connect(m_runner, &RunController::finished, this, &MainWindow::onRunFinished);
+  createCentralArea();
+  createDocks();
+  createActions();
+  createStatusBar();
+  connect(&m_document, &TraceDocument::opened, this, &MainWindow::onDocumentChanged);
+  connect(&m_document, &TraceDocument::refreshed, this, &MainWindow::onDocumentChanged);
+  connect(&m_document, &TraceDocument::closed, this, &MainWindow::onDocumentChanged);
+  resize(1500, 950);
+  updateActions();
+  updateStatus();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createCentralArea() {
+  m_timeline = new TimelineView;
+  m_timeline->setDocument(&m_document);
+  m_heatmap = new HeatmapPanel;
+  m_heatmap->setModel(m_document.expertLoadModel());
+  connect(m_timeline, &TimelineView::stepActivated, m_heatmap, &HeatmapPanel::showStep);
+
+  m_lossChart = new ChartView;
+  m_lossChart->setTitle(tr("Loss per step"));
+  m_lossChart->setAxisTitles(tr("step"), tr("cross-entropy (nats)"));
+  m_lossChart->setColor(theme::series(0));
+  m_lossChart->setValueFormat([](double v) { return QString::number(v, 'f', 2); });
+  m_stepTimeChart = new ChartView;
+  m_stepTimeChart->setTitle(tr("Step time"));
+  m_stepTimeChart->setAxisTitles(tr("step"), tr("ms"));
+  m_stepTimeChart->setColor(theme::series(1));
+  m_stepTimeChart->setValueFormat([](double v) { return QString::number(v, 'g', 4); });
+  auto* charts = new QSplitter(Qt::Vertical);
+  charts->addWidget(m_lossChart);
+  charts->addWidget(m_stepTimeChart);
+
+  auto* bottom = new QSplitter(Qt::Horizontal);
+  bottom->addWidget(m_heatmap);
+  bottom->addWidget(charts);
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 2);
+  auto* central = new QSplitter(Qt::Vertical);
+  central->addWidget(m_timeline);
+  central->addWidget(bottom);
+  central->setStretchFactor(0, 2);
+  central->setStretchFactor(1, 3);
+  central->setSizes({260, 640});
+  central->setHandleWidth(4);
+  setCentralWidget(central);
+
+  StepTableModel* steps = m_document.stepModel();
+  connect(steps, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateCharts);
+  connect(steps, &QAbstractItemModel::modelReset, this, &MainWindow::updateCharts);
+}
+
+void MainWindow::createDocks() {
+  m_stepTable = new QTableView;
+  m_stepTable->setModel(m_document.stepModel());
+  m_phaseTable = new QTableView;
+  auto* proxy = new QSortFilterProxyModel(this);
+  proxy->setSourceModel(m_document.phaseSummaryModel());
+  proxy->setSortRole(PhaseSummaryModel::kSortRole);
+  proxy->setDynamicSortFilter(true);
+  m_phaseTable->setModel(proxy);
+  m_phaseTable->setSortingEnabled(true);
+  m_phaseTable->sortByColumn(PhaseSummaryModel::kTotal, Qt::DescendingOrder);
+  for (QTableView* table : {m_stepTable, m_phaseTable}) {
+    table->verticalHeader()->hide();
+    table->verticalHeader()->setDefaultSectionSize(22);
+    table->setAlternatingRowColors(true);
+    table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    table->horizontalHeader()->setStretchLastSection(true);
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  }
+  connect(m_document.stepModel(), &QAbstractItemModel::rowsInserted, m_stepTable,
+          [this] { m_stepTable->scrollToBottom(); });
+  connect(m_stepTable, &QTableView::clicked, this, [this](const QModelIndex& index) {
+    const auto& rows = m_document.stepModel()->rows();
+    if (index.row() < int(rows.size())) m_heatmap->showStep(rows[size_t(index.row())].step);
+  });
+  auto* stepDock = new QDockWidget(tr("Steps"), this);
+  stepDock->setObjectName(QStringLiteral("steps"));
+  stepDock->setWidget(m_stepTable);
+  addDockWidget(Qt::RightDockWidgetArea, stepDock);
+  auto* phaseDock = new QDockWidget(tr("Phase summary"), this);
+  phaseDock->setObjectName(QStringLiteral("phases"));
+  phaseDock->setWidget(m_phaseTable);
+  addDockWidget(Qt::RightDockWidgetArea, phaseDock);
+  resizeDocks({stepDock, phaseDock}, {470, 470}, Qt::Horizontal);
+}
+
+void MainWindow::createActions() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  m_openAction = file->addAction(tr("&Open trace..."), this, &MainWindow::openDialog);
+  m_openAction->setShortcut(QKeySequence::Open);
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  m_runAction = run->addAction(tr("&Start run..."), this, &MainWindow::runDialog);
+  m_runAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  m_runAction->setToolTip(tr("Train a config with the embedded engine and watch it live"));
+  m_stopAction = run->addAction(tr("S&top run"), this, &MainWindow::stopRun);
+  m_stopAction->setToolTip(tr("Stop the run after the step in progress"));
+  m_liveAction = run->addAction(tr("&Live refresh"));
+  m_liveAction->setCheckable(true);
+  m_liveAction->setToolTip(tr("Re-read the open trace every 500 ms"));
+  connect(m_liveAction, &QAction::toggled, this, [this](bool on) {
+    if (on)
+      m_liveTimer->start();
+    else if (!m_runner->isRunning())
+      m_liveTimer->stop();
+  });
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  QAction* fit = view->addAction(tr("&Fit all"), m_timeline, &TimelineView::fitAll);
+  fit->setShortcut(Qt::Key_Home);
+  auto zoomAtCentre = [this](double factor) {
+    m_timeline->zoomBy(factor, m_timeline->timeGeometry().widthPx / 2);
+  };
+  QAction* zoomIn = view->addAction(tr("Zoom &in"), this, [=] { zoomAtCentre(1.5625); });
+  QAction* zoomOut = view->addAction(tr("Zoom &out"), this, [=] { zoomAtCentre(0.64); });
+  m_openAction->setIcon(style()->standardIcon(QStyle::SP_DialogOpenButton));
+  m_runAction->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
+  m_stopAction->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
+  m_liveAction->setIcon(style()->standardIcon(QStyle::SP_BrowserReload));
+
+  QToolBar* bar = addToolBar(tr("Main"));
+  bar->setObjectName(QStringLiteral("main toolbar"));
+  bar->setMovable(false);
+  bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  bar->addAction(m_openAction);
+  bar->addSeparator();
+  bar->addAction(m_runAction);
+  bar->addAction(m_stopAction);
+  bar->addAction(m_liveAction);
+  bar->addSeparator();
+  bar->addAction(fit);
+  bar->addAction(zoomIn);
+  bar->addAction(zoomOut);
+}
+
+void MainWindow::createStatusBar() {
+  m_fileLabel = new QLabel;
+  m_stepsLabel = new QLabel;
+  m_lossLabel = new QLabel;
+  m_rateLabel = new QLabel;
+  m_runLabel = new QLabel;
+  statusBar()->addPermanentWidget(m_fileLabel, 1);
+  for (QLabel* label : {m_stepsLabel, m_lossLabel, m_rateLabel, m_runLabel}) {
+    label->setMinimumWidth(110);
+    statusBar()->addPermanentWidget(label);
+  }
+}
+
+void MainWindow::openDialog() {
+  const QString path = QFileDialog::getOpenFileName(
+      this, tr("Open trace"), QFileInfo(m_document.path()).absolutePath(),
+      tr("MoE Workbench traces (*.sqlite *.db *.moewb);;All files (*)"));
+  if (!path.isEmpty()) (void)openFile(path);
+}
+
+Status MainWindow::openFile(const QString& path) {
+  Status status = m_document.open(path);
+  if (!status.isOk()) {
+    showError(tr("Cannot open trace"), QString::fromStdString(status.toString()));
+    return status;
+  }
+  const bool running = m_document.run() && m_document.run()->status == "running";
+  if (running && !m_runner->isRunning()) m_liveAction->setChecked(true);
+  statusBar()->showMessage(tr("Opened %1").arg(path), 4000);
+  return status;
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  m_lastError = message;
+  statusBar()->showMessage(message, 15000);
+  if (!m_errorDialogs) return;
+  auto* box = new QMessageBox(QMessageBox::Critical, title, message, QMessageBox::Ok, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+void MainWindow::onDocumentChanged() {
+  updateStatus();
+  updateActions();
+  setWindowTitle(m_document.isOpen()
+                     ? tr("%1 - MoE Workbench").arg(QFileInfo(m_document.path()).fileName())
+                     : tr("MoE Workbench"));
+}
+
+void MainWindow::updateCharts() {
+  std::vector<QPointF> loss, time;
+  for (const storage::StepRow& r : m_document.stepModel()->rows()) {
+    if (r.rank != 0) continue;
+    loss.emplace_back(double(r.step), r.loss);
+    time.emplace_back(double(r.step), double(r.endNs - r.startNs) / double(kNsPerMs));
+  }
+  m_lossChart->setPoints(std::move(loss));
+  m_stepTimeChart->setPoints(std::move(time));
+}
+
+void MainWindow::updateStatus() {
+  if (!m_document.isOpen()) {
+    m_fileLabel->setText(tr("No trace open"));
+    for (QLabel* l : {m_stepsLabel, m_lossLabel, m_rateLabel, m_runLabel}) l->clear();
+    return;
+  }
+  m_fileLabel->setText(m_document.path());
+  const auto& rows = m_document.stepModel()->rows();
+  m_stepsLabel->setText(tr("steps: %1").arg(rows.size()));
+  m_lossLabel->setText(rows.empty() ? tr("loss: -")
+                                    : tr("loss: %1").arg(rows.back().loss, 0, 'f', 4));
+  m_rateLabel->setText(
+      rows.empty() ? tr("tokens/s: -")
+                   : tr("tokens/s: %1")
+                         .arg(QString::fromStdString(formatCount(rows.back().tokensPerSecond))));
+  const auto& run = m_document.run();
+  QString state = run ? QString::fromStdString(run->status) : tr("no run");
+  int problems = 0;
+  for (const storage::StatRow& s : m_document.stats()) {
+    if (s.value != 0 && s.severity != "info") ++problems;
+  }
+  if (problems) state += tr(" | %1 data issue(s)").arg(problems);
+  m_runLabel->setText(tr("run: %1").arg(state));
+}
+
+void MainWindow::updateActions() {
+  const bool running = m_runner->isRunning();
+  m_runAction->setEnabled(!running);
+  m_stopAction->setEnabled(running);
+}
+
+bool MainWindow::saveScreenshot(const QString& path) {
+  return grab().save(path, "PNG");
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  m_liveTimer->stop();
+  m_runner->requestStop();
+  QMainWindow::closeEvent(event);
+}
+
+}  // namespace moewb::gui

@@ -1,0 +1,100 @@
+// MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss
+// and step-time charts; docks: the step table and the phase summary; a status bar with file,
+// steps, last loss and tokens/s. Actions: File>Open, Run>Start run (config + output file; the run
+// trains on a worker thread and the window follows the growing trace every 500 ms), Run>Stop,
+// View>Fit/Zoom. Errors (unreadable trace, bad config) go to a message box and the status bar.
+// Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh).
+#pragma once
+
+#include <QMainWindow>
+#include <QString>
+
+#include "moewb/base/status.h"
+#include "moewb/gui/trace_document.h"
+
+class QAction;
+class QLabel;
+class QTableView;
+class QTimer;
+
+namespace moewb::gui {
+
+class ChartView;
+class HeatmapPanel;
+class RunController;
+class TimelineView;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Opens a trace. An error is shown in a (non-modal) message box unless dialogs are disabled,
+  // and in the status bar; the previous document stays open. Returns the reader's Status.
+  Status openFile(const QString& path);
+  // Starts a training run writing `outPath` and follows it live. Errors as for openFile.
+  Status startRun(const QString& configPath, const QString& outPath, qint64 steps = -1);
+  // Renders the whole window into a PNG at `path`; false when it cannot be written.
+  bool saveScreenshot(const QString& path);
+  // Tests and --screenshot turn message boxes off (errors then go to the status bar only).
+  void setErrorDialogsEnabled(bool enabled) { m_errorDialogs = enabled; }
+
+  TraceDocument* document() { return &m_document; }
+  TimelineView* timelineView() const { return m_timeline; }
+  HeatmapPanel* heatmapPanel() const { return m_heatmap; }
+  ChartView* lossChart() const { return m_lossChart; }
+  ChartView* stepTimeChart() const { return m_stepTimeChart; }
+  RunController* runController() const { return m_runner; }
+  // The last error shown (empty when none).
+  QString lastError() const { return m_lastError; }
+
+ signals:
+  // A run started from this window ended (after the final refresh).
+  void runFinished(bool ok, const QString& message);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void createActions();
+  void createCentralArea();
+  void createDocks();
+  void createStatusBar();
+  void openDialog();
+  void runDialog();
+  void stopRun();
+  void liveTick();
+  void onRunFinished(bool ok, const QString& message);
+  void onDocumentChanged();
+  void updateCharts();
+  void updateStatus();
+  void updateActions();
+  void showError(const QString& title, const QString& message);
+  QString defaultConfigDir() const;
+
+  TraceDocument m_document;
+  RunController* m_runner = nullptr;
+  TimelineView* m_timeline = nullptr;
+  HeatmapPanel* m_heatmap = nullptr;
+  ChartView* m_lossChart = nullptr;
+  ChartView* m_stepTimeChart = nullptr;
+  QTableView* m_stepTable = nullptr;
+  QTableView* m_phaseTable = nullptr;
+  QTimer* m_liveTimer = nullptr;
+  QAction* m_openAction = nullptr;
+  QAction* m_runAction = nullptr;
+  QAction* m_stopAction = nullptr;
+  QAction* m_liveAction = nullptr;
+  QLabel* m_fileLabel = nullptr;
+  QLabel* m_stepsLabel = nullptr;
+  QLabel* m_lossLabel = nullptr;
+  QLabel* m_rateLabel = nullptr;
+  QLabel* m_runLabel = nullptr;
+  QString m_livePath;  // trace being written by our run, opened once it exists
+  QString m_lastError;
+  bool m_errorDialogs = true;
+};
+
+}  // namespace moewb::gui

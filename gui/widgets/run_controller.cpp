@@ -1,0 +1,72 @@
+// RunController: TracedRun created on the GUI thread, trained on a worker QThread.
+#include "run_controller.h"
+
+#include <QThread>
+
+#include "moewb/engine/config.h"
+#include "moewb/profiler/traced_run.h"
+
+namespace moewb::gui {
+
+RunController::RunController(QObject* parent) : QObject(parent) {}
+
+RunController::~RunController() {
+  if (m_thread) {
+    m_run->requestStop();
+    m_thread->wait();
+    delete m_thread;
+    m_thread = nullptr;
+  }
+}
+
+Status RunController::start(const QString& configPath, const QString& outPath, qint64 steps) {
+  if (m_thread) return failedPrecondition("a run is already in progress; stop it first");
+  auto config = engine::loadConfigFile(configPath.toStdString());
+  if (!config.isOk()) return config.status();
+  profiler::TracedRunOptions options;
+  options.outPath = outPath.toStdString();
+  options.overwrite = true;
+  options.steps = steps;
+  auto run = profiler::TracedRun::create(config.value(), options);
+  if (!run.isOk()) return run.status();
+  m_run = std::move(run).value();
+  m_tracePath = outPath;
+  m_plannedSteps = m_run->plannedSteps();
+  m_ok = false;
+  m_message.clear();
+  profiler::TracedRun* traced = m_run.get();
+  m_thread = QThread::create([this, traced] {
+    auto summary = traced->run();
+    if (summary.isOk()) {
+      const profiler::RunSummary& s = summary.value();
+      m_ok = true;
+      m_message = tr("%1 %2 steps in %3 s, loss %4 -> %5, %6 tokens/s")
+                      .arg(s.stopped ? tr("Stopped after") : tr("Finished"))
+                      .arg(s.stepsDone)
+                      .arg(s.wallSeconds, 0, 'f', 1)
+                      .arg(s.firstLoss, 0, 'f', 3)
+                      .arg(s.lastLoss, 0, 'f', 3)
+                      .arg(s.meanTokensPerSecond, 0, 'f', 0);
+    } else {
+      m_message = QString::fromStdString(summary.status().toString());
+    }
+  });
+  m_thread->setObjectName(QStringLiteral("moewb-run"));
+  connect(m_thread, &QThread::finished, this, &RunController::onWorkerDone);
+  m_thread->start();
+  return Status::ok();
+}
+
+void RunController::requestStop() {
+  if (m_run && m_thread) m_run->requestStop();
+}
+
+void RunController::onWorkerDone() {
+  m_thread->wait();
+  m_thread->deleteLater();
+  m_thread = nullptr;
+  m_run.reset();
+  emit finished(m_ok, m_message);
+}
+
+}  // namespace moewb::gui

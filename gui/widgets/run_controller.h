@@ -1,0 +1,55 @@
+// RunController: runs one profiler::TracedRun for the GUI. start() loads and validates the config
+// and creates the trace on the calling (GUI) thread, so a bad config is reported at once and
+// nothing is created; the training itself runs on a worker QThread. requestStop() ends the run
+// after the step in progress; finished() arrives on the GUI thread when the worker is done.
+// Destroying the controller stops a running run and waits for the worker.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <memory>
+
+#include "moewb/base/status.h"
+
+class QThread;
+
+namespace moewb::profiler {
+class TracedRun;
+}
+
+namespace moewb::gui {
+
+class RunController : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit RunController(QObject* parent = nullptr);
+  ~RunController() override;
+
+  // Starts a run of `configPath` writing `outPath` (replaced if it exists); `steps` < 0 uses the
+  // config's run.steps. Errors: config not found / invalid (message names file and key), trace
+  // not creatable, or kFailedPrecondition while another run is going.
+  Status start(const QString& configPath, const QString& outPath, qint64 steps = -1);
+  // Thread-safe; no-op when idle.
+  void requestStop();
+  bool isRunning() const { return m_thread != nullptr; }
+  // Trace file of the current or last run.
+  QString tracePath() const { return m_tracePath; }
+  qint64 plannedSteps() const { return m_plannedSteps; }
+
+ signals:
+  // The worker ended: `ok` and a one-line summary or the error message.
+  void finished(bool ok, const QString& message);
+
+ private:
+  void onWorkerDone();
+
+  std::unique_ptr<profiler::TracedRun> m_run;
+  QThread* m_thread = nullptr;
+  QString m_tracePath;
+  qint64 m_plannedSteps = 0;
+  bool m_ok = false;  // written by the worker, read after it finished
+  QString m_message;  // ditto
+};
+
+}  // namespace moewb::gui

@@ -1,0 +1,115 @@
+// TimelineView: the trace's slices on a time axis, one lane per (track, depth), coloured by phase.
+//
+// The view paints a prepared DrawList (built by buildDrawList when the window, the size or the
+// data change, never inside paintEvent), so painting costs O(visible items) however many slices
+// the trace holds; narrow slices appear as folded runs. Input: wheel or +/- zoom about the cursor,
+// drag or Shift+wheel or arrow keys pan, Home fits everything, double-click zooms to a slice,
+// a click on a slice emits stepActivated. Tooltips show name, duration, step and layer.
+// While the window shows everything ("fit"), a growing live trace stays fitted.
+// Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
+#pragma once
+
+#include <QWidget>
+#include <optional>
+#include <vector>
+
+#include "moewb/gui/timeline_data.h"
+#include "moewb/gui/timeline_geometry.h"
+
+class QPainter;
+
+namespace moewb::gui {
+
+class TraceDocument;
+
+class TimelineView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TimelineView(QWidget* parent = nullptr);
+
+  // Shows `document`'s timeline and follows its open/refresh/close signals. Not owned.
+  void setDocument(TraceDocument* document);
+  // The visible time window and plot width.
+  const TimelineGeometry& timeGeometry() const { return m_geometry; }
+  const DrawList& drawList() const { return m_drawList; }
+
+  // Shows all data and keeps showing all of it as a live trace grows.
+  void fitAll();
+  // Zooms by `factor` (> 1 in) about plot x `anchorX`; pans by `shiftPx` (positive = later).
+  void zoomBy(double factor, double anchorX);
+  void panBy(double shiftPx);
+  // Shows `range` (clamped to the data).
+  void showTimeRange(TimeRange range);
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ signals:
+  // The user clicked a slice that belongs to `step`.
+  void stepActivated(qint64 step);
+  // The visible window changed (zoom, pan, fit, resize).
+  void windowChanged();
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void mouseDoubleClickEvent(QMouseEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+  bool event(QEvent* event) override;
+
+ private:
+  // One lane's place on screen.
+  struct LaneRow {
+    int lane = 0;  // index into TimelineData::lanes()
+    int top = 0;   // y of the lane's top, px
+    bool firstOfTrack = false;
+  };
+  struct Hit {
+    const DrawItem* item = nullptr;
+    const TimelineSlice* slice = nullptr;
+  };
+
+  void onDataChanged();
+  void setGeometryChecked(const TimelineGeometry& g, bool fit);
+  void rebuildDrawList();
+  void layoutLanes();
+  void updateLegend();
+  double plotWidth() const;
+  double plotX(double widgetX) const { return widgetX - kGutterPx; }
+  int laneAtY(int y) const;
+  Hit hitAt(const QPoint& pos) const;
+  QString tooltipText(const Hit& hit) const;
+  QString laneLabel(const LaneRow& row) const;
+  TimeRange dataBounds() const;
+
+  void paintRuler(QPainter& p) const;
+  void paintLanes(QPainter& p) const;
+  void paintItems(QPainter& p) const;
+  void paintGutter(QPainter& p) const;
+  void paintLegend(QPainter& p) const;
+  void paintEmpty(QPainter& p) const;
+
+  static constexpr int kGutterPx = 150;
+  static constexpr int kRulerPx = 28;
+  static constexpr int kLaneHeightPx = 24;
+  static constexpr int kTrackGapPx = 10;
+  static constexpr int kLegendPx = 26;
+
+  TraceDocument* m_document = nullptr;
+  TimelineGeometry m_geometry;
+  DrawList m_drawList;
+  std::vector<LaneRow> m_rows;
+  std::vector<std::string> m_legend;  // phase families present, in display order
+  bool m_fit = true;
+  bool m_dragging = false;
+  bool m_dragMoved = false;
+  QPoint m_dragLast;
+  std::optional<int64_t> m_selectedStep;
+};
+
+}  // namespace moewb::gui

@@ -1,0 +1,146 @@
+// TimelineView input: wheel/keys zoom about the cursor, drag pans, clicks select, tooltips.
+#include <QHelpEvent>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QToolTip>
+#include <QWheelEvent>
+#include <cmath>
+
+#include "moewb/base/units.h"
+#include "moewb/gui/trace_document.h"
+#include "timeline_view.h"
+
+namespace moewb::gui {
+
+namespace {
+constexpr double kZoomPerNotch = 1.25;   // one wheel notch or one +/- key press
+constexpr double kKeyPanFraction = 0.1;  // arrow keys pan a tenth of the plot
+}  // namespace
+
+void TimelineView::wheelEvent(QWheelEvent* event) {
+  const QPoint delta = event->angleDelta();
+  const double notches = double(delta.y()) / 120.0;
+  if (event->modifiers() & Qt::ShiftModifier || delta.y() == 0) {
+    const double horizontal = delta.y() != 0 ? notches : double(delta.x()) / 120.0;
+    panBy(-horizontal * plotWidth() * kKeyPanFraction);
+  } else {
+    zoomBy(std::pow(kZoomPerNotch, notches), plotX(event->position().x()));
+  }
+  event->accept();
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* event) {
+  if (event->button() == Qt::LeftButton) {
+    m_dragging = true;
+    m_dragMoved = false;
+    m_dragLast = event->position().toPoint();
+    setCursor(Qt::ClosedHandCursor);
+  }
+  QWidget::mousePressEvent(event);
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  if (m_dragging) {
+    const QPoint pos = event->position().toPoint();
+    const int dx = pos.x() - m_dragLast.x();
+    if (std::abs(dx) > 0) {
+      m_dragMoved = true;
+      panBy(-double(dx));
+      m_dragLast = pos;
+    }
+  }
+  QWidget::mouseMoveEvent(event);
+}
+
+void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
+  if (event->button() == Qt::LeftButton && m_dragging) {
+    m_dragging = false;
+    unsetCursor();
+    if (!m_dragMoved) {
+      const Hit hit = hitAt(event->position().toPoint());
+      if (hit.slice && hit.slice->step >= 0 && !hit.item->isFolded()) {
+        m_selectedStep = hit.slice->step;
+        emit stepActivated(hit.slice->step);
+      } else {
+        m_selectedStep.reset();
+      }
+      update();
+    }
+  }
+  QWidget::mouseReleaseEvent(event);
+}
+
+void TimelineView::mouseDoubleClickEvent(QMouseEvent* event) {
+  const Hit hit = hitAt(event->position().toPoint());
+  if (hit.item) {
+    const int64_t pad = std::max<int64_t>((hit.item->endNs - hit.item->startNs) / 20, 1);
+    showTimeRange({hit.item->startNs - pad, hit.item->endNs + pad});
+  }
+  event->accept();
+}
+
+void TimelineView::keyPressEvent(QKeyEvent* event) {
+  const QPoint cursor = mapFromGlobal(QCursor::pos());
+  const double anchor =
+      rect().contains(cursor) && cursor.x() >= kGutterPx ? plotX(cursor.x()) : plotWidth() / 2;
+  switch (event->key()) {
+    case Qt::Key_Plus:
+    case Qt::Key_Equal:
+      zoomBy(kZoomPerNotch * kZoomPerNotch, anchor);
+      break;
+    case Qt::Key_Minus:
+      zoomBy(1.0 / (kZoomPerNotch * kZoomPerNotch), anchor);
+      break;
+    case Qt::Key_Home:
+      fitAll();
+      break;
+    case Qt::Key_Left:
+      panBy(-plotWidth() * kKeyPanFraction);
+      break;
+    case Qt::Key_Right:
+      panBy(plotWidth() * kKeyPanFraction);
+      break;
+    default:
+      QWidget::keyPressEvent(event);
+      return;
+  }
+  event->accept();
+}
+
+bool TimelineView::event(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    const Hit hit = hitAt(help->pos());
+    if (hit.item) {
+      QToolTip::showText(help->globalPos(), tooltipText(hit), this);
+    } else {
+      QToolTip::hideText();
+      event->ignore();
+    }
+    return true;
+  }
+  return QWidget::event(event);
+}
+
+QString TimelineView::tooltipText(const Hit& hit) const {
+  const TimelineData& data = m_document->timeline();
+  const int64_t originNs = data.bounds().startNs;
+  auto dur = [](int64_t ns) { return QString::fromStdString(formatDurationNs(ns)); };
+  if (hit.item->isFolded()) {
+    return tr("<b>%1 slices</b> folded (each narrower than 3 px)<br>span %2, from +%3"
+              "<br><i>zoom in to separate them</i>")
+        .arg(hit.item->count)
+        .arg(dur(hit.item->endNs - hit.item->startNs))
+        .arg(dur(hit.item->startNs - originNs));
+  }
+  const TimelineSlice& s = *hit.slice;
+  QString text = tr("<b>%1</b><br>duration %2<br>start +%3")
+                     .arg(QString::fromStdString(data.name(s.nameId)).toHtmlEscaped())
+                     .arg(dur(s.durNs))
+                     .arg(dur(s.startNs - originNs));
+  if (s.step >= 0) text += tr("<br>step %1").arg(s.step);
+  text += s.layer >= 0 ? tr("<br>layer %1").arg(s.layer) : tr("<br>layer: whole model");
+  return text;
+}
+
+}  // namespace moewb::gui

@@ -1,0 +1,168 @@
+// TimelineView painting: ruler, lane backgrounds, the prepared draw items, gutter and legend.
+// Nothing here searches the data: it walks m_drawList, which is rebuilt elsewhere.
+#include <QPainter>
+#include <QPainterPath>
+
+#include "moewb/base/units.h"
+#include "moewb/gui/palette.h"
+#include "moewb/gui/trace_document.h"
+#include "theme.h"
+#include "timeline_view.h"
+
+namespace moewb::gui {
+
+namespace {
+constexpr double kMinTickPx = 90;  // ruler labels at least this far apart
+}  // namespace
+
+void TimelineView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.fillRect(rect(), theme::base());
+  if (!m_document || m_rows.empty()) {
+    paintEmpty(p);
+    return;
+  }
+  paintLanes(p);
+  p.save();
+  p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
+  paintItems(p);
+  p.restore();
+  paintRuler(p);
+  paintGutter(p);
+  paintLegend(p);
+}
+
+void TimelineView::paintEmpty(QPainter& p) const {
+  p.setPen(theme::dimText());
+  p.drawText(rect(), Qt::AlignCenter,
+             tr("No trace loaded.\nFile > Open a trace, or Run > Start run to record one."));
+}
+
+void TimelineView::paintLanes(QPainter& p) const {
+  for (const LaneRow& row : m_rows) {
+    if (row.lane % 2 == 1) {
+      p.fillRect(QRect(kGutterPx, row.top, width() - kGutterPx, kLaneHeightPx), theme::alternate());
+    }
+  }
+  const int64_t stepNs = niceTickStepNs(m_geometry.nsPerPx(), kMinTickPx);
+  p.setPen(theme::gridLine());
+  const int bottom = height() - kLegendPx;
+  for (int64_t t : tickTimes(m_geometry, dataBounds().startNs, stepNs)) {
+    const int x = kGutterPx + int(std::lround(m_geometry.xOf(t)));
+    p.drawLine(x, kRulerPx, x, bottom);
+  }
+}
+
+void TimelineView::paintItems(QPainter& p) const {
+  const TimelineData& data = m_document->timeline();
+  const QFontMetrics fm(font());
+  QColor folded = foldedColor();
+  for (const DrawItem& item : m_drawList.items) {
+    if (size_t(item.lane) >= m_rows.size()) continue;
+    const int top = m_rows[size_t(item.lane)].top;
+    const QRectF r(kGutterPx + item.x0, top + 2, item.x1 - item.x0, kLaneHeightPx - 4);
+    if (item.isFolded()) {
+      p.fillRect(r, folded.darker(160));
+      p.fillRect(r, QBrush(folded, Qt::BDiagPattern));
+      continue;
+    }
+    const TimelineLane& lane = data.lanes()[size_t(item.lane)];
+    const TimelineSlice& s = lane.slices[size_t(item.sliceIndex)];
+    const std::string& name = data.name(s.nameId);
+    const QColor color = phaseColor(name);
+    p.fillRect(r, color);
+    const bool selected = m_selectedStep && s.step == *m_selectedStep && lane.depth == 0;
+    if (r.width() > 4 || selected) {
+      p.setPen(selected ? QPen(theme::accent(), 2) : QPen(color.lighter(130), 1));
+      p.drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));
+    }
+    if (r.width() > 16) {
+      QString label = QString::fromStdString(name);
+      const QRectF textRect = r.adjusted(4, 0, -3, 0);
+      if (lane.depth == 0 && s.step >= 0) {
+        // Steps: "step 12" when it fits, else just the number.
+        label = tr("%1 %2").arg(label).arg(s.step);
+        if (fm.horizontalAdvance(label) + 4 > int(textRect.width()))
+          label = QString::number(s.step);
+      } else if (r.width() <= 28) {
+        continue;
+      }
+      p.setPen(textColorOn(color));
+      p.drawText(textRect, Qt::AlignVCenter | Qt::AlignLeft,
+                 fm.elidedText(label, Qt::ElideRight, int(textRect.width())));
+    }
+  }
+}
+
+void TimelineView::paintRuler(QPainter& p) const {
+  p.fillRect(QRect(0, 0, width(), kRulerPx), theme::window());
+  p.setPen(theme::axisLine());
+  p.drawLine(0, kRulerPx - 1, width(), kRulerPx - 1);
+  const int64_t originNs = dataBounds().startNs;
+  const int64_t stepNs = niceTickStepNs(m_geometry.nsPerPx(), kMinTickPx);
+  const int64_t minorNs = std::max<int64_t>(stepNs / 5, 1);
+  if (double(minorNs) / m_geometry.nsPerPx() >= 6) {
+    for (int64_t t : tickTimes(m_geometry, originNs, minorNs)) {
+      const int x = kGutterPx + int(std::lround(m_geometry.xOf(t)));
+      p.drawLine(x, kRulerPx - 5, x, kRulerPx - 1);
+    }
+  }
+  for (int64_t t : tickTimes(m_geometry, originNs, stepNs)) {
+    const int x = kGutterPx + int(std::lround(m_geometry.xOf(t)));
+    p.setPen(theme::axisLine());
+    p.drawLine(x, kRulerPx - 11, x, kRulerPx - 1);
+    p.setPen(theme::text());
+    p.drawText(QRect(x + 4, 2, int(kMinTickPx), kRulerPx - 8), Qt::AlignLeft | Qt::AlignVCenter,
+               QString::fromStdString(formatTickLabel(t - originNs, stepNs)));
+  }
+  p.fillRect(QRect(0, 0, kGutterPx, kRulerPx - 1), theme::window());
+  p.setPen(theme::dimText());
+  p.drawText(QRect(8, 0, kGutterPx - 12, kRulerPx), Qt::AlignVCenter | Qt::AlignLeft,
+             tr("window %1").arg(QString::fromStdString(formatDurationNs(m_geometry.durNs()))));
+}
+
+void TimelineView::paintGutter(QPainter& p) const {
+  const int bottom = height() - kLegendPx;
+  p.fillRect(QRect(0, kRulerPx, kGutterPx, bottom - kRulerPx), theme::window());
+  QFont bold = font();
+  bold.setBold(true);
+  for (const LaneRow& row : m_rows) {
+    const QRect r(10, row.top, kGutterPx - 16, kLaneHeightPx);
+    p.setFont(row.firstOfTrack ? bold : font());
+    p.setPen(row.firstOfTrack ? theme::text() : theme::dimText());
+    const QString label = laneLabel(row);
+    const int indent = row.firstOfTrack ? 0 : 12;
+    p.drawText(r.adjusted(indent, 0, 0, 0), Qt::AlignVCenter | Qt::AlignLeft,
+               QFontMetrics(p.font()).elidedText(label, Qt::ElideRight, r.width() - indent));
+  }
+  p.setFont(font());
+  p.setPen(theme::axisLine());
+  p.drawLine(kGutterPx - 1, kRulerPx, kGutterPx - 1, bottom);
+}
+
+void TimelineView::paintLegend(QPainter& p) const {
+  const int top = height() - kLegendPx;
+  p.fillRect(QRect(0, top, width(), kLegendPx), theme::window());
+  p.setPen(theme::axisLine());
+  p.drawLine(0, top, width(), top);
+  const QFontMetrics fm(font());
+  const QString note = tr("darker shade = backward");
+  const int noteWidth = fm.horizontalAdvance(note) + 20;
+  int x = 10;
+  for (const std::string& family : m_legend) {
+    const QString label = QString::fromStdString(family);
+    const int w = 14 + 4 + fm.horizontalAdvance(label) + 14;
+    if (x + w > width() - noteWidth) break;
+    const QRect swatch(x, top + (kLegendPx - 12) / 2, 14, 12);
+    p.fillRect(swatch, phaseColor(family));
+    p.setPen(theme::text());
+    p.drawText(QRect(x + 18, top, w, kLegendPx), Qt::AlignVCenter | Qt::AlignLeft, label);
+    x += w;
+  }
+  if (x + noteWidth <= width()) {
+    p.setPen(theme::dimText());
+    p.drawText(QRect(0, top, width() - 10, kLegendPx), Qt::AlignVCenter | Qt::AlignRight, note);
+  }
+}
+
+}  // namespace moewb::gui

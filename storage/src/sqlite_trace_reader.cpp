@@ -1,0 +1,341 @@
+// The trace reader: opening and validating a trace file, and the row queries (meta, runs, tracks,
+// steps, slices in a window, time bounds, expert load, counters, config changes, stats, and the
+// streaming forEach*). Aggregating queries live in sqlite_trace_reader_analysis.cpp.
+#include "sqlite_trace_reader.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <limits>
+
+#include "schema.h"
+#include "trace_file_check.h"
+
+namespace moewb::storage::detail {
+
+namespace {
+
+constexpr int kReaderBusyTimeoutMs = 5000;
+
+int64_t saturatingSub(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_sub_overflow(a, b, &out))
+    return b > 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+// Steps `statement` to the end, appending map(statement) for each row.
+template <typename Row, typename Map>
+Result<std::vector<Row>> collectRows(Statement& statement, Map map) {
+  std::vector<Row> rows;
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, statement.step());
+    if (!hasRow) break;
+    rows.push_back(map(statement));
+  }
+  statement.reset();
+  return rows;
+}
+
+SliceRow sliceFromColumns(const Statement& s) {
+  SliceRow row;
+  row.id = SliceId(s.columnInt(0));
+  row.track = TrackId(s.columnInt(1));
+  row.startNs = s.columnInt(2);
+  row.durNs = s.columnInt(3);
+  row.name = s.columnText(4);
+  row.category = s.columnText(5);
+  row.step = s.columnInt(6);
+  row.layer = int32_t(s.columnInt(7));
+  row.correlationId = s.columnInt(8);
+  row.depth = int32_t(s.columnInt(9));
+  return row;
+}
+
+CounterRow counterFromColumns(const Statement& s) {
+  CounterRow row;
+  row.track = TrackId(s.columnInt(0));
+  row.name = s.columnText(1);
+  row.tsNs = s.columnInt(2);
+  row.value = s.columnDouble(3);
+  return row;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteTraceReader>> SqliteTraceReader::open(const std::string& path) {
+  MOEWB_RETURN_IF_ERROR(checkTraceFileHeader(path));
+  std::unique_ptr<SqliteTraceReader> reader(new SqliteTraceReader(path));
+  MOEWB_ASSIGN_OR_RETURN(reader->m_db,
+                         Database::open(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX));
+  MOEWB_SQLITE_CHECK(reader->m_db.handle(), path,
+                     sqlite3_busy_timeout(reader->m_db.handle(), kReaderBusyTimeoutMs));
+  MOEWB_RETURN_IF_ERROR(reader->verifyIsTrace());
+  return reader;
+}
+
+Status SqliteTraceReader::verifyIsTrace() {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement hasMeta,
+      Statement::prepare(m_db,
+                         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                         "name = 'meta'"));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, hasMeta.step());
+  const std::string notATrace =
+      fmt::format("'{}' is an SQLite database but not a MoE Workbench trace", m_path);
+  if (!hasRow || hasMeta.columnInt(0) == 0) return dataLoss(notATrace + " (it has no meta table)");
+  Result<std::string> format = metaValue(kMetaFormat);
+  if (!format.isOk()) {
+    if (format.status().code() == StatusCode::kDataLoss) return format.status();
+    return dataLoss(fmt::format("{} (its meta table cannot be read: {})", notATrace,
+                                format.status().message()));
+  }
+  if (*format != kFormatName) {
+    return dataLoss(
+        fmt::format("{} (meta format is '{}', expected '{}')", notATrace, *format, kFormatName));
+  }
+  MOEWB_ASSIGN_OR_RETURN(const std::string versionText, metaValue(kMetaSchemaVersion));
+  int version = 0;
+  const char* end = versionText.data() + versionText.size();
+  const auto [ptr, ec] = std::from_chars(versionText.data(), end, version);
+  if (ec != std::errc() || ptr != end || version < 1) {
+    return dataLoss(
+        fmt::format("trace file '{}' has an unreadable schema_version '{}'", m_path, versionText));
+  }
+  if (version > kSchemaVersion) {
+    return failedPrecondition(fmt::format(
+        "trace file '{}' was written by a newer MoE Workbench (schema {}); this build reads up "
+        "to {}",
+        m_path, version, kSchemaVersion));
+  }
+  return Status::ok();
+}
+
+// The value of meta `key`, "" when the key is absent.
+Result<std::string> SqliteTraceReader::metaValue(const char* key) {
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db, "SELECT value FROM meta WHERE key = ?1"));
+  MOEWB_RETURN_IF_ERROR(query.bindText(1, key));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+  return hasRow ? query.columnText(0) : std::string();
+}
+
+Result<std::map<std::string, std::string>> SqliteTraceReader::meta() {
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db, "SELECT key, value FROM meta ORDER BY key"));
+  std::map<std::string, std::string> out;
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow) break;
+    out[query.columnText(0)] = query.columnText(1);
+  }
+  return out;
+}
+
+Result<std::vector<RunRow>> SqliteTraceReader::runs() {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db,
+                         "SELECT id, name, config_toml, backend, world_size, start_ns, "
+                         "start_unix_ns, end_ns, status, message FROM run ORDER BY id"));
+  return collectRows<RunRow>(query, [](const Statement& s) {
+    RunRow row;
+    row.id = RunId(s.columnInt(0));
+    row.name = s.columnText(1);
+    row.configToml = s.columnText(2);
+    row.backend = s.columnText(3);
+    row.worldSize = int32_t(s.columnInt(4));
+    row.startNs = s.columnInt(5);
+    row.startUnixNs = s.columnInt(6);
+    row.endNs = s.columnInt(7);
+    row.status = s.columnText(8);
+    row.message = s.columnText(9);
+    return row;
+  });
+}
+
+Result<std::vector<TrackRow>> SqliteTraceReader::tracks() {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db, "SELECT id, name, kind, rank, thread_id FROM track ORDER BY id"));
+  return collectRows<TrackRow>(query, [](const Statement& s) {
+    TrackRow row;
+    row.id = TrackId(s.columnInt(0));
+    row.name = s.columnText(1);
+    row.kind = s.columnText(2);
+    row.rank = int32_t(s.columnInt(3));
+    row.threadId = s.columnInt(4);
+    return row;
+  });
+}
+
+Result<std::vector<StepRow>> SqliteTraceReader::steps(RunId run, int64_t fromStep) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db,
+                         "SELECT run, rank, step, start_ns, end_ns, loss, aux_loss, "
+                         "tokens, tokens_per_second, peak_bytes, grad_norm, lr FROM step "
+                         "WHERE run = ?1 AND step >= ?2 ORDER BY step, rank"));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(run.value, fromStep));
+  return collectRows<StepRow>(query, [](const Statement& s) {
+    StepRow row;
+    row.run = RunId(s.columnInt(0));
+    row.rank = int32_t(s.columnInt(1));
+    row.step = s.columnInt(2);
+    row.startNs = s.columnInt(3);
+    row.endNs = s.columnInt(4);
+    row.loss = s.columnDouble(5);
+    row.auxLoss = s.columnDouble(6);
+    row.tokens = s.columnInt(7);
+    row.tokensPerSecond = s.columnDouble(8);
+    row.peakBytes = s.columnInt(9);
+    row.gradNorm = s.columnDouble(10);
+    row.lr = s.columnDouble(11);
+    return row;
+  });
+}
+
+Result<int64_t> SqliteTraceReader::maxSliceDurNs() {
+  MOEWB_ASSIGN_OR_RETURN(const std::string fromMeta, metaValue(kMetaMaxSliceDurNs));
+  int64_t value = 0;
+  const char* end = fromMeta.data() + fromMeta.size();
+  const auto [ptr, ec] = std::from_chars(fromMeta.data(), end, value);
+  if (!fromMeta.empty() && ec == std::errc() && ptr == end) return value;
+  MOEWB_ASSIGN_OR_RETURN(Statement scan,
+                         Statement::prepare(m_db, "SELECT coalesce(max(dur_ns), 0) FROM slice"));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, scan.step());
+  return hasRow ? scan.columnInt(0) : int64_t{0};
+}
+
+Result<std::vector<SliceRow>> SqliteTraceReader::slices(TimeWindow window,
+                                                        std::optional<TrackId> track) {
+  if (window.endNs <= window.startNs) return std::vector<SliceRow>{};
+  return inReadTransaction<std::vector<SliceRow>>([&] { return slicesInSnapshot(window, track); });
+}
+
+Result<std::vector<SliceRow>> SqliteTraceReader::slicesInSnapshot(TimeWindow window,
+                                                                  std::optional<TrackId> track) {
+  MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db, track ? kSliceWindowTrackSql : kSliceWindowSql));
+  MOEWB_RETURN_IF_ERROR(
+      query.bindAll(saturatingSub(window.startNs, maxDurNs), window.endNs, window.startNs));
+  if (track) MOEWB_RETURN_IF_ERROR(query.bindInt(4, track->value));
+  return collectRows<SliceRow>(query, sliceFromColumns);
+}
+
+Result<TimeWindow> SqliteTraceReader::timeBounds() {
+  return inReadTransaction<TimeWindow>([&] { return timeBoundsInSnapshot(); });
+}
+
+// min(start) and max(start) are single index probes; the latest end is among the slices that
+// start within maxSliceDur of the latest start.
+Result<TimeWindow> SqliteTraceReader::timeBoundsInSnapshot() {
+  MOEWB_ASSIGN_OR_RETURN(Statement first,
+                         Statement::prepare(m_db, "SELECT min(start_ns) FROM slice"));
+  MOEWB_ASSIGN_OR_RETURN(bool hasRow, first.step());
+  if (!hasRow || first.columnIsNull(0)) return TimeWindow{0, 0};
+  TimeWindow bounds{first.columnInt(0), 0};
+  MOEWB_ASSIGN_OR_RETURN(Statement last,
+                         Statement::prepare(m_db, "SELECT max(start_ns) FROM slice"));
+  MOEWB_ASSIGN_OR_RETURN(hasRow, last.step());
+  const int64_t lastStartNs = last.columnInt(0);
+  MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement end,
+      Statement::prepare(m_db, "SELECT max(start_ns + dur_ns) FROM slice WHERE start_ns >= ?1"));
+  MOEWB_RETURN_IF_ERROR(end.bindInt(1, saturatingSub(lastStartNs, maxDurNs)));
+  MOEWB_ASSIGN_OR_RETURN(hasRow, end.step());
+  bounds.endNs = end.columnInt(0);
+  return bounds;
+}
+
+Result<std::vector<ExpertLoadRow>> SqliteTraceReader::expertLoad(int64_t fromStep, int64_t toStep) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query, Statement::prepare(m_db,
+                                          "SELECT step, layer, expert, rank, tokens, dropped, bias "
+                                          "FROM expert_load WHERE step >= ?1 AND step <= ?2 "
+                                          "ORDER BY step, layer, expert, rank"));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
+  return collectRows<ExpertLoadRow>(query, [](const Statement& s) {
+    ExpertLoadRow row;
+    row.step = s.columnInt(0);
+    row.layer = int32_t(s.columnInt(1));
+    row.expert = int32_t(s.columnInt(2));
+    row.rank = int32_t(s.columnInt(3));
+    row.tokens = s.columnInt(4);
+    row.dropped = s.columnInt(5);
+    row.bias = s.columnDouble(6);
+    return row;
+  });
+}
+
+Result<std::vector<CounterRow>> SqliteTraceReader::counters(TimeWindow window) {
+  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kCounterWindowSql));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(window.startNs, window.endNs));
+  return collectRows<CounterRow>(query, counterFromColumns);
+}
+
+Result<std::vector<ConfigChangeRow>> SqliteTraceReader::configChanges() {
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db,
+                                            "SELECT step, ts_ns, key, old_value, new_value, source "
+                                            "FROM config_change ORDER BY step, ts_ns, id"));
+  return collectRows<ConfigChangeRow>(query, [](const Statement& s) {
+    ConfigChangeRow row;
+    row.step = s.columnInt(0);
+    row.tsNs = s.columnInt(1);
+    row.key = s.columnText(2);
+    row.oldValue = s.columnText(3);
+    row.newValue = s.columnText(4);
+    row.source = s.columnText(5);
+    return row;
+  });
+}
+
+Result<std::vector<StatRow>> SqliteTraceReader::stats() {
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db,
+                                            "SELECT name, severity, value, description FROM stats "
+                                            "ORDER BY name"));
+  return collectRows<StatRow>(query, [](const Statement& s) {
+    StatRow row;
+    row.name = s.columnText(0);
+    row.severity = s.columnText(1);
+    row.value = s.columnInt(2);
+    row.description = s.columnText(3);
+    return row;
+  });
+}
+
+Status SqliteTraceReader::forEachSlice(const std::function<bool(const SliceRow&)>& visit) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db,
+                         "SELECT s.id, s.track, s.start_ns, s.dur_ns, "
+                         "coalesce(n.text, ''), coalesce(c.text, ''), s.step, s.layer, "
+                         "s.correlation_id, s.depth FROM slice s "
+                         "LEFT JOIN string n ON n.id = s.name "
+                         "LEFT JOIN string c ON c.id = s.category "
+                         "ORDER BY s.start_ns, s.id"));
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow || !visit(sliceFromColumns(query))) break;
+  }
+  return Status::ok();
+}
+
+Status SqliteTraceReader::forEachCounter(const std::function<bool(const CounterRow&)>& visit) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query, Statement::prepare(m_db,
+                                          "SELECT c.track, coalesce(n.text, ''), c.ts_ns, c.value "
+                                          "FROM counter c LEFT JOIN string n ON n.id = c.name "
+                                          "ORDER BY c.track, c.ts_ns, c.id"));
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow || !visit(counterFromColumns(query))) break;
+  }
+  return Status::ok();
+}
+
+}  // namespace moewb::storage::detail

@@ -1,0 +1,88 @@
+// SqliteTraceReader: the TraceReader implementation (see moewb/storage/trace_reader.h), plus the
+// SQL of its indexed queries, exposed so tests can check their query plans.
+//
+// One read-only SQLite connection (WAL: it sees what a writer in any process has committed).
+// Costs: slices(window) is an index range scan over [window.start - maxSliceDur, window.end) of
+// slice(start_ns) (or slice(track, start_ns)), where maxSliceDur is one meta lookup written by
+// the writer; timeBounds is three index probes; counters(window) one index range per track;
+// steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables.
+// Multi-statement queries run in one read transaction so they see one snapshot.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "moewb/storage/trace_reader.h"
+#include "sqlite_util.h"
+
+namespace moewb::storage::detail {
+
+// ?1 = lowest start to scan (window.start - max slice duration), ?2 = window end (exclusive),
+// ?3 = window start; with the track variant, ?4 = track.
+inline constexpr const char* kSliceWindowSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth "
+    "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "WHERE s.start_ns >= ?1 AND s.start_ns < ?2 AND s.start_ns + s.dur_ns > ?3 "
+    "ORDER BY s.start_ns, s.id";
+inline constexpr const char* kSliceWindowTrackSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth "
+    "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "WHERE s.track = ?4 AND s.start_ns >= ?1 AND s.start_ns < ?2 AND s.start_ns + s.dur_ns > ?3 "
+    "ORDER BY s.start_ns, s.id";
+// ?1 = window start, ?2 = window end (exclusive).
+inline constexpr const char* kCounterWindowSql =
+    "SELECT c.track, coalesce(n.text, ''), c.ts_ns, c.value "
+    "FROM track t CROSS JOIN counter c ON c.track = t.id "
+    "LEFT JOIN string n ON n.id = c.name "
+    "WHERE c.ts_ns >= ?1 AND c.ts_ns < ?2 ORDER BY c.ts_ns, c.track, c.id";
+
+class SqliteTraceReader final : public TraceReader {
+ public:
+  // See TraceReader::open.
+  static Result<std::unique_ptr<SqliteTraceReader>> open(const std::string& path);
+
+  const std::string& path() const override { return m_path; }
+  Result<std::map<std::string, std::string>> meta() override;
+  Result<std::vector<RunRow>> runs() override;
+  Result<std::vector<TrackRow>> tracks() override;
+  Result<std::vector<StepRow>> steps(RunId run, int64_t fromStep) override;
+  Result<std::vector<SliceRow>> slices(TimeWindow window, std::optional<TrackId> track) override;
+  Result<TimeWindow> timeBounds() override;
+  Result<std::vector<ExpertLoadRow>> expertLoad(int64_t fromStep, int64_t toStep) override;
+  Result<std::vector<CounterRow>> counters(TimeWindow window) override;
+  Result<std::vector<ConfigChangeRow>> configChanges() override;
+  Result<std::vector<StatRow>> stats() override;
+  Result<std::vector<PhaseTotal>> phaseTotals(const std::string& category) override;
+  Result<std::vector<LayerImbalance>> layerImbalance() override;
+  Status forEachSlice(const std::function<bool(const SliceRow&)>& visit) override;
+  Status forEachCounter(const std::function<bool(const CounterRow&)>& visit) override;
+
+ private:
+  explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
+  Status verifyIsTrace();
+  Result<std::string> metaValue(const char* key);
+  // The longest slice duration (meta, else a scan for files written by other tools).
+  Result<int64_t> maxSliceDurNs();
+  Result<std::vector<SliceRow>> slicesInSnapshot(TimeWindow window, std::optional<TrackId> track);
+  Result<TimeWindow> timeBoundsInSnapshot();
+  // Runs `body` inside BEGIN ... COMMIT so that its statements see one snapshot.
+  template <typename T, typename Body>
+  Result<T> inReadTransaction(Body&& body);
+
+  std::string m_path;
+  Database m_db;  // never moved after open(): statements point at it
+};
+
+template <typename T, typename Body>
+Result<T> SqliteTraceReader::inReadTransaction(Body&& body) {
+  MOEWB_RETURN_IF_ERROR(m_db.exec("BEGIN"));
+  Result<T> result = body();
+  const Status ended = m_db.exec(result.isOk() ? "COMMIT" : "ROLLBACK");
+  if (result.isOk() && !ended.isOk()) return ended;
+  return result;
+}
+
+}  // namespace moewb::storage::detail

@@ -1,0 +1,410 @@
+// The trace writer: file creation, the caller-side add* methods, and the writer thread that
+// turns queued rows into SQLite inserts and commits (see sqlite_trace_writer.h for the design).
+#include "sqlite_trace_writer.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "schema.h"
+
+namespace moewb::storage {
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
+                                                         const WriterOptions& options) {
+  MOEWB_ASSIGN_OR_RETURN(auto writer, detail::SqliteTraceWriter::create(path, options));
+  return std::unique_ptr<TraceWriter>(std::move(writer));
+}
+
+namespace detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kWriterBusyTimeoutMs = 1000;
+const char* const kSidecarSuffixes[] = {"-wal", "-shm", "-journal"};
+
+void removeSidecars(const std::string& path) {
+  std::error_code ignored;
+  for (const char* suffix : kSidecarSuffixes) fs::remove(path + suffix, ignored);
+}
+
+// Creates `path` as a new empty file (atomically refusing an existing one unless overwrite).
+Status createEmptyFile(const std::string& path, bool overwrite) {
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::create_directories(parent, ec) && ec) {
+    return internalError(fmt::format("cannot create the directory '{}' for trace file '{}': {}",
+                                     parent.string(), path, ec.message()));
+  }
+  if (fs::is_directory(path, ec)) {
+    return invalidArgument(fmt::format("trace file '{}' is a directory", path));
+  }
+  if (overwrite) {
+    fs::remove(path, ec);
+    if (ec) {
+      return internalError(fmt::format("cannot replace trace file '{}': {}", path, ec.message()));
+    }
+  }
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return alreadyExists(fmt::format(
+          "trace file '{}' already exists; choose another path or allow overwriting it", path));
+    }
+    return internalError(
+        fmt::format("cannot create trace file '{}': {}", path, std::strerror(errno)));
+  }
+  ::close(fd);
+  // A -wal left by an unrelated earlier file would be replayed into the new database.
+  removeSidecars(path);
+  return Status::ok();
+}
+
+}  // namespace
+
+SqliteTraceWriter::SqliteTraceWriter(std::string path, WriterOptions options)
+    : m_path(std::move(path)), m_options(options) {}
+
+SqliteTraceWriter::~SqliteTraceWriter() {
+  (void)close();
+}
+
+Result<std::unique_ptr<SqliteTraceWriter>> SqliteTraceWriter::create(const std::string& path,
+                                                                     const WriterOptions& options) {
+  MOEWB_RETURN_IF_ERROR(createEmptyFile(path, options.overwrite));
+  std::unique_ptr<SqliteTraceWriter> writer(new SqliteTraceWriter(path, options));
+  if (Status status = writer->openAndInitialize(); !status.isOk()) {
+    writer->m_stmts = {};
+    (void)writer->m_db.close();
+    writer->m_closed = true;
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    removeSidecars(path);
+    return status;
+  }
+  writer->m_thread = std::thread([w = writer.get()] { w->writerLoop(); });
+  return writer;
+}
+
+Status SqliteTraceWriter::openAndInitialize() {
+  MOEWB_ASSIGN_OR_RETURN(m_db, Database::open(m_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX));
+  MOEWB_SQLITE_CHECK(m_db.handle(), m_path,
+                     sqlite3_busy_timeout(m_db.handle(), kWriterBusyTimeoutMs));
+  {
+    MOEWB_ASSIGN_OR_RETURN(Statement journal, Statement::prepare(m_db, "PRAGMA journal_mode=WAL"));
+    MOEWB_ASSIGN_OR_RETURN(bool hasRow, journal.step());
+    if (!hasRow || journal.columnText(0) != "wal") {
+      return failedPrecondition(fmt::format(
+          "trace file '{}': SQLite could not switch it to WAL mode (is the file system local?)",
+          m_path));
+    }
+  }
+  MOEWB_RETURN_IF_ERROR(m_db.exec("PRAGMA synchronous=NORMAL"));
+  MOEWB_RETURN_IF_ERROR(m_db.exec("BEGIN"));
+  MOEWB_RETURN_IF_ERROR(createSchema(m_db));
+  MOEWB_RETURN_IF_ERROR(writeInitialMeta(m_db));
+  MOEWB_RETURN_IF_ERROR(m_db.exec("COMMIT"));
+  return prepareStatements();
+}
+
+Status SqliteTraceWriter::prepareStatements() {
+  const std::pair<Statement*, const char*> statements[] = {
+      {&m_stmts.insertRun,
+       "INSERT INTO run(id, name, config_toml, backend, world_size, start_ns, start_unix_ns, "
+       "end_ns, status, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
+      {&m_stmts.finishRun, "UPDATE run SET status = ?2, message = ?3, end_ns = ?4 WHERE id = ?1"},
+      {&m_stmts.insertTrack,
+       "INSERT INTO track(id, name, kind, rank, thread_id) VALUES (?1, ?2, ?3, ?4, ?5)"},
+      {&m_stmts.insertSlice,
+       "INSERT INTO slice(track, start_ns, dur_ns, name, category, step, layer, correlation_id, "
+       "depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+      {&m_stmts.insertCounter,
+       "INSERT INTO counter(track, name, ts_ns, value) VALUES (?1, ?2, ?3, ?4)"},
+      {&m_stmts.insertExpertLoad,
+       "INSERT INTO expert_load(step, layer, expert, rank, tokens, dropped, bias) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+      {&m_stmts.insertConfigChange,
+       "INSERT INTO config_change(run, step, ts_ns, key, old_value, new_value, source) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+      {&m_stmts.upsertStat,
+       "INSERT INTO stats(name, severity, value, description) VALUES (?1, ?2, ?3, ?4) "
+       "ON CONFLICT(name) DO UPDATE SET severity = excluded.severity, value = excluded.value, "
+       "description = excluded.description"},
+      {&m_stmts.upsertStep,
+       "INSERT OR REPLACE INTO step(run, rank, step, start_ns, end_ns, loss, aux_loss, tokens, "
+       "tokens_per_second, peak_bytes, grad_norm, lr) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"},
+      {&m_stmts.upsertMeta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)"},
+      {&m_stmts.insertString, "INSERT INTO string(text) VALUES (?1)"},
+      {&m_stmts.begin, "BEGIN"},
+      {&m_stmts.commit, "COMMIT"},
+      {&m_stmts.rollback, "ROLLBACK"},
+  };
+  for (const auto& [statement, sql] : statements) {
+    MOEWB_ASSIGN_OR_RETURN(*statement, Statement::prepare(m_db, sql));
+  }
+  return Status::ok();
+}
+
+// ---- caller side -------------------------------------------------------------------------
+
+void SqliteTraceWriter::push(WriteOp op) {
+  if (!m_queue.push(std::move(op))) m_droppedRows.fetch_add(1);
+}
+
+RunId SqliteTraceWriter::addRun(const RunRow& run) {
+  RunRow row = run;
+  row.id = RunId(m_nextRunId.fetch_add(1));
+  if (row.status.empty()) row.status = "running";
+  const RunId id = row.id;
+  push(std::move(row));
+  return id;
+}
+
+void SqliteTraceWriter::finishRun(RunId run, const std::string& status, const std::string& message,
+                                  int64_t endNs) {
+  push(FinishRunOp{run, status, message, endNs});
+}
+
+TrackId SqliteTraceWriter::addTrack(const TrackRow& track) {
+  TrackRow row = track;
+  row.id = TrackId(m_nextTrackId.fetch_add(1));
+  const TrackId id = row.id;
+  push(std::move(row));
+  return id;
+}
+
+void SqliteTraceWriter::addSlice(const SliceRow& slice) {
+  push(slice);
+}
+void SqliteTraceWriter::addCounter(const CounterRow& counter) {
+  push(counter);
+}
+void SqliteTraceWriter::addExpertLoad(const ExpertLoadRow& load) {
+  push(load);
+}
+void SqliteTraceWriter::addConfigChange(RunId run, const ConfigChangeRow& change) {
+  push(ConfigChangeOp{run, change});
+}
+void SqliteTraceWriter::addStat(const StatRow& stat) {
+  push(stat);
+}
+void SqliteTraceWriter::addStep(const StepRow& step) {
+  push(step);
+}
+void SqliteTraceWriter::setMeta(const std::string& key, const std::string& value) {
+  push(MetaOp{key, value});
+}
+
+Status SqliteTraceWriter::flush() {
+  const uint64_t ticket = m_queue.pushSync(/*commit=*/true);
+  if (ticket != 0) m_queue.waitDone(ticket);
+  return currentError();
+}
+
+void SqliteTraceWriter::waitApplied() {
+  const uint64_t ticket = m_queue.pushSync(/*commit=*/false);
+  if (ticket != 0) m_queue.waitDone(ticket);
+}
+
+Status SqliteTraceWriter::close() {
+  std::lock_guard lock(m_closeMutex);
+  if (m_closed) return currentError();
+  m_closed = true;
+  m_queue.close();
+  if (m_thread.joinable()) m_thread.join();
+  if (Status status = checkpointAndCloseDatabase(); !status.isOk()) recordError(status);
+  return currentError();
+}
+
+Status SqliteTraceWriter::checkpointAndCloseDatabase() {
+  m_stmts = {};
+  if (!m_db.handle()) return Status::ok();
+  const int rc = sqlite3_wal_checkpoint_v2(m_db.handle(), nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                           nullptr, nullptr);
+  // SQLITE_BUSY: a reader still uses the WAL; the data is safe there and is checkpointed later.
+  if (rc != SQLITE_BUSY) {
+    MOEWB_SQLITE_CHECK(m_db.handle(), m_path, rc);
+  }
+  return m_db.close();
+}
+
+void SqliteTraceWriter::recordError(const Status& status) {
+  std::lock_guard lock(m_errorMutex);
+  if (m_firstError.isOk()) m_firstError = status;
+}
+
+Status SqliteTraceWriter::currentError() const {
+  std::lock_guard lock(m_errorMutex);
+  if (m_firstError.isOk()) return Status::ok();
+  const int64_t dropped = m_droppedRows.load();
+  if (dropped == 0) return m_firstError;
+  return Status(m_firstError.code(), fmt::format("{} ({} rows dropped after this error)",
+                                                 m_firstError.message(), dropped));
+}
+
+// ---- writer thread -----------------------------------------------------------------------
+
+void SqliteTraceWriter::writerLoop() {
+  std::vector<WriteOp> batch;
+  while (m_queue.popAll(batch)) {
+    for (WriteOp& op : batch) applyOp(op);
+    batch.clear();
+  }
+  if (!m_failed) {
+    if (Status status = commit(); !status.isOk()) fail(status);
+  }
+  m_queue.markAllDone();
+}
+
+void SqliteTraceWriter::applyOp(WriteOp& op) {
+  if (const auto* sync = std::get_if<SyncOp>(&op)) {
+    if (sync->commit && !m_failed) {
+      if (Status status = commit(); !status.isOk()) fail(status);
+    }
+    m_queue.markDone(sync->ticket);
+    return;
+  }
+  if (m_failed) {
+    m_droppedRows.fetch_add(1);
+    return;
+  }
+  Status status = beginIfNeeded();
+  if (status.isOk()) status = std::visit([this](const auto& row) { return applyRow(row); }, op);
+  if (!status.isOk()) {
+    m_droppedRows.fetch_add(1);
+    fail(status);
+    return;
+  }
+  ++m_pendingRows;
+  if (std::holds_alternative<StepRow>(op) || m_pendingRows >= m_options.maxBatchRows) {
+    if (Status committed = commit(); !committed.isOk()) fail(committed);
+  }
+}
+
+void SqliteTraceWriter::fail(const Status& status) {
+  recordError(status);
+  m_failed = true;
+  if (m_inTransaction) {
+    // The rolled-back rows are lost too; a failing ROLLBACK leaves nothing more to report.
+    (void)m_stmts.rollback.run();
+    m_droppedRows.fetch_add(m_pendingRows);
+    m_inTransaction = false;
+    m_pendingRows = 0;
+  }
+}
+
+Status SqliteTraceWriter::beginIfNeeded() {
+  if (m_inTransaction) return Status::ok();
+  MOEWB_RETURN_IF_ERROR(m_stmts.begin.run());
+  m_inTransaction = true;
+  return Status::ok();
+}
+
+Status SqliteTraceWriter::commit() {
+  if (!m_inTransaction) return Status::ok();
+  if (m_maxSliceDurDirty) {
+    MOEWB_RETURN_IF_ERROR(
+        m_stmts.upsertMeta.bindAll(kMetaMaxSliceDurNs, std::to_string(m_maxSliceDurNs)));
+    MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.run());
+    m_maxSliceDurDirty = false;
+  }
+  MOEWB_RETURN_IF_ERROR(m_stmts.commit.run());
+  m_inTransaction = false;
+  m_pendingRows = 0;
+  return Status::ok();
+}
+
+Result<int64_t> SqliteTraceWriter::internString(const std::string& text) {
+  if (auto it = m_stringIds.find(text); it != m_stringIds.end()) return it->second;
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertString.bindText(1, text));
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertString.run());
+  const int64_t id = sqlite3_last_insert_rowid(m_db.handle());
+  m_stringIds.emplace(text, id);
+  return id;
+}
+
+Status SqliteTraceWriter::applyRow(const RunRow& row) {
+  MOEWB_RETURN_IF_ERROR(
+      m_stmts.insertRun.bindAll(row.id.value, row.name, row.configToml, row.backend, row.worldSize,
+                                row.startNs, row.startUnixNs, row.endNs, row.status, row.message));
+  return m_stmts.insertRun.run();
+}
+
+Status SqliteTraceWriter::applyRow(const FinishRunOp& op) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.finishRun.bindAll(op.run.value, op.status, op.message, op.endNs));
+  return m_stmts.finishRun.run();
+}
+
+Status SqliteTraceWriter::applyRow(const TrackRow& row) {
+  MOEWB_RETURN_IF_ERROR(
+      m_stmts.insertTrack.bindAll(row.id.value, row.name, row.kind, row.rank, row.threadId));
+  return m_stmts.insertTrack.run();
+}
+
+Status SqliteTraceWriter::applyRow(const SliceRow& row) {
+  MOEWB_ASSIGN_OR_RETURN(const int64_t nameId, internString(row.name));
+  MOEWB_ASSIGN_OR_RETURN(const int64_t categoryId, internString(row.category));
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertSlice.bindAll(row.track.value, row.startNs, row.durNs, nameId,
+                                                    categoryId, row.step, row.layer,
+                                                    row.correlationId, row.depth));
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertSlice.run());
+  if (row.durNs > m_maxSliceDurNs) {
+    m_maxSliceDurNs = row.durNs;
+    m_maxSliceDurDirty = true;
+  }
+  return Status::ok();
+}
+
+Status SqliteTraceWriter::applyRow(const CounterRow& row) {
+  MOEWB_ASSIGN_OR_RETURN(const int64_t nameId, internString(row.name));
+  MOEWB_RETURN_IF_ERROR(
+      m_stmts.insertCounter.bindAll(row.track.value, nameId, row.tsNs, row.value));
+  return m_stmts.insertCounter.run();
+}
+
+Status SqliteTraceWriter::applyRow(const ExpertLoadRow& row) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertExpertLoad.bindAll(row.step, row.layer, row.expert, row.rank,
+                                                         row.tokens, row.dropped, row.bias));
+  return m_stmts.insertExpertLoad.run();
+}
+
+Status SqliteTraceWriter::applyRow(const ConfigChangeOp& op) {
+  const ConfigChangeRow& row = op.row;
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertConfigChange.bindAll(
+      op.run.value, row.step, row.tsNs, row.key, row.oldValue, row.newValue, row.source));
+  return m_stmts.insertConfigChange.run();
+}
+
+Status SqliteTraceWriter::applyRow(const StatRow& row) {
+  MOEWB_RETURN_IF_ERROR(
+      m_stmts.upsertStat.bindAll(row.name, row.severity, row.value, row.description));
+  return m_stmts.upsertStat.run();
+}
+
+Status SqliteTraceWriter::applyRow(const StepRow& row) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.upsertStep.bindAll(
+      row.run.value, row.rank, row.step, row.startNs, row.endNs, row.loss, row.auxLoss, row.tokens,
+      row.tokensPerSecond, row.peakBytes, row.gradNorm, row.lr));
+  return m_stmts.upsertStep.run();
+}
+
+Status SqliteTraceWriter::applyRow(const MetaOp& op) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.bindAll(op.key, op.value));
+  return m_stmts.upsertMeta.run();
+}
+
+// Sync ops are handled in applyOp before dispatch; this overload only completes the visitor.
+Status SqliteTraceWriter::applyRow(const SyncOp&) {
+  return Status::ok();
+}
+
+}  // namespace detail
+}  // namespace moewb::storage

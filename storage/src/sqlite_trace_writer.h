@@ -1,0 +1,115 @@
+// SqliteTraceWriter: the TraceWriter implementation (see moewb/storage/trace_writer.h).
+//
+// Threads: callers only build a WriteOp and push it on a WriterQueue (ids come from atomics, so
+// no call waits for the database). One writer thread owns the SQLite connection: it drains the
+// queue in batches, interns strings through an in-memory cache, inserts rows with prepared
+// statements inside one open transaction and commits on a step row, on flush() and every
+// maxBatchRows rows. After the first failed SQLite call the transaction is rolled back, the
+// error is kept for flush()/close() and every later row is dropped and counted.
+// Costs: add* O(1) plus a row copy; a commit is one WAL append + (synchronous=NORMAL) no fsync.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "moewb/storage/trace_writer.h"
+#include "sqlite_util.h"
+#include "writer_queue.h"
+
+namespace moewb::storage::detail {
+
+class SqliteTraceWriter final : public TraceWriter {
+ public:
+  // See TraceWriter::create.
+  static Result<std::unique_ptr<SqliteTraceWriter>> create(const std::string& path,
+                                                           const WriterOptions& options);
+  ~SqliteTraceWriter() override;
+
+  RunId addRun(const RunRow& run) override;
+  void finishRun(RunId run, const std::string& status, const std::string& message,
+                 int64_t endNs) override;
+  TrackId addTrack(const TrackRow& track) override;
+  void addSlice(const SliceRow& slice) override;
+  void addCounter(const CounterRow& counter) override;
+  void addExpertLoad(const ExpertLoadRow& load) override;
+  void addConfigChange(RunId run, const ConfigChangeRow& change) override;
+  void addStat(const StatRow& stat) override;
+  void addStep(const StepRow& step) override;
+  void setMeta(const std::string& key, const std::string& value) override;
+  Status flush() override;
+  Status close() override;
+  const std::string& path() const override { return m_path; }
+
+  // Blocks until the writer thread has applied every op queued so far, WITHOUT committing them
+  // (tests use it to look at an open transaction from a reader). Any thread.
+  void waitApplied();
+  // Rows dropped after a write error or because they were added after close(). Any thread.
+  int64_t droppedRows() const { return m_droppedRows.load(); }
+
+ private:
+  struct Statements {
+    Statement insertRun, finishRun, insertTrack, insertSlice, insertCounter, insertExpertLoad,
+        insertConfigChange, upsertStat, upsertStep, upsertMeta, insertString, begin, commit,
+        rollback;
+  };
+
+  SqliteTraceWriter(std::string path, WriterOptions options);
+  Status openAndInitialize();
+  Status prepareStatements();
+  void push(WriteOp op);
+
+  // Writer thread.
+  void writerLoop();
+  void applyOp(WriteOp& op);
+  Status applyRow(const RunRow& row);
+  Status applyRow(const FinishRunOp& op);
+  Status applyRow(const TrackRow& row);
+  Status applyRow(const SliceRow& row);
+  Status applyRow(const CounterRow& row);
+  Status applyRow(const ExpertLoadRow& row);
+  Status applyRow(const ConfigChangeOp& op);
+  Status applyRow(const StatRow& row);
+  Status applyRow(const StepRow& row);
+  Status applyRow(const MetaOp& op);
+  Status applyRow(const SyncOp& op);
+  Result<int64_t> internString(const std::string& text);
+  Status beginIfNeeded();
+  Status commit();
+  void fail(const Status& status);
+
+  void recordError(const Status& status);
+  Status currentError() const;
+  Status checkpointAndCloseDatabase();
+
+  const std::string m_path;
+  const WriterOptions m_options;
+  Database m_db;  // declared before m_stmts: statements are finalized first
+  Statements m_stmts;
+  WriterQueue m_queue;
+  std::thread m_thread;
+
+  std::atomic<int64_t> m_nextRunId{1};
+  std::atomic<int64_t> m_nextTrackId{1};
+  std::atomic<int64_t> m_droppedRows{0};
+
+  // Owned by the writer thread.
+  std::unordered_map<std::string, int64_t> m_stringIds;
+  bool m_inTransaction = false;
+  bool m_failed = false;
+  int64_t m_pendingRows = 0;    // rows in the open transaction
+  int64_t m_maxSliceDurNs = 0;  // longest slice so far, mirrored into meta on commit
+  bool m_maxSliceDurDirty = false;
+
+  mutable std::mutex m_errorMutex;
+  Status m_firstError;  // guarded by m_errorMutex
+
+  std::mutex m_closeMutex;
+  bool m_closed = false;  // guarded by m_closeMutex
+};
+
+}  // namespace moewb::storage::detail

@@ -1,0 +1,29 @@
+// TraceReader's factory and the default (non-streaming) implementations of its forEach* methods.
+#include "moewb/storage/trace_reader.h"
+
+#include "sqlite_trace_reader.h"
+
+namespace moewb::storage {
+
+Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
+  MOEWB_ASSIGN_OR_RETURN(auto reader, detail::SqliteTraceReader::open(path));
+  return std::unique_ptr<TraceReader>(std::move(reader));
+}
+
+Status TraceReader::forEachSlice(const std::function<bool(const SliceRow&)>& visit) {
+  MOEWB_ASSIGN_OR_RETURN(const std::vector<SliceRow> rows, slices(TimeWindow::all()));
+  for (const SliceRow& row : rows) {
+    if (!visit(row)) break;
+  }
+  return Status::ok();
+}
+
+Status TraceReader::forEachCounter(const std::function<bool(const CounterRow&)>& visit) {
+  MOEWB_ASSIGN_OR_RETURN(const std::vector<CounterRow> rows, counters(TimeWindow::all()));
+  for (const CounterRow& row : rows) {
+    if (!visit(row)) break;
+  }
+  return Status::ok();
+}
+
+}  // namespace moewb::storage

@@ -1,0 +1,216 @@
+// End-to-end tests of the `moewb` binary: run (training + trace), bad input, info, export.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+
+#include "cli_process.h"
+#include "moewb/storage/trace_reader.h"
+
+namespace moewb::cli::testing {
+namespace {
+
+// One 200-step run of tiny.toml shared by the tests that read its trace.
+class CliRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    s_dir = new TempDir("cli-run");
+    s_trace = s_dir->file("tiny.sqlite");
+    s_result = new ProcessResult(
+        runMoewb("run --config " + tinyConfig() + " --steps 200 --out " + s_trace, s_dir->path()));
+  }
+  static void TearDownTestSuite() {
+    delete s_result;
+    delete s_dir;
+  }
+  static std::unique_ptr<storage::TraceReader> openTrace() {
+    auto reader = storage::TraceReader::open(s_trace);
+    EXPECT_TRUE(reader.isOk()) << reader.status().toString();
+    return reader.isOk() ? std::move(reader).value() : nullptr;
+  }
+
+  static inline TempDir* s_dir = nullptr;
+  static inline std::string s_trace;
+  static inline ProcessResult* s_result = nullptr;
+};
+
+TEST_F(CliRunTest, TrainsAndPrintsSummary) {
+  ASSERT_EQ(s_result->exitCode, 0) << s_result->err;
+  EXPECT_NE(s_result->out.find("run summary"), std::string::npos) << s_result->out;
+  EXPECT_NE(s_result->out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(s_result->out.find("layer 1"), std::string::npos);
+  EXPECT_NE(s_result->err.find("step 200/200"), std::string::npos) << s_result->err;
+}
+
+TEST_F(CliRunTest, LossFallsByAtLeastHalf) {
+  auto reader = openTrace();
+  ASSERT_TRUE(reader);
+  auto runs = reader->runs();
+  ASSERT_TRUE(runs.isOk());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().status, "completed");
+  auto steps = reader->steps(runs->front().id);
+  ASSERT_TRUE(steps.isOk());
+  ASSERT_EQ(steps->size(), 200u);  // one step row per step
+  for (size_t i = 0; i < steps->size(); ++i) EXPECT_EQ((*steps)[i].step, int64_t(i));
+  EXPECT_LE(steps->back().loss, 0.5 * steps->front().loss)
+      << "first " << steps->front().loss << " last " << steps->back().loss;
+}
+
+TEST_F(CliRunTest, ExpertLoadRowForEveryStepLayerExpert) {
+  auto reader = openTrace();
+  ASSERT_TRUE(reader);
+  auto load = reader->expertLoad(0, 1'000'000);
+  ASSERT_TRUE(load.isOk());
+  const int kLayers = 2, kExperts = 8, kTopK = 2, kTokens = 8 * 64;
+  ASSERT_EQ(load->size(), size_t(200 * kLayers * kExperts));
+  std::map<std::pair<int64_t, int32_t>, int64_t> assigned;
+  std::set<std::tuple<int64_t, int32_t, int32_t>> keys;
+  for (const auto& row : *load) {
+    assigned[{row.step, row.layer}] += row.tokens;
+    keys.insert({row.step, row.layer, row.expert});
+  }
+  EXPECT_EQ(keys.size(), load->size());
+  for (const auto& [key, total] : assigned) EXPECT_EQ(total, kTokens * kTopK);
+}
+
+TEST_F(CliRunTest, PhaseSlicesForEveryLayerOfEveryStep) {
+  auto reader = openTrace();
+  ASSERT_TRUE(reader);
+  auto bounds = reader->timeBounds();
+  ASSERT_TRUE(bounds.isOk());
+  auto slices = reader->slices(*bounds);
+  ASSERT_TRUE(slices.isOk());
+  const std::vector<std::string> kPerLayer = {"attention.fwd", "router.fwd", "permute.fwd",
+                                              "experts.fwd",   "combine.fwd", "attention.bwd",
+                                              "router.bwd",    "permute.bwd", "experts.bwd",
+                                              "combine.bwd"};
+  std::set<std::tuple<int64_t, int32_t, std::string>> seen;
+  int stepSlices = 0;
+  for (const auto& s : *slices) {
+    if (s.name == "step") ++stepSlices;
+    if (s.layer >= 0) seen.insert({s.step, s.layer, s.name});
+    EXPECT_GE(s.durNs, 0);
+  }
+  EXPECT_EQ(stepSlices, 200);
+  for (int64_t step = 0; step < 200; ++step) {
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      for (const auto& name : kPerLayer) {
+        ASSERT_TRUE(seen.count({step, layer, name})) << name << " step " << step << " layer " << layer;
+      }
+    }
+  }
+}
+
+TEST_F(CliRunTest, InfoSummarisesTheTrace) {
+  ProcessResult info = runMoewb("info " + s_trace, s_dir->path());
+  ASSERT_EQ(info.exitCode, 0) << info.err;
+  for (const char* expected : {"run      tiny", "steps    200 committed", "top phases by total time",
+                               "experts.bwd", "expert load imbalance per layer", "[moe]",
+                               "top_k = 2"}) {
+    EXPECT_NE(info.out.find(expected), std::string::npos) << expected << "\n" << info.out;
+  }
+}
+
+TEST_F(CliRunTest, ExportsChromeTraceJson) {
+  std::string json = s_dir->file("trace.json");
+  ProcessResult exported = runMoewb("export " + s_trace + " --chrome " + json, s_dir->path());
+  ASSERT_EQ(exported.exitCode, 0) << exported.err;
+  std::string text = readFile(json);
+  EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(text.find("\"experts.fwd\""), std::string::npos);
+  EXPECT_NE(text.find("\"ph\":\"X\""), std::string::npos);
+}
+
+TEST(CliBadInput, BadConfigExitsTwoNamingTheKeyAndWritesNothing) {
+  TempDir dir("cli-bad");
+  std::string trace = dir.file("never.sqlite");
+  ProcessResult r = runMoewb("run --config " + tinyConfig() + " --set moe.top_k=9 --out " + trace,
+                             dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("moe.top_k"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("accepted: 1..8"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+  EXPECT_FALSE(std::filesystem::exists(trace + "-wal"));
+
+  std::ofstream(dir.file("bad.toml")) << "[moe]\ntopk = 2\n";
+  r = runMoewb("run --config " + dir.file("bad.toml") + " --out " + trace, dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("unknown key 'moe.topk'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+
+  std::ofstream(dir.file("type.toml")) << "[model]\nd_model = \"wide\"\n";
+  r = runMoewb("run --config " + dir.file("type.toml") + " --out " + trace, dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("model.d_model must be an integer"), std::string::npos) << r.err;
+
+  r = runMoewb("run --config " + dir.file("missing.toml"), dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("missing.toml"), std::string::npos) << r.err;
+}
+
+TEST(CliBadInput, ExistingTraceIsKeptWithoutForce) {
+  TempDir dir("cli-keep");
+  std::string trace = dir.file("keep.sqlite");
+  std::ofstream(trace) << "precious";
+  ProcessResult r = runMoewb("run --config " + tinyConfig() + " --steps 2 --out " + trace, dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("--force"), std::string::npos);
+  EXPECT_EQ(readFile(trace), "precious");
+}
+
+TEST(CliBadInput, InfoOnNonTraceNamesTheFile) {
+  TempDir dir("cli-info-bad");
+  std::ofstream(dir.file("notes.txt")) << "hello, not a database\n";
+  ProcessResult r = runMoewb("info " + dir.file("notes.txt"), dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("notes.txt"), std::string::npos) << r.err;
+  r = runMoewb("export " + dir.file("nope.sqlite") + " --chrome " + dir.file("x.json"), dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.json")));
+}
+
+TEST(CliBadInput, UnknownSubcommandOrOptionExitsTwo) {
+  TempDir dir("cli-args");
+  EXPECT_EQ(runMoewb("frobnicate", dir.path()).exitCode, 2);
+  EXPECT_EQ(runMoewb("run --config " + tinyConfig() + " --steps zero", dir.path()).exitCode, 2);
+  EXPECT_EQ(runMoewb("--version", dir.path()).exitCode, 0);
+}
+
+}  // namespace
+}  // namespace moewb::cli::testing
+
+namespace moewb::cli::testing {
+namespace {
+
+TEST(CliConfig, ValidatesAndPrintsEffectiveConfig) {
+  TempDir dir("cli-config");
+  ProcessResult r = runMoewb("config --config " + tinyConfig() + " --set moe.top_k=1", dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("top_k = 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[optim]"), std::string::npos);
+  r = runMoewb("config --set model.num_heads=7", dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("model.num_heads"), std::string::npos) << r.err;
+}
+
+// The README's config reference is the output of `moewb config --reference`, so it stays true.
+TEST(CliConfig, ReadmeReferenceMatchesTheKeyTable) {
+  TempDir dir("cli-reference");
+  ProcessResult r = runMoewb("config --reference", dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  std::string readme = readFile(std::string(MOEWB_SOURCE_DIR) + "/README.md");
+  std::istringstream lines(r.out);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line); ++rows) {
+    EXPECT_NE(readme.find(line), std::string::npos)
+        << "README.md's config reference lacks or differs from:\n" << line
+        << "\n(regenerate it with: moewb config --reference)";
+  }
+  EXPECT_GT(rows, 20);
+}
+
+}  // namespace
+}  // namespace moewb::cli::testing

@@ -1,0 +1,194 @@
+// Trainer: the EventSink contract (phases for every layer and pass each step, one StepEvent per
+// step, expert loads summing to N k, run start/end), determinism (same seed twice, 1 vs 2
+// threads, bitwise), stop requests, a null sink, and config errors.
+#include "moewb/engine/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "recording_sink.h"
+
+namespace moewb::engine {
+namespace {
+
+using test::RecordingSink;
+
+RunConfig smallConfig() {
+  RunConfig config;
+  config.run.threads = 2;
+  config.model.seqLen = 16;
+  config.data.batchSize = 4;
+  return config;
+}
+
+std::vector<double> lossesOf(const RunConfig& config, int64_t steps) {
+  auto trainer = Trainer::create(config, nullptr);
+  EXPECT_TRUE(trainer.isOk()) << trainer.status().toString();
+  std::vector<double> losses;
+  for (int64_t i = 0; i < steps; ++i) {
+    Result<StepEvent> step = (*trainer)->step();
+    EXPECT_TRUE(step.isOk()) << step.status().toString();
+    losses.push_back(step->loss);
+    losses.push_back(step->gradNorm);
+    losses.push_back(step->auxLoss);
+  }
+  return losses;
+}
+
+TEST(Trainer, EmitsTheSinkContract) {
+  RunConfig config = smallConfig();
+  RecordingSink sink;
+  auto trainer = Trainer::create(config, &sink);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  ASSERT_TRUE((*trainer)->run(3).isOk());
+  EXPECT_EQ((*trainer)->stepsDone(), 3);
+
+  ASSERT_EQ(sink.runStarts.size(), 1u);
+  EXPECT_EQ(sink.order.front(), RecordingSink::Kind::kRunStart);
+  EXPECT_EQ(sink.order.back(), RecordingSink::Kind::kRunEnd);
+  EXPECT_EQ(sink.runStarts[0].configToml, toToml(config));
+  EXPECT_EQ(sink.runStarts[0].numLayers, 2);
+  EXPECT_EQ(sink.runStarts[0].numExperts, 8);
+  ASSERT_EQ(sink.runEnds.size(), 1u);
+  EXPECT_EQ(sink.runEnds[0].outcome, RunOutcome::kCompleted);
+  EXPECT_EQ(sink.runEnds[0].stepsDone, 3);
+
+  ASSERT_EQ(sink.steps.size(), 3u);
+  const int64_t tokens = config.tokensPerStep();
+  for (int64_t s = 0; s < 3; ++s) {
+    const StepEvent& step = sink.steps[size_t(s)];
+    EXPECT_EQ(step.step, s);
+    EXPECT_EQ(step.tokens, tokens);
+    EXPECT_GT(step.tokensPerSecond, 0);
+    EXPECT_GT(step.peakBytes, 0);
+    EXPECT_GT(step.gradNorm, 0);
+    EXPECT_GT(step.lr, 0);
+    EXPECT_GT(step.auxLoss, 0);
+    EXPECT_TRUE(std::isfinite(step.loss));
+    EXPECT_LE(step.startNs, step.endNs);
+  }
+  // Exactly one StepEvent per step, and it is the step's last event.
+  size_t stepIndex = 0, phaseIndex = 0;
+  for (RecordingSink::Kind kind : sink.order) {
+    if (kind == RecordingSink::Kind::kStep) ++stepIndex;
+    if (kind == RecordingSink::Kind::kPhase) {
+      EXPECT_EQ(sink.phases[phaseIndex++].step, int64_t(stepIndex));
+    }
+  }
+  // Every (step, layer, phase, pass) appears once; per-layer phases nest inside their pass range.
+  std::map<std::tuple<int64_t, int32_t, Phase, Pass>, int> seen;
+  std::map<std::pair<int64_t, Pass>, PhaseEvent> passRange;
+  for (const PhaseEvent& e : sink.phases) {
+    ++seen[{e.step, e.layer, e.phase, e.pass}];
+    if (e.phase == Phase::kForward || e.phase == Phase::kBackward) passRange[{e.step, e.pass}] = e;
+    EXPECT_LE(e.startNs, e.endNs);
+  }
+  const Phase layerPhases[] = {Phase::kAttention, Phase::kRouter, Phase::kPermute, Phase::kExperts,
+                               Phase::kCombine};
+  for (int64_t s = 0; s < 3; ++s) {
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        for (Phase phase : layerPhases) EXPECT_EQ((seen[{s, layer, phase, pass}]), 1);
+      }
+      EXPECT_EQ((seen[{s, -1, Phase::kEmbedding, pass}]), 1);
+      EXPECT_EQ((seen[{s, -1, Phase::kLoss, pass}]), 1);
+    }
+    EXPECT_EQ((seen[{s, -1, Phase::kForward, Pass::kForward}]), 1);
+    EXPECT_EQ((seen[{s, -1, Phase::kBackward, Pass::kBackward}]), 1);
+    EXPECT_EQ((seen[{s, -1, Phase::kOptimizer, Pass::kNone}]), 1);
+  }
+  EXPECT_EQ(sink.phases.size(), size_t(3 * (2 * (2 * 5 + 2) + 3)));
+  for (const PhaseEvent& e : sink.phases) {
+    if (phaseDepth(e.phase) != 2) continue;
+    const PhaseEvent& range = passRange[{e.step, e.pass}];
+    EXPECT_GE(e.startNs, range.startNs);
+    EXPECT_LE(e.endNs, range.endNs);
+  }
+  // One expert-load event per layer per step, summing to N k.
+  ASSERT_EQ(sink.loads.size(), 6u);
+  for (const ExpertLoadEvent& load : sink.loads) {
+    ASSERT_EQ(load.tokensPerExpert.size(), 8u);
+    ASSERT_EQ(load.droppedPerExpert.size(), 8u);
+    int64_t total = 0;
+    for (int64_t c : load.tokensPerExpert) total += c;
+    EXPECT_EQ(total, tokens * config.moe.topK);
+  }
+  std::set<std::string> counterNames;
+  for (const CounterEvent& c : sink.counters) counterNames.insert(c.name);
+  EXPECT_TRUE(counterNames.count("lr"));
+}
+
+TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
+  const RunConfig config = smallConfig();
+  const std::vector<double> a = lossesOf(config, 4), b = lossesOf(config, 4);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+  RunConfig other = config;
+  other.run.seed = 77;
+  EXPECT_NE(lossesOf(other, 1)[0], a[0]);
+}
+
+TEST(Trainer, OneAndTwoThreadsGiveBitIdenticalLosses) {
+  RunConfig one = smallConfig(), two = smallConfig();
+  one.run.threads = 1;
+  two.run.threads = 2;
+  const std::vector<double> a = lossesOf(one, 4), b = lossesOf(two, 4);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+}
+
+class StopAfterStep : public RecordingSink {
+ public:
+  StopAfterStep(int64_t stopAt) : m_stopAt(stopAt) {}
+  void onStep(const StepEvent& e) override {
+    RecordingSink::onStep(e);
+    if (e.step == m_stopAt) trainer->requestStop();
+  }
+  Trainer* trainer = nullptr;
+
+ private:
+  int64_t m_stopAt;
+};
+
+TEST(Trainer, RequestStopEndsTheRunAfterTheCurrentStep) {
+  StopAfterStep sink(1);
+  auto trainer = Trainer::create(smallConfig(), &sink);
+  ASSERT_TRUE(trainer.isOk());
+  sink.trainer = trainer->get();
+  ASSERT_TRUE((*trainer)->run(10).isOk());
+  EXPECT_EQ((*trainer)->stepsDone(), 2);
+  ASSERT_EQ(sink.runEnds.size(), 1u);
+  EXPECT_EQ(sink.runEnds[0].outcome, RunOutcome::kStopped);
+  EXPECT_EQ(sink.runEnds[0].stepsDone, 2);
+}
+
+TEST(Trainer, RunsWithoutASink) {
+  auto trainer = Trainer::create(smallConfig(), nullptr);
+  ASSERT_TRUE(trainer.isOk());
+  EXPECT_TRUE((*trainer)->run(2).isOk());
+  Result<StepEvent> step = (*trainer)->step();
+  ASSERT_TRUE(step.isOk());
+  EXPECT_EQ(step->step, 2);
+  EXPECT_GT((*trainer)->parameterCount(), 0);
+  EXPECT_EQ((*trainer)->threadCount(), 2);
+  EXPECT_EQ((*trainer)->run(-1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Trainer, RejectsInvalidAndOversizedConfigs) {
+  RunConfig bad = smallConfig();
+  bad.moe.topK = 9;
+  auto result = Trainer::create(bad, nullptr);
+  ASSERT_FALSE(result.isOk());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  RunConfig huge = smallConfig();
+  huge.model.dModel = 65536;
+  huge.moe.dFf = 1048576;
+  result = Trainer::create(huge, nullptr);
+  ASSERT_FALSE(result.isOk());
+  EXPECT_EQ(result.status().code(), StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace moewb::engine

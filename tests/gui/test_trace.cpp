@@ -1,0 +1,112 @@
+// TestTrace: engine-shaped synthetic traces for the GUI tests.
+#include "test_trace.h"
+
+namespace moewb::gui::testing {
+
+namespace {
+constexpr int64_t kOriginNs = 5'000'000'000;  // steady-clock time of step 0
+}  // namespace
+
+Result<std::unique_ptr<TestTrace>> TestTrace::create(const std::string& path, int layers,
+                                                     int experts) {
+  storage::WriterOptions options;
+  options.overwrite = true;
+  MOEWB_ASSIGN_OR_RETURN(auto writer, storage::TraceWriter::create(path, options));
+  auto trace = std::unique_ptr<TestTrace>(new TestTrace);
+  trace->m_layers = layers;
+  trace->m_experts = experts;
+  storage::RunRow run;
+  run.name = "gui-test";
+  run.backend = "cpu";
+  run.startNs = kOriginNs;
+  run.status = "running";
+  trace->m_run = writer->addRun(run);
+  storage::TrackRow track;
+  track.name = "trainer thread";
+  track.kind = "thread";
+  trace->m_track = writer->addTrack(track);
+  trace->m_writer = std::move(writer);
+  MOEWB_RETURN_IF_ERROR(trace->m_writer->flush());
+  return trace;
+}
+
+int64_t TestTrace::tokensFor(int64_t step, int layer, int expert) {
+  // Expert 0 is hot; the rest vary deterministically with step and layer.
+  return (expert == 0 ? 300 : 60) + (expert * 37 + layer * 11 + step * 5) % 90;
+}
+
+Status TestTrace::addStep(int64_t step) {
+  const int64_t start = kOriginNs + step * kStepNs;
+  writeSlices(step, start);
+  for (int l = 0; l < m_layers; ++l) {
+    for (int e = 0; e < m_experts; ++e) {
+      storage::ExpertLoadRow load;
+      load.step = step;
+      load.layer = l;
+      load.expert = e;
+      load.tokens = tokensFor(step, l, e);
+      m_writer->addExpertLoad(load);
+    }
+  }
+  storage::StepRow row;
+  row.run = m_run;
+  row.step = step;
+  row.startNs = start;
+  row.endNs = start + kStepNs;
+  row.loss = 5.5 - 0.1 * double(step);
+  row.auxLoss = 0.01;
+  row.tokens = 512;
+  row.tokensPerSecond = 512.0 / (double(kStepNs) * 1e-9);
+  row.peakBytes = 64 << 20;
+  m_writer->addStep(row);
+  return m_writer->flush();
+}
+
+void TestTrace::writeSlices(int64_t step, int64_t start) {
+  auto slice = [&](int64_t s, int64_t dur, const char* name, int32_t depth, int32_t layer) {
+    storage::SliceRow r;
+    r.track = m_track;
+    r.startNs = s;
+    r.durNs = dur;
+    r.name = name;
+    r.category = depth == 0 ? storage::kCategoryStep : storage::kCategoryPhase;
+    r.step = step;
+    r.layer = layer;
+    r.depth = depth;
+    m_writer->addSlice(r);
+  };
+  // Forward 0.6 ms, backward 1.2 ms, optimizer 0.2 ms.
+  const int64_t fwd = 600'000, bwd = 1'200'000, opt = 200'000;
+  slice(start, kStepNs, "step", 0, -1);
+  slice(start, fwd, "forward", 1, -1);
+  slice(start + fwd, bwd, "backward", 1, -1);
+  slice(start + fwd + bwd, opt, "optimizer", 1, -1);
+  slice(start, 20'000, "embedding.fwd", 2, -1);
+  slice(start + fwd - 40'000, 40'000, "loss.fwd", 2, -1);
+  static const char* kFwd[] = {"attention.fwd", "router.fwd", "permute.fwd", "experts.fwd",
+                               "combine.fwd"};
+  static const char* kBwd[] = {"combine.bwd", "experts.bwd", "permute.bwd", "router.bwd",
+                               "attention.bwd"};
+  static const int64_t kFwdNs[] = {40'000, 10'000, 8'000, 60'000, 12'000};  // sum 130 us
+  const int64_t fwdLayerNs = (fwd - 60'000) / m_layers;
+  const int64_t bwdLayerNs = bwd / m_layers;
+  for (int l = 0; l < m_layers; ++l) {
+    int64_t t = start + 20'000 + l * fwdLayerNs;
+    for (int i = 0; i < 5; ++i) {
+      slice(t, kFwdNs[i] * fwdLayerNs / 140'000, kFwd[i], 2, l);
+      t += kFwdNs[i] * fwdLayerNs / 130'000;
+    }
+    t = start + fwd + (m_layers - 1 - l) * bwdLayerNs;
+    for (int i = 0; i < 5; ++i) {
+      slice(t, 2 * kFwdNs[4 - i] * bwdLayerNs / 280'000, kBwd[i], 2, l);
+      t += 2 * kFwdNs[4 - i] * bwdLayerNs / 260'000;
+    }
+  }
+}
+
+Status TestTrace::finish() {
+  m_writer->finishRun(m_run, "completed", "", kOriginNs + 1'000 * kStepNs);
+  return m_writer->close();
+}
+
+}  // namespace moewb::gui::testing

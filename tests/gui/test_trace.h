@@ -1,0 +1,44 @@
+// TestTrace: writes small, deterministic traces for the GUI tests through storage::TraceWriter,
+// shaped like the engine's: per step a depth-0 "step" slice, depth-1 forward/backward/optimizer
+// ranges, depth-2 per-layer phases, expert loads per (layer, expert) and one step row. Steps can
+// be added after a reader opened the file, to test live refreshes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "moewb/base/status.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace moewb::gui::testing {
+
+class TestTrace {
+ public:
+  // Creates (overwrites) `path` with a run row and one thread track.
+  static Result<std::unique_ptr<TestTrace>> create(const std::string& path, int layers,
+                                                   int experts);
+  // Writes step `step` (all its slices, expert loads and the committing step row) and flushes.
+  Status addStep(int64_t step);
+  // Marks the run completed and closes the file.
+  Status finish();
+
+  int layers() const { return m_layers; }
+  int experts() const { return m_experts; }
+  // Tokens routed to (layer, expert) at `step` (what addStep writes).
+  static int64_t tokensFor(int64_t step, int layer, int expert);
+  // Slices addStep writes per step.
+  int64_t slicesPerStep() const { return 1 + 3 + int64_t(m_layers) * 10 + 2; }
+  static constexpr int64_t kStepNs = 2'000'000;  // each step lasts 2 ms
+
+ private:
+  // Queues the step's slices (step, passes, per-layer phases) starting at `start`.
+  void writeSlices(int64_t step, int64_t start);
+
+  std::unique_ptr<storage::TraceWriter> m_writer;
+  RunId m_run;
+  TrackId m_track;
+  int m_layers = 0;
+  int m_experts = 0;
+};
+
+}  // namespace moewb::gui::testing
