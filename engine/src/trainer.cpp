@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <new>
 
 #include "data/synthetic_data.h"
@@ -24,15 +25,14 @@ namespace {
 // Rough bytes of the float parameters (value, grad, two moments) plus one step's activations.
 double estimateTrainingBytes(const ModelDims& d) {
   const double n = double(d.tokens()), rows = n * double(d.topK);
-  const double params = double(d.vocabSize) * double(d.dModel) * 2 +
-                        double(d.numLayers) * (4.0 * double(d.dModel) * double(d.dModel) +
-                                               3.0 * double(d.numExperts) * double(d.dFf) *
-                                                   double(d.dModel));
-  const double perLayer = n * double(d.dModel) * 12 +
-                          double(d.batchSize) * double(d.numHeads) * double(d.seqLen) *
-                              double(d.seqLen) +
-                          rows * (2.0 * double(d.dModel) + 3.0 * double(d.dFf)) +
-                          2.0 * n * double(d.numExperts);
+  const double params =
+      double(d.vocabSize) * double(d.dModel) * 2 +
+      double(d.numLayers) * (4.0 * double(d.dModel) * double(d.dModel) +
+                             3.0 * double(d.numExperts) * double(d.dFf) * double(d.dModel));
+  const double perLayer =
+      n * double(d.dModel) * 12 +
+      double(d.batchSize) * double(d.numHeads) * double(d.seqLen) * double(d.seqLen) +
+      rows * (2.0 * double(d.dModel) + 3.0 * double(d.dFf)) + 2.0 * n * double(d.numExperts);
   const double activations = double(d.numLayers) * perLayer + 2.0 * n * double(d.vocabSize);
   return 4.0 * (4.0 * params + activations);
 }
@@ -47,6 +47,12 @@ double physicalMemoryBytes() {
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, EventSink* sink) {
   MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  const int64_t routedRows = config.tokensPerStep() * config.moe.topK;
+  if (routedRows > std::numeric_limits<int32_t>::max()) {
+    return invalidArgument(
+        "data.batch_size * model.seq_len * moe.top_k = " + std::to_string(routedRows) +
+        " routed rows per step; the CPU engine accepts at most 2147483647");
+  }
   const double neededBytes = estimateTrainingBytes(ModelDims::fromConfig(config));
   const double memoryBytes = physicalMemoryBytes();
   if (memoryBytes > 0 && neededBytes > 0.5 * memoryBytes) {
@@ -67,14 +73,18 @@ Trainer::Trainer(const RunConfig& config, EventSink* sink) : m_config(config), m
   m_pool = std::make_unique<ThreadPool>(config.run.threads);
   m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
   m_model->initialize(config.run.seed);
-  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
-                                           config.model.seqLen, config.run.seed);
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize, config.model.seqLen,
+                                           config.run.seed);
 }
 
 Trainer::~Trainer() = default;
 
-int64_t Trainer::parameterCount() const { return m_model->parameterCount(); }
-int32_t Trainer::threadCount() const { return m_pool->size(); }
+int64_t Trainer::parameterCount() const {
+  return m_model->parameterCount();
+}
+int32_t Trainer::threadCount() const {
+  return m_pool->size();
+}
 
 void Trainer::startRunOnce() {
   if (m_runStarted) return;
@@ -115,6 +125,7 @@ Status Trainer::run(int64_t steps) {
       return result.status();
     }
   }
+  m_stopRequested.store(false);  // a request during the last step has nothing left to stop
   endRun(RunOutcome::kCompleted, "");
   return Status::ok();
 }
@@ -124,9 +135,14 @@ Result<StepEvent> Trainer::step() {
     return failedPrecondition("training already failed: " + m_failure.toString());
   }
   startRunOnce();
-  Result<StepEvent> result = trainStep();
-  if (!result.isOk()) m_failure = result.status();
-  return result;
+  try {
+    Result<StepEvent> result = trainStep();
+    if (!result.isOk()) m_failure = result.status();
+    return result;
+  } catch (const std::bad_alloc&) {
+    m_failure = resourceExhausted("out of memory in step " + std::to_string(m_stepsDone));
+    return m_failure;
+  }
 }
 
 Result<StepEvent> Trainer::trainStep() {
@@ -144,9 +160,9 @@ Result<StepEvent> Trainer::trainStep() {
     forward = m_model->forward(batch, &recorder);
   }
   if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) {
-    return internalError("training diverged at step " + std::to_string(stepIndex) + ": loss = " +
-                         std::to_string(forward.loss) + ", aux loss = " +
-                         std::to_string(forward.auxLoss));
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": loss = " + std::to_string(forward.loss) +
+                         ", aux loss = " + std::to_string(forward.auxLoss));
   }
   {
     ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
@@ -157,8 +173,8 @@ Result<StepEvent> Trainer::trainStep() {
     ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
     optim.gradNorm = globalGradNorm(*m_pool, m_model->parameters());
     if (std::isfinite(optim.gradNorm)) {
-      optim = optimizerStep(*m_pool, m_model->parameters(), m_config.optim, stepIndex,
-                            optim.gradNorm);
+      optim =
+          optimizerStep(*m_pool, m_model->parameters(), m_config.optim, stepIndex, optim.gradNorm);
     }
   }
   if (!std::isfinite(optim.gradNorm)) {

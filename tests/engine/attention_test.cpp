@@ -88,8 +88,9 @@ TEST(Attention, FloatMatchesDouble) {
   const AttentionDims dims{3, 17, 4, 5};  // awkward sizes; D = 20
   const int64_t n = dims.tokens(), d = dims.dModel();
   Tensor<double> xd = randomTensor<double>({n, d}, rng);
-  Tensor<double> w[4] = {randomTensor<double>({d, d}, rng, 0.3), randomTensor<double>({d, d}, rng, 0.3),
-                         randomTensor<double>({d, d}, rng, 0.3), randomTensor<double>({d, d}, rng, 0.3)};
+  Tensor<double> w[4] = {
+      randomTensor<double>({d, d}, rng, 0.3), randomTensor<double>({d, d}, rng, 0.3),
+      randomTensor<double>({d, d}, rng, 0.3), randomTensor<double>({d, d}, rng, 0.3)};
   Tensor<float> xf({n, d});
   Tensor<float> wf[4] = {Tensor<float>({d, d}), Tensor<float>({d, d}), Tensor<float>({d, d}),
                          Tensor<float>({d, d})};

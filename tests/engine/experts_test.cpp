@@ -18,7 +18,8 @@ using test::randomTensor;
 
 Tensor<int32_t> offsetsFromCounts(const std::vector<int32_t>& counts) {
   Tensor<int32_t> offsets({int64_t(counts.size()) + 1});
-  for (size_t e = 0; e < counts.size(); ++e) offsets[int64_t(e) + 1] = offsets[int64_t(e)] + counts[e];
+  for (size_t e = 0; e < counts.size(); ++e)
+    offsets[int64_t(e) + 1] = offsets[int64_t(e)] + counts[e];
   return offsets;
 }
 
@@ -102,10 +103,12 @@ LoopResult perExpertLoop(const Tensor<float>& x, const Tensor<int32_t>& offsets,
   return out;
 }
 
-void expectClose(const std::string& what, const Tensor<float>& got, const std::vector<double>& want) {
+void expectClose(const std::string& what, const Tensor<float>& got,
+                 const std::vector<double>& want) {
   ASSERT_EQ(size_t(got.numel()), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_NEAR(got[int64_t(i)], want[i], 2e-5 * (1 + std::abs(want[i]))) << what << "[" << i << "]";
+    ASSERT_NEAR(got[int64_t(i)], want[i], 2e-5 * (1 + std::abs(want[i])))
+        << what << "[" << i << "]";
   }
 }
 

@@ -45,9 +45,15 @@ void checkMoeFfnGradients(int32_t topK, uint64_t seed) {
   expectGradientMatches("dDown" + k, down, dDown, loss);
 }
 
-TEST(MoeFfn, GradientsMatchFiniteDifferencesTopK1) { checkMoeFfnGradients(1, 51); }
-TEST(MoeFfn, GradientsMatchFiniteDifferencesTopK2) { checkMoeFfnGradients(2, 52); }
-TEST(MoeFfn, GradientsMatchFiniteDifferencesTopKAll) { checkMoeFfnGradients(4, 53); }
+TEST(MoeFfn, GradientsMatchFiniteDifferencesTopK1) {
+  checkMoeFfnGradients(1, 51);
+}
+TEST(MoeFfn, GradientsMatchFiniteDifferencesTopK2) {
+  checkMoeFfnGradients(2, 52);
+}
+TEST(MoeFfn, GradientsMatchFiniteDifferencesTopKAll) {
+  checkMoeFfnGradients(4, 53);
+}
 
 }  // namespace
 }  // namespace moewb::engine

@@ -44,7 +44,8 @@ TEST(Dispatch, IdentityExpertsReturnInputScaledBySummedWeights) {
   const int64_t n = 37, k = 3, e = 6, d = 11;
   Tensor<int32_t> top({n, k});
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < k; ++j) top.at(t, j) = int32_t((t * 7 + j * 2) % (e - 1));  // expert 5 empty
+    for (int64_t j = 0; j < k; ++j)
+      top.at(t, j) = int32_t((t * 7 + j * 2) % (e - 1));  // expert 5 empty
   }
   Tensor<float> x = randomTensor<float>({n, d}, rng);
   Tensor<float> w = randomTensor<float>({n, k}, rng);  // arbitrary, not normalised

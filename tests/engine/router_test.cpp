@@ -88,9 +88,15 @@ void checkRouterGradients(int32_t topK, uint64_t seed) {
   expectGradientMatches("dLogits(aux) k=" + std::to_string(topK), logits, dAux, auxLoss);
 }
 
-TEST(Router, GradientsMatchFiniteDifferencesTopK2) { checkRouterGradients(2, 12); }
-TEST(Router, GradientsMatchFiniteDifferencesTopK1) { checkRouterGradients(1, 13); }
-TEST(Router, GradientsMatchFiniteDifferencesTopKAll) { checkRouterGradients(5, 14); }
+TEST(Router, GradientsMatchFiniteDifferencesTopK2) {
+  checkRouterGradients(2, 12);
+}
+TEST(Router, GradientsMatchFiniteDifferencesTopK1) {
+  checkRouterGradients(1, 13);
+}
+TEST(Router, GradientsMatchFiniteDifferencesTopKAll) {
+  checkRouterGradients(5, 14);
+}
 
 }  // namespace
 }  // namespace moewb::engine

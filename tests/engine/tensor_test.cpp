@@ -51,8 +51,8 @@ TEST(TensorMemory, CountsLiveBytesAndPeak) {
   const int64_t before = TensorMemory::currentBytes();
   TensorMemory::resetPeak();
   {
-    Tensor<float> a({1000});    // 4000 bytes
-    Tensor<double> b({10, 10}); // 800 bytes
+    Tensor<float> a({1000});     // 4000 bytes
+    Tensor<double> b({10, 10});  // 800 bytes
     EXPECT_EQ(TensorMemory::currentBytes(), before + 4800);
     EXPECT_GE(TensorMemory::peakBytes(), before + 4800);
   }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -42,10 +44,24 @@ TEST(ThreadPool, RangeChunksDependOnlyOnSizeAndGrain) {
 TEST(ThreadPool, NestedCallsRunInline) {
   ThreadPool pool(2);
   std::atomic<int> total{0};
-  pool.parallelFor(4, [&](int64_t) {
-    pool.parallelFor(5, [&](int64_t) { total.fetch_add(1); });
-  });
+  pool.parallelFor(4, [&](int64_t) { pool.parallelFor(5, [&](int64_t) { total.fetch_add(1); }); });
   EXPECT_EQ(total.load(), 20);
+}
+
+TEST(ThreadPool, ExceptionOnTheCallerLeavesThePoolUsable) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  // Slow tasks make sure the caller claims some; only the caller throws (a throw on a worker
+  // thread would terminate, like any uncaught exception on a std::thread).
+  EXPECT_THROW(pool.parallelFor(8,
+                                [&](int64_t) {
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                                  if (std::this_thread::get_id() == caller) throw std::bad_alloc();
+                                }),
+               std::bad_alloc);
+  std::atomic<int> total{0};
+  pool.parallelFor(100, [&](int64_t) { total.fetch_add(1); });
+  EXPECT_EQ(total.load(), 100);
 }
 
 }  // namespace

@@ -164,6 +164,21 @@ TEST(Trainer, RequestStopEndsTheRunAfterTheCurrentStep) {
   EXPECT_EQ(sink.runEnds[0].stepsDone, 2);
 }
 
+TEST(Trainer, StopRequestedBetweenRunsStopsTheNextRunAtOnce) {
+  RecordingSink sink;
+  auto trainer = Trainer::create(smallConfig(), &sink);
+  ASSERT_TRUE(trainer.isOk());
+  ASSERT_TRUE((*trainer)->run(1).isOk());
+  (*trainer)->requestStop();
+  ASSERT_TRUE((*trainer)->run(5).isOk());
+  EXPECT_EQ((*trainer)->stepsDone(), 1);
+  ASSERT_EQ(sink.runEnds.size(), 2u);
+  EXPECT_EQ(sink.runEnds[1].outcome, RunOutcome::kStopped);
+  EXPECT_EQ(sink.runStarts.size(), 1u);
+  ASSERT_TRUE((*trainer)->run(1).isOk());  // the request was consumed
+  EXPECT_EQ((*trainer)->stepsDone(), 2);
+}
+
 TEST(Trainer, RunsWithoutASink) {
   auto trainer = Trainer::create(smallConfig(), nullptr);
   ASSERT_TRUE(trainer.isOk());

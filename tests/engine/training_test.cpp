@@ -35,10 +35,11 @@ TEST(Training, TinyDefaultConfigHalvesItsLossIn200Steps) {
   RecordProperty("seconds", std::to_string(seconds));
   RecordProperty("first_loss", std::to_string(first));
   RecordProperty("last_loss", std::to_string(last));
-  std::printf("tiny config: 200 steps in %.2f s (%d threads), %.0f tokens/s, loss %.4f -> %.4f, "
-              "peak %.2f MiB\n",
-              seconds, (*trainer)->threadCount(), tokensPerSecond, first, last,
-              double(sink.steps.back().peakBytes) / (1 << 20));
+  std::printf(
+      "tiny config: 200 steps in %.2f s (%d threads), %.0f tokens/s, loss %.4f -> %.4f, "
+      "peak %.2f MiB\n",
+      seconds, (*trainer)->threadCount(), tokensPerSecond, first, last,
+      double(sink.steps.back().peakBytes) / (1 << 20));
 }
 
 // Mean over the last `window` steps and all layers of max/mean tokens per expert. Short
@@ -61,7 +62,8 @@ double meanImbalance(double skew, double auxLossCoef, int64_t steps, int64_t win
     const auto& tokens = load.tokensPerExpert;
     double total = 0;
     for (int64_t t : tokens) total += double(t);
-    sum += double(*std::max_element(tokens.begin(), tokens.end())) / (total / double(tokens.size()));
+    sum +=
+        double(*std::max_element(tokens.begin(), tokens.end())) / (total / double(tokens.size()));
     ++count;
   }
   return sum / count;
@@ -73,9 +75,10 @@ TEST(Training, SkewedTopicsMakeHotExpertsThatTheAuxLossCools) {
   const double uniform = meanImbalance(0.0, 0.0, 100, 20);
   const double skewed = meanImbalance(2.0, 0.0, 100, 20);
   const double balanced = meanImbalance(2.0, 0.05, 100, 20);
-  std::printf("max/mean expert load, steps 80-99: skew 0 -> %.3f, skew 2 -> %.3f, "
-              "skew 2 with aux loss 0.05 -> %.3f\n",
-              uniform, skewed, balanced);
+  std::printf(
+      "max/mean expert load, steps 80-99: skew 0 -> %.3f, skew 2 -> %.3f, "
+      "skew 2 with aux loss 0.05 -> %.3f\n",
+      uniform, skewed, balanced);
   EXPECT_GT(skewed, uniform * 1.08);
   EXPECT_LT(balanced, skewed * 0.9);
 }

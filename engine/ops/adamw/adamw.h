@@ -14,12 +14,12 @@
 namespace moewb::engine {
 
 struct AdamWHyper {
-  double lr = 0;            // learning rate of this step (after warm-up)
+  double lr = 0;  // learning rate of this step (after warm-up)
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double weightDecay = 0;   // decoupled; applied only where decay == true
-  int64_t step = 1;         // 1-based step for the bias correction
+  double weightDecay = 0;  // decoupled; applied only where decay == true
+  int64_t step = 1;        // 1-based step for the bias correction
 };
 
 // Updates param/m/v in place from grad[n].

@@ -1,7 +1,7 @@
 // Reference AdamW update (see adamw.h). The scalar factors are computed in double once per call.
-#include "ops/adamw/adamw.h"
-
 #include <cmath>
+
+#include "ops/adamw/adamw.h"
 
 namespace moewb::engine {
 

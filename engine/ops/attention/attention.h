@@ -65,13 +65,15 @@ void attentionCoreBackward(ThreadPool& pool, const AttentionDims& dims, const Te
 
 // Full layer: returns y[N, D] and fills `saved`.
 template <typename T>
-Tensor<T> attentionForward(ThreadPool& pool, const AttentionDims& dims, const Tensor<T>& x /*[N, D]*/,
-                           const AttentionWeights<T>& weights, AttentionSaved<T>& saved);
+Tensor<T> attentionForward(ThreadPool& pool, const AttentionDims& dims,
+                           const Tensor<T>& x /*[N, D]*/, const AttentionWeights<T>& weights,
+                           AttentionSaved<T>& saved);
 
 // Full layer backward: returns dx[N, D]; adds the weight gradients into `grads`.
 template <typename T>
-Tensor<T> attentionBackward(ThreadPool& pool, const AttentionDims& dims, const Tensor<T>& dy /*[N, D]*/,
-                            const Tensor<T>& x /*[N, D]*/, const AttentionWeights<T>& weights,
-                            const AttentionSaved<T>& saved, const AttentionGrads<T>& grads);
+Tensor<T> attentionBackward(ThreadPool& pool, const AttentionDims& dims,
+                            const Tensor<T>& dy /*[N, D]*/, const Tensor<T>& x /*[N, D]*/,
+                            const AttentionWeights<T>& weights, const AttentionSaved<T>& saved,
+                            const AttentionGrads<T>& grads);
 
 }  // namespace moewb::engine

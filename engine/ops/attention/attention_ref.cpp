@@ -1,11 +1,10 @@
 // Reference causal attention: per-(sequence, head) GEMMs on strided head slices with a masked,
 // max-subtracted row softmax in between (see attention.h).
-#include "ops/attention/attention.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "ops/attention/attention.h"
 #include "ops/linear/linear.h"
 #include "tensor/gemm.h"
 
@@ -44,8 +43,8 @@ void attentionCoreForward(ThreadPool& pool, const AttentionDims& dims, const Ten
     const int64_t b = task / heads, h = task % heads;
     const int64_t offset = b * tLen * d + h * hd;
     T* p = probs.data() + task * tLen * tLen;  // [T, T]
-    gemm<T>(false, true, tLen, tLen, hd, scale, q.data() + offset, d, k.data() + offset, d, T(0),
-            p, tLen);
+    gemm<T>(false, true, tLen, tLen, hd, scale, q.data() + offset, d, k.data() + offset, d, T(0), p,
+            tLen);
     causalSoftmaxRows(p, tLen);
     gemm<T>(false, false, tLen, hd, tLen, T(1), p, tLen, v.data() + offset, d, T(0),
             context.data() + offset, d);
@@ -122,17 +121,17 @@ Tensor<T> attentionBackward(ThreadPool& pool, const AttentionDims& dims, const T
   return dx;
 }
 
-#define MOEWB_INSTANTIATE_ATTENTION(T)                                                            \
-  template void attentionCoreForward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,      \
-                                        const Tensor<T>&, const Tensor<T>&, Tensor<T>&,           \
-                                        Tensor<T>&);                                              \
-  template void attentionCoreBackward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,     \
-                                         const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,    \
-                                         const Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);   \
-  template Tensor<T> attentionForward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,     \
-                                         const AttentionWeights<T>&, AttentionSaved<T>&);         \
-  template Tensor<T> attentionBackward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,    \
-                                          const Tensor<T>&, const AttentionWeights<T>&,           \
+#define MOEWB_INSTANTIATE_ATTENTION(T)                                                          \
+  template void attentionCoreForward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,    \
+                                        const Tensor<T>&, const Tensor<T>&, Tensor<T>&,         \
+                                        Tensor<T>&);                                            \
+  template void attentionCoreBackward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,   \
+                                         const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,  \
+                                         const Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&); \
+  template Tensor<T> attentionForward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,   \
+                                         const AttentionWeights<T>&, AttentionSaved<T>&);       \
+  template Tensor<T> attentionBackward<T>(ThreadPool&, const AttentionDims&, const Tensor<T>&,  \
+                                          const Tensor<T>&, const AttentionWeights<T>&,         \
                                           const AttentionSaved<T>&, const AttentionGrads<T>&);
 MOEWB_INSTANTIATE_ATTENTION(float)
 MOEWB_INSTANTIATE_ATTENTION(double)

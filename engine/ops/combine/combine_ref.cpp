@@ -29,7 +29,7 @@ void combineBackward(ThreadPool& pool, const Tensor<T>& dy, const Tensor<T>& yPe
                      const Tensor<T>& topWeight, const Dispatch& plan, Tensor<T>& dYPerm,
                      Tensor<T>& dTopWeight) {
   const int64_t d = yPerm.dim(1);
-  dYPerm = Tensor<T>({plan.rows(), d});             // [N k, D]
+  dYPerm = Tensor<T>({plan.rows(), d});                 // [N k, D]
   dTopWeight = Tensor<T>({plan.numTokens, plan.topK});  // [N, k]
   pool.parallelForRange(plan.numTokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -50,10 +50,10 @@ void combineBackward(ThreadPool& pool, const Tensor<T>& dy, const Tensor<T>& yPe
   });
 }
 
-#define MOEWB_INSTANTIATE_COMBINE(T)                                                          \
-  template Tensor<T> combineForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,       \
-                                       const Dispatch&);                                      \
-  template void combineBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,           \
+#define MOEWB_INSTANTIATE_COMBINE(T)                                                    \
+  template Tensor<T> combineForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&, \
+                                       const Dispatch&);                                \
+  template void combineBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,     \
                                    const Tensor<T>&, const Dispatch&, Tensor<T>&, Tensor<T>&);
 MOEWB_INSTANTIATE_COMBINE(float)
 MOEWB_INSTANTIATE_COMBINE(double)

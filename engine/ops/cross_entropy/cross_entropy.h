@@ -1,6 +1,6 @@
 // Dense softmax cross-entropy over LM-head logits (ENGINE-MATH §6, no soft-cap, no z-loss):
-//   L = (1/N) sum_t (lse_t - z[t, y_t]),  lse_t = m_t + log sum_v exp(z[t, v] - m_t), m_t = max z_t;
-//   dz[t, :] = (softmax(z_t) - onehot(y_t)) * dLoss / N.
+//   L = (1/N) sum_t (lse_t - z[t, y_t]),  lse_t = m_t + log sum_v exp(z[t, v] - m_t), m_t = max
+//   z_t; dz[t, :] = (softmax(z_t) - onehot(y_t)) * dLoss / N.
 // The LM head itself is a plain linear (ops/linear). Costs: O(N V) each way, parallel over rows;
 // the loss is summed over tokens in order, in double.
 #pragma once

@@ -1,9 +1,9 @@
 // Reference cross-entropy with max-subtracted log-sum-exp (see cross_entropy.h).
-#include "ops/cross_entropy/cross_entropy.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "ops/cross_entropy/cross_entropy.h"
 
 namespace moewb::engine {
 namespace {
@@ -11,8 +11,8 @@ constexpr int64_t kRowGrain = 32;
 }  // namespace
 
 template <typename T>
-double crossEntropyForward(ThreadPool& pool, const Tensor<T>& logits, const Tensor<int32_t>& targets,
-                           Tensor<T>& lse) {
+double crossEntropyForward(ThreadPool& pool, const Tensor<T>& logits,
+                           const Tensor<int32_t>& targets, Tensor<T>& lse) {
   const int64_t n = logits.dim(0), vocab = logits.dim(1);
   MOEWB_CHECK(targets.numel() == n);
   lse = Tensor<T>({n});
@@ -52,10 +52,10 @@ Tensor<T> crossEntropyBackward(ThreadPool& pool, const Tensor<T>& logits,
   return dLogits;
 }
 
-#define MOEWB_INSTANTIATE_CROSS_ENTROPY(T)                                                       \
-  template double crossEntropyForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<int32_t>&,  \
-                                         Tensor<T>&);                                            \
-  template Tensor<T> crossEntropyBackward<T>(ThreadPool&, const Tensor<T>&,                      \
+#define MOEWB_INSTANTIATE_CROSS_ENTROPY(T)                                                      \
+  template double crossEntropyForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<int32_t>&, \
+                                         Tensor<T>&);                                           \
+  template Tensor<T> crossEntropyBackward<T>(ThreadPool&, const Tensor<T>&,                     \
                                              const Tensor<int32_t>&, const Tensor<T>&, double);
 MOEWB_INSTANTIATE_CROSS_ENTROPY(float)
 MOEWB_INSTANTIATE_CROSS_ENTROPY(double)

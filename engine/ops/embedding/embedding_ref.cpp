@@ -1,12 +1,13 @@
 // Reference embedding lookup and gradient scatter (see embedding.h).
-#include "ops/embedding/embedding.h"
-
 #include <algorithm>
+
+#include "ops/embedding/embedding.h"
 
 namespace moewb::engine {
 
 template <typename T>
-Tensor<T> embeddingForward(ThreadPool& pool, const Tensor<int32_t>& tokens, const Tensor<T>& table) {
+Tensor<T> embeddingForward(ThreadPool& pool, const Tensor<int32_t>& tokens,
+                           const Tensor<T>& table) {
   const int64_t n = tokens.numel();
   const int64_t vocab = table.dim(0);
   const int64_t d = table.dim(1);
@@ -33,7 +34,7 @@ void embeddingBackward(const Tensor<int32_t>& tokens, const Tensor<T>& dOut, Ten
   }
 }
 
-#define MOEWB_INSTANTIATE_EMBEDDING(T)                                                         \
+#define MOEWB_INSTANTIATE_EMBEDDING(T)                                                           \
   template Tensor<T> embeddingForward<T>(ThreadPool&, const Tensor<int32_t>&, const Tensor<T>&); \
   template void embeddingBackward<T>(const Tensor<int32_t>&, const Tensor<T>&, Tensor<T>&);
 MOEWB_INSTANTIATE_EMBEDDING(float)

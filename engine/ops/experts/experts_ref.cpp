@@ -1,11 +1,10 @@
 // Reference grouped SwiGLU experts: per-tile GEMMs over each expert's contiguous row block
 // (see experts.h).
-#include "ops/experts/experts.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "ops/experts/experts.h"
 #include "ops/linear/linear.h"
 
 namespace moewb::engine {
@@ -66,9 +65,9 @@ Tensor<T> expertsBackward(ThreadPool& pool, const Tensor<T>& dYPerm, const Tenso
                           const ExpertsSaved<T>& saved, const ExpertGrads<T>& grads) {
   const int64_t rows = xPerm.dim(0), d = xPerm.dim(1), f = weights.gate.dim(1);
   const int64_t experts = offsets.numel() - 1;
-  Tensor<T> dGate({rows, f});  // [R, F]
-  Tensor<T> dUp({rows, f});    // [R, F]
-  Tensor<T> dXPerm({rows, d}); // [R, D]
+  Tensor<T> dGate({rows, f});   // [R, F]
+  Tensor<T> dUp({rows, f});     // [R, F]
+  Tensor<T> dXPerm({rows, d});  // [R, D]
   const std::vector<RowTile> tiles = rowTiles(offsets);
   pool.parallelFor(int64_t(tiles.size()), [&](int64_t task) {
     const RowTile& tile = tiles[size_t(task)];
@@ -116,11 +115,11 @@ Tensor<T> expertsBackward(ThreadPool& pool, const Tensor<T>& dYPerm, const Tenso
   return dXPerm;
 }
 
-#define MOEWB_INSTANTIATE_EXPERTS(T)                                                           \
-  template Tensor<T> expertsForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<int32_t>&,  \
-                                       const ExpertWeights<T>&, ExpertsSaved<T>&);             \
-  template Tensor<T> expertsBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,       \
-                                        const Tensor<int32_t>&, const ExpertWeights<T>&,       \
+#define MOEWB_INSTANTIATE_EXPERTS(T)                                                          \
+  template Tensor<T> expertsForward<T>(ThreadPool&, const Tensor<T>&, const Tensor<int32_t>&, \
+                                       const ExpertWeights<T>&, ExpertsSaved<T>&);            \
+  template Tensor<T> expertsBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,      \
+                                        const Tensor<int32_t>&, const ExpertWeights<T>&,      \
                                         const ExpertsSaved<T>&, const ExpertGrads<T>&);
 MOEWB_INSTANTIATE_EXPERTS(float)
 MOEWB_INSTANTIATE_EXPERTS(double)

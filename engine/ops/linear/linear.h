@@ -24,10 +24,10 @@ void linearForwardSerial(const T* x, const T* w, T* y, int64_t rows, int64_t in,
                          bool accumulate);
 // dx[rows, in] = dy[rows, out] W[out, in] (+ dx when accumulate). Single-threaded.
 template <typename T>
-void linearBackwardDataSerial(const T* dy, const T* w, T* dx, int64_t rows, int64_t in,
-                              int64_t out, bool accumulate);
-// dW[outEnd-outBegin rows starting at outBegin, in] += dy[rows, out][:, outBegin:outEnd]^T x[rows, in].
-// Single-threaded; the whole reduction over `rows` is one GEMM.
+void linearBackwardDataSerial(const T* dy, const T* w, T* dx, int64_t rows, int64_t in, int64_t out,
+                              bool accumulate);
+// dW[outEnd-outBegin rows starting at outBegin, in] += dy[rows, out][:, outBegin:outEnd]^T x[rows,
+// in]. Single-threaded; the whole reduction over `rows` is one GEMM.
 template <typename T>
 void linearBackwardWeightSerial(const T* dy, const T* x, T* dw, int64_t rows, int64_t in,
                                 int64_t out, int64_t outBegin, int64_t outEnd);

@@ -1,8 +1,7 @@
 // Reference linear products over OpenBLAS GEMM, tiled for the thread pool (see linear.h).
-#include "ops/linear/linear.h"
-
 #include <algorithm>
 
+#include "ops/linear/linear.h"
 #include "tensor/gemm.h"
 
 namespace moewb::engine {
@@ -14,8 +13,8 @@ void linearForwardSerial(const T* x, const T* w, T* y, int64_t rows, int64_t in,
 }
 
 template <typename T>
-void linearBackwardDataSerial(const T* dy, const T* w, T* dx, int64_t rows, int64_t in,
-                              int64_t out, bool accumulate) {
+void linearBackwardDataSerial(const T* dy, const T* w, T* dx, int64_t rows, int64_t in, int64_t out,
+                              bool accumulate) {
   gemm<T>(false, false, rows, in, out, T(1), dy, out, w, in, accumulate ? T(1) : T(0), dx, in);
 }
 
@@ -51,7 +50,7 @@ void linearBackwardWeight(ThreadPool& pool, const T* dy, const T* x, T* dw, int6
   });
 }
 
-#define MOEWB_INSTANTIATE_LINEAR(T)                                                               \
+#define MOEWB_INSTANTIATE_LINEAR(T)                                                              \
   template void linearForwardSerial<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool); \
   template void linearBackwardDataSerial<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,   \
                                             bool);                                               \

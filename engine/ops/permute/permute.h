@@ -17,14 +17,14 @@
 namespace moewb::engine {
 
 struct Dispatch {
-  int64_t numTokens = 0;      // N
-  int64_t topK = 0;           // k
-  int64_t numExperts = 0;     // E
-  Tensor<int32_t> counts;     // [E] rows per expert (sum N k)
-  Tensor<int32_t> offsets;    // [E + 1] first permuted row of each expert; offsets[E] = N k
-  Tensor<int32_t> rowToken;   // [N k] source token of each permuted row
-  Tensor<int32_t> rowSlot;    // [N k] which of its token's k choices the row is
-  Tensor<int32_t> slotRow;    // [N, k] permuted row of (token, slot)
+  int64_t numTokens = 0;     // N
+  int64_t topK = 0;          // k
+  int64_t numExperts = 0;    // E
+  Tensor<int32_t> counts;    // [E] rows per expert (sum N k)
+  Tensor<int32_t> offsets;   // [E + 1] first permuted row of each expert; offsets[E] = N k
+  Tensor<int32_t> rowToken;  // [N k] source token of each permuted row
+  Tensor<int32_t> rowSlot;   // [N k] which of its token's k choices the row is
+  Tensor<int32_t> slotRow;   // [N, k] permuted row of (token, slot)
   int64_t rows() const { return numTokens * topK; }
 };
 

@@ -1,8 +1,9 @@
 // Reference dispatch plan (counting sort) and the row gather / scatter-add (see permute.h).
-#include "ops/permute/permute.h"
-
 #include <algorithm>
+#include <limits>
 #include <vector>
+
+#include "ops/permute/permute.h"
 
 namespace moewb::engine {
 namespace {
@@ -15,6 +16,7 @@ Dispatch buildDispatch(const Tensor<int32_t>& topExpert, int64_t numExperts) {
   plan.topK = topExpert.dim(1);
   plan.numExperts = numExperts;
   const int64_t rows = plan.rows();
+  MOEWB_CHECK(rows <= std::numeric_limits<int32_t>::max());
   plan.counts = Tensor<int32_t>({numExperts});
   plan.offsets = Tensor<int32_t>({numExperts + 1});
   plan.rowToken = Tensor<int32_t>({rows});
@@ -64,8 +66,8 @@ Tensor<T> permuteBackward(ThreadPool& pool, const Tensor<T>& dXPerm, const Dispa
   return dx;
 }
 
-#define MOEWB_INSTANTIATE_PERMUTE(T)                                                         \
-  template Tensor<T> permuteForward<T>(ThreadPool&, const Tensor<T>&, const Dispatch&);       \
+#define MOEWB_INSTANTIATE_PERMUTE(T)                                                    \
+  template Tensor<T> permuteForward<T>(ThreadPool&, const Tensor<T>&, const Dispatch&); \
   template Tensor<T> permuteBackward<T>(ThreadPool&, const Tensor<T>&, const Dispatch&);
 MOEWB_INSTANTIATE_PERMUTE(float)
 MOEWB_INSTANTIATE_PERMUTE(double)

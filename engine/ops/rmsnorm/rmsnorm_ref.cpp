@@ -1,7 +1,7 @@
 // Reference RMSNorm forward and backward (see rmsnorm.h).
-#include "ops/rmsnorm/rmsnorm.h"
-
 #include <cmath>
+
+#include "ops/rmsnorm/rmsnorm.h"
 
 namespace moewb::engine {
 namespace {
@@ -15,7 +15,7 @@ Tensor<T> rmsNormForward(ThreadPool& pool, const Tensor<T>& x, const Tensor<T>& 
   const int64_t n = x.dim(0);
   const int64_t d = x.dim(1);
   MOEWB_CHECK(gain.numel() == d);
-  Tensor<T> y({n, d});  // [N, D]
+  Tensor<T> y({n, d});    // [N, D]
   rstd = Tensor<T>({n});  // [N]
   pool.parallelForRange(n, kRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {

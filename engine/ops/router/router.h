@@ -26,9 +26,9 @@ struct RouterOutput {
 };
 
 struct AuxLossStats {
-  double loss = 0;                  // alpha * E * sum_e f_e P_e
-  std::vector<int64_t> counts;      // [E] (token, expert) assignments per expert; sums to N k
-  std::vector<double> fraction;     // [E] f_e = counts_e / (k N)
+  double loss = 0;               // alpha * E * sum_e f_e P_e
+  std::vector<int64_t> counts;   // [E] (token, expert) assignments per expert; sums to N k
+  std::vector<double> fraction;  // [E] f_e = counts_e / (k N)
 };
 
 // Routes every token: top-k of each row of logits[N, E], then the weights and full softmax.

@@ -1,9 +1,9 @@
 // Reference softmax-top-k router and Switch aux loss (see router.h).
-#include "ops/router/router.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
+#include "ops/router/router.h"
 
 namespace moewb::engine {
 namespace {
@@ -23,8 +23,9 @@ RouterOutput<T> routerTopK(ThreadPool& pool, const Tensor<T>& logits, int32_t to
     for (int64_t t = begin; t < end; ++t) {
       const T* z = logits.row(t);
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + topK, order.end(),
-                        [z](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      std::partial_sort(
+          order.begin(), order.begin() + topK, order.end(),
+          [z](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
       const T maxLogit = z[order[0]];
       T sumAll = 0;
       T* p = out.probs.row(t);
@@ -98,12 +99,12 @@ void auxLossBackward(ThreadPool& pool, const RouterOutput<T>& route, const AuxLo
   });
 }
 
-#define MOEWB_INSTANTIATE_ROUTER(T)                                                              \
-  template RouterOutput<T> routerTopK<T>(ThreadPool&, const Tensor<T>&, int32_t);                \
-  template void routerTopKBackward<T>(ThreadPool&, const RouterOutput<T>&, const Tensor<T>&,     \
-                                      Tensor<T>&);                                               \
-  template AuxLossStats auxLossForward<T>(const RouterOutput<T>&, double);                       \
-  template void auxLossBackward<T>(ThreadPool&, const RouterOutput<T>&, const AuxLossStats&,     \
+#define MOEWB_INSTANTIATE_ROUTER(T)                                                          \
+  template RouterOutput<T> routerTopK<T>(ThreadPool&, const Tensor<T>&, int32_t);            \
+  template void routerTopKBackward<T>(ThreadPool&, const RouterOutput<T>&, const Tensor<T>&, \
+                                      Tensor<T>&);                                           \
+  template AuxLossStats auxLossForward<T>(const RouterOutput<T>&, double);                   \
+  template void auxLossBackward<T>(ThreadPool&, const RouterOutput<T>&, const AuxLossStats&, \
                                    double, Tensor<T>&);
 MOEWB_INSTANTIATE_ROUTER(float)
 MOEWB_INSTANTIATE_ROUTER(double)

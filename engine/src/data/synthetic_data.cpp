@@ -38,10 +38,12 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
   m_cycle.resize(size_t(topics));
   for (int32_t i = 0; i < topics; ++i) {
     std::vector<int32_t>& cycle = m_cycle[size_t(i)];
-    for (int32_t j = 0; j < window; ++j) cycle.push_back(int32_t((int64_t(i) * stride + j) % vocabSize));
+    for (int32_t j = 0; j < window; ++j)
+      cycle.push_back(int32_t((int64_t(i) * stride + j) % vocabSize));
     // Sattolo's algorithm: a uniformly random permutation with a single cycle, used as the visit
     // order of the window's tokens.
-    for (int32_t j = window - 1; j > 0; --j) std::swap(cycle[size_t(j)], cycle[size_t(rng.uniformInt(j))]);
+    for (int32_t j = window - 1; j > 0; --j)
+      std::swap(cycle[size_t(j)], cycle[size_t(rng.uniformInt(j))]);
   }
 }
 
@@ -55,8 +57,8 @@ Batch SyntheticData::batch(int64_t step) const {
   std::vector<int32_t> tokens(size_t(m_seqLen) + 1);
   for (int32_t b = 0; b < m_batchSize; ++b) {
     const double u = rng.uniform();
-    const int32_t topic = int32_t(std::upper_bound(m_topicCdf.begin(), m_topicCdf.end(), u) -
-                                  m_topicCdf.begin());
+    const int32_t topic =
+        int32_t(std::upper_bound(m_topicCdf.begin(), m_topicCdf.end(), u) - m_topicCdf.begin());
     out.topics.push_back(std::min(topic, int32_t(m_topicCdf.size()) - 1));
     const std::vector<int32_t>& cycle = m_cycle[size_t(out.topics.back())];
     int64_t position = rng.uniformInt(int64_t(cycle.size()));

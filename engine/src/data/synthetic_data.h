@@ -40,9 +40,9 @@ class SyntheticData {
   int32_t m_vocabSize;
   double m_noise;
   uint64_t m_seed;
-  std::vector<double> m_topicProbability;    // [topics]
-  std::vector<double> m_topicCdf;            // [topics] inclusive prefix sums
-  std::vector<std::vector<int32_t>> m_cycle; // [topics][window] tokens in the order they follow
+  std::vector<double> m_topicProbability;     // [topics]
+  std::vector<double> m_topicCdf;             // [topics] inclusive prefix sums
+  std::vector<std::vector<int32_t>> m_cycle;  // [topics][window] tokens in the order they follow
 };
 
 }  // namespace moewb::engine

@@ -182,8 +182,8 @@ Tensor<T> Model<T>::layerForward(int32_t layer, Tensor<T> input, PhaseRecorder* 
   }
   {
     ScopedPhase phase(recorder, Phase::kRouter, Pass::kForward, layer);
-    a.norm2 = rmsNormForward(m_pool, a.mid, m_params[size_t(p.moeNorm)].value, m_dims.normEps,
-                             a.rstd2);
+    a.norm2 =
+        rmsNormForward(m_pool, a.mid, m_params[size_t(p.moeNorm)].value, m_dims.normEps, a.rstd2);
     moeRouterForward(m_pool, a.norm2, moeW, moeOptions(), a.moe);
   }
   {
@@ -204,8 +204,8 @@ template <typename T>
 double Model<T>::lossForward(const Tensor<T>& h, PhaseRecorder* recorder) {
   ScopedPhase phase(recorder, Phase::kLoss, Pass::kForward, -1);
   const int64_t n = m_dims.tokens(), d = m_dims.dModel, v = m_dims.vocabSize;
-  m_finalNormOut = rmsNormForward(m_pool, h, m_params[size_t(m_finalNorm)].value, m_dims.normEps,
-                                  m_finalRstd);
+  m_finalNormOut =
+      rmsNormForward(m_pool, h, m_params[size_t(m_finalNorm)].value, m_dims.normEps, m_finalRstd);
   m_logits = Tensor<T>({n, v});
   linearForward(m_pool, m_finalNormOut.data(), m_params[size_t(m_lmHead)].value.data(),
                 m_logits.data(), n, d, v);

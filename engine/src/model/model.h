@@ -29,7 +29,8 @@ namespace moewb::engine {
 struct ForwardResult {
   double loss = 0;     // mean cross-entropy (nats)
   double auxLoss = 0;  // sum over layers of the weighted aux loss
-  std::vector<std::vector<int64_t>> expertCounts;  // [L][E] assignments per expert, each sums to N k
+  std::vector<std::vector<int64_t>>
+      expertCounts;  // [L][E] assignments per expert, each sums to N k
   double totalLoss() const { return loss + auxLoss; }
 };
 
@@ -91,14 +92,14 @@ class Model {
 
   // Activations of the last forward.
   bool m_hasActivations = false;
-  Tensor<int32_t> m_inputs;    // [N]
-  Tensor<int32_t> m_targets;   // [N]
+  Tensor<int32_t> m_inputs;   // [N]
+  Tensor<int32_t> m_targets;  // [N]
   std::vector<LayerActs> m_acts;
-  Tensor<T> m_finalInput;      // [N, D]
-  Tensor<T> m_finalNormOut;    // [N, D]
-  Tensor<T> m_finalRstd;       // [N]
-  Tensor<T> m_logits;          // [N, V]
-  Tensor<T> m_lse;             // [N]
+  Tensor<T> m_finalInput;    // [N, D]
+  Tensor<T> m_finalNormOut;  // [N, D]
+  Tensor<T> m_finalRstd;     // [N]
+  Tensor<T> m_logits;        // [N, V]
+  Tensor<T> m_lse;           // [N]
 };
 
 }  // namespace moewb::engine

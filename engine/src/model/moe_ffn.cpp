@@ -89,25 +89,25 @@ Tensor<T> moeFfnBackward(ThreadPool& pool, const Tensor<T>& dy, const Tensor<T>&
   return dx;
 }
 
-#define MOEWB_INSTANTIATE_MOE(T)                                                                  \
-  template void moeRouterForward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,          \
-                                    const MoeOptions&, MoeSaved<T>&);                             \
-  template void moePermuteForward<T>(ThreadPool&, const Tensor<T>&, MoeSaved<T>&);                \
-  template void moeExpertsForward<T>(ThreadPool&, const MoeWeights<T>&, MoeSaved<T>&);            \
-  template Tensor<T> moeCombineForward<T>(ThreadPool&, const MoeSaved<T>&);                       \
-  template void moeCombineBackward<T>(ThreadPool&, const Tensor<T>&, const MoeSaved<T>&,          \
-                                      MoeBackwardState<T>&);                                      \
-  template void moeExpertsBackward<T>(ThreadPool&, const MoeWeights<T>&, const MoeSaved<T>&,      \
-                                      const MoeGrads<T>&, MoeBackwardState<T>&);                  \
-  template Tensor<T> moePermuteBackward<T>(ThreadPool&, const MoeSaved<T>&,                       \
-                                           const MoeBackwardState<T>&);                           \
-  template void moeRouterBackward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,         \
-                                     const MoeOptions&, const MoeSaved<T>&, const MoeGrads<T>&,   \
-                                     const MoeBackwardState<T>&, Tensor<T>&);                     \
-  template Tensor<T> moeFfnForward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,        \
-                                      const MoeOptions&, MoeSaved<T>&);                           \
-  template Tensor<T> moeFfnBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,           \
-                                       const MoeWeights<T>&, const MoeOptions&,                   \
+#define MOEWB_INSTANTIATE_MOE(T)                                                                \
+  template void moeRouterForward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,        \
+                                    const MoeOptions&, MoeSaved<T>&);                           \
+  template void moePermuteForward<T>(ThreadPool&, const Tensor<T>&, MoeSaved<T>&);              \
+  template void moeExpertsForward<T>(ThreadPool&, const MoeWeights<T>&, MoeSaved<T>&);          \
+  template Tensor<T> moeCombineForward<T>(ThreadPool&, const MoeSaved<T>&);                     \
+  template void moeCombineBackward<T>(ThreadPool&, const Tensor<T>&, const MoeSaved<T>&,        \
+                                      MoeBackwardState<T>&);                                    \
+  template void moeExpertsBackward<T>(ThreadPool&, const MoeWeights<T>&, const MoeSaved<T>&,    \
+                                      const MoeGrads<T>&, MoeBackwardState<T>&);                \
+  template Tensor<T> moePermuteBackward<T>(ThreadPool&, const MoeSaved<T>&,                     \
+                                           const MoeBackwardState<T>&);                         \
+  template void moeRouterBackward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,       \
+                                     const MoeOptions&, const MoeSaved<T>&, const MoeGrads<T>&, \
+                                     const MoeBackwardState<T>&, Tensor<T>&);                   \
+  template Tensor<T> moeFfnForward<T>(ThreadPool&, const Tensor<T>&, const MoeWeights<T>&,      \
+                                      const MoeOptions&, MoeSaved<T>&);                         \
+  template Tensor<T> moeFfnBackward<T>(ThreadPool&, const Tensor<T>&, const Tensor<T>&,         \
+                                       const MoeWeights<T>&, const MoeOptions&,                 \
                                        const MoeSaved<T>&, const MoeGrads<T>&);
 MOEWB_INSTANTIATE_MOE(float)
 MOEWB_INSTANTIATE_MOE(double)

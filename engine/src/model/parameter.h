@@ -15,9 +15,9 @@ template <typename T>
 struct Parameter {
   std::string name;  // "layers.0.attn.wq"
   Tensor<T> value;
-  Tensor<T> grad;    // same shape, accumulated by backward, zeroed per step
-  Tensor<T> adamM;   // same shape, AdamW first moment
-  Tensor<T> adamV;   // same shape, AdamW second moment
+  Tensor<T> grad;   // same shape, accumulated by backward, zeroed per step
+  Tensor<T> adamM;  // same shape, AdamW first moment
+  Tensor<T> adamV;  // same shape, AdamW second moment
   bool decay = true;
 };
 

@@ -44,8 +44,8 @@ OptimizerStepResult optimizerStep(ThreadPool& pool, std::vector<Parameter<T>>& p
   hyper.weightDecay = optim.weightDecay;
   hyper.step = step + 1;
   for (auto& param : params) {
-    adamwUpdate(pool, param.value.data(), param.grad.data(), param.adamM.data(),
-                param.adamV.data(), param.value.numel(), hyper, param.decay, result.clipScale);
+    adamwUpdate(pool, param.value.data(), param.grad.data(), param.adamM.data(), param.adamV.data(),
+                param.value.numel(), hyper, param.decay, result.clipScale);
   }
   return result;
 }

@@ -83,13 +83,21 @@ void ThreadPool::parallelFor(int64_t numTasks, const std::function<void(int64_t)
     ++m_generation;
   }
   m_wake.notify_all();
+  // Closes the job and waits for the workers that joined it, also when a task throws (bad_alloc),
+  // so no worker can touch `fn` after this call returns.
+  struct JobCloser {
+    ThreadPool& pool;
+    ~JobCloser() {
+      t_insideTask = false;
+      std::unique_lock<std::mutex> lock(pool.m_mutex);
+      pool.m_jobOpen = false;
+      pool.m_nextTask.store(pool.m_numTasks, std::memory_order_relaxed);
+      pool.m_idle.wait(lock, [&] { return pool.m_activeWorkers == 0; });
+      pool.m_fn = nullptr;
+    }
+  } closer{*this};
   t_insideTask = true;
   runClaimedTasks();
-  t_insideTask = false;
-  std::unique_lock<std::mutex> lock(m_mutex);
-  m_jobOpen = false;
-  m_idle.wait(lock, [&] { return m_activeWorkers == 0; });
-  m_fn = nullptr;
 }
 
 void ThreadPool::parallelForRange(int64_t n, int64_t grain,

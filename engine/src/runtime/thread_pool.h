@@ -34,7 +34,9 @@ class ThreadPool {
   int32_t size() const { return int32_t(m_workers.size()) + 1; }
 
   // Runs fn(task) for every task in [0, numTasks) and waits for all. See the file comment for
-  // the determinism rule.
+  // the determinism rule. An exception thrown by fn on the calling thread propagates once the
+  // workers have left the job (remaining tasks are skipped); one thrown on a worker terminates
+  // the process, as for any std::thread.
   void parallelFor(int64_t numTasks, const std::function<void(int64_t)>& fn);
 
   // Splits [0, n) into chunks of `grain` (the last may be shorter) and runs fn(begin, end) per
@@ -47,12 +49,12 @@ class ThreadPool {
 
   std::vector<std::thread> m_workers;
   std::mutex m_mutex;
-  std::condition_variable m_wake;     // workers wait here for a job
-  std::condition_variable m_idle;     // the caller waits here for joined workers to leave
+  std::condition_variable m_wake;  // workers wait here for a job
+  std::condition_variable m_idle;  // the caller waits here for joined workers to leave
   bool m_stop = false;
-  bool m_jobOpen = false;             // workers may join the current job
-  uint64_t m_generation = 0;          // incremented per job
-  int32_t m_activeWorkers = 0;        // workers inside the current job
+  bool m_jobOpen = false;       // workers may join the current job
+  uint64_t m_generation = 0;    // incremented per job
+  int32_t m_activeWorkers = 0;  // workers inside the current job
   const std::function<void(int64_t)>* m_fn = nullptr;
   int64_t m_numTasks = 0;
   std::atomic<int64_t> m_nextTask{0};

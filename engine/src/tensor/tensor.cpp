@@ -24,9 +24,15 @@ void raisePeak(int64_t candidate) {
 
 }  // namespace
 
-int64_t TensorMemory::currentBytes() { return g_currentBytes.load(std::memory_order_relaxed); }
-int64_t TensorMemory::peakBytes() { return g_peakBytes.load(std::memory_order_relaxed); }
-void TensorMemory::resetPeak() { g_peakBytes.store(currentBytes(), std::memory_order_relaxed); }
+int64_t TensorMemory::currentBytes() {
+  return g_currentBytes.load(std::memory_order_relaxed);
+}
+int64_t TensorMemory::peakBytes() {
+  return g_peakBytes.load(std::memory_order_relaxed);
+}
+void TensorMemory::resetPeak() {
+  g_peakBytes.store(currentBytes(), std::memory_order_relaxed);
+}
 
 namespace detail {
 

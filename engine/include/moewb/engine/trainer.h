@@ -27,8 +27,9 @@ class ThreadPool;
 class Trainer {
  public:
   // Validates `config` (validateConfig) and builds the model. `sink` may be null; otherwise it
-  // must outlive the Trainer. Errors: kInvalidArgument for a bad config; kResourceExhausted when
-  // the model and one step's activations would not fit in half of the machine's memory.
+  // must outlive the Trainer. Errors: kInvalidArgument for a bad config (validateConfig's
+  // message, or more than 2^31-1 routed rows per step); kResourceExhausted when the model and one
+  // step's activations would not fit in half of the machine's memory.
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
   ~Trainer();
 
@@ -41,11 +42,12 @@ class Trainer {
   // One optimizer step: forward, backward, AdamW. Emits phases, expert loads, counters ("lr",
   // "grad_norm", "memory.tensor_bytes") and one onStep, and returns the step's event (loss etc).
   // Errors: kInternal when the loss or the gradient norm is not finite (training diverged; no
-  // onStep is emitted and the weights are not updated); once a step has failed, every later
-  // step() / run() returns kFailedPrecondition.
+  // onStep is emitted and the weights are not updated); kResourceExhausted when memory runs out.
+  // Once a step has failed, every later step() / run() returns kFailedPrecondition.
   Result<StepEvent> step();
 
-  // Thread-safe: asks run() to stop after the step in progress.
+  // Thread-safe: asks run() to stop after the step in progress (outcome kStopped). A request
+  // made while no run() is active stops the next run() before its first step.
   void requestStop() { m_stopRequested.store(true); }
 
   int64_t stepsDone() const { return m_stepsDone; }
