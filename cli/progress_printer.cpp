@@ -23,6 +23,7 @@ void ProgressPrinter::onStep(const engine::StepEvent& event) {
                                   : (1 - kSmoothing) * m_smoothedTokensPerSecond +
                                         kSmoothing * event.tokensPerSecond;
   m_last = event;
+  if (m_firstStep < 0) m_firstStep = event.step;
   draw(event, event.step + 1 >= m_plannedSteps);
 }
 
@@ -35,7 +36,8 @@ void ProgressPrinter::draw(const engine::StepEvent& event, bool force) {
   m_nextLogStep = done + std::max<int64_t>(m_plannedSteps / 10, 1);
 
   double elapsedS = double(nowNs - m_startNs) / 1e9;
-  double etaS = done > 0 ? elapsedS / double(done) * double(m_plannedSteps - done) : 0;
+  int64_t doneHere = done - m_firstStep;
+  double etaS = doneHere > 0 ? elapsedS / double(doneHere) * double(m_plannedSteps - done) : 0;
   const int kBarWidth = 24;
   int filled = int(double(kBarWidth) * double(done) / double(m_plannedSteps));
   std::string bar(size_t(std::clamp(filled, 0, kBarWidth)), '=');

@@ -28,6 +28,7 @@ class ProgressPrinter final : public engine::EventSink {
   int64_t m_startNs = 0;
   int64_t m_lastDrawNs = 0;
   int64_t m_nextLogStep = 0;
+  int64_t m_firstStep = -1;  // first step of this invocation (> 0 when resumed)
   double m_smoothedTokensPerSecond = 0;
   engine::StepEvent m_last;
 };

@@ -21,6 +21,9 @@ struct RunArgs {
   std::vector<std::string> overrides;
   bool force = false;
   bool quiet = false;
+  std::string resumePath;
+  int64_t checkpointEvery = 0;
+  std::string checkpointDir;
 };
 
 profiler::TracedRun* g_activeRun = nullptr;
@@ -72,12 +75,19 @@ int runCommand(const RunArgs& args) {
   options.outPath = outPath;
   options.overwrite = true;
   options.steps = args.steps;
+  options.resumePath = args.resumePath;
+  options.checkpointEverySteps = args.checkpointEvery;
+  options.checkpointDir =
+      args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
   int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
   ProgressPrinter progress(planned);
   auto run = profiler::TracedRun::create(*config, options, args.quiet ? nullptr : &progress);
   if (!run.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n", run.status().message().c_str());
-    return run.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    StatusCode code = run.status().code();
+    bool badInput = code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+                    code == StatusCode::kDataLoss || code == StatusCode::kAlreadyExists;
+    return badInput ? kExitBadInput : kExitFailure;
   }
   std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", config->run.name.c_str(),
                config->run.backend.c_str(), (long long)planned, outPath.c_str());
@@ -109,6 +119,14 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set moe.top_k=2")
       ->type_name("KEY=VALUE");
   cmd->add_flag("--force,-f", args->force, "replace the output file if it exists");
+  cmd->add_option("--resume", args->resumePath,
+                  "continue from a checkpoint (its step up to --steps in total)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--checkpoint-every", args->checkpointEvery,
+                  "save a checkpoint after every N-th step (0 = never)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--checkpoint-dir", args->checkpointDir,
+                  "where checkpoints go (default runs/<run.name>-checkpoints)");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress line");
   cmd->callback([args, action] { *action = [args] { return runCommand(*args); }; });
 }

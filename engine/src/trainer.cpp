@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <cmath>
 #include <limits>
 #include <new>
 
+#include "checkpoint/checkpoint.h"
 #include "data/synthetic_data.h"
 #include "model/model.h"
 #include "moewb/base/units.h"
@@ -86,6 +89,34 @@ int32_t Trainer::threadCount() const {
   return m_pool->size();
 }
 
+Status Trainer::saveCheckpoint(const std::string& path) const {
+  return engine::saveCheckpoint(path, m_model->parameters(), m_stepsDone, toToml(m_config));
+}
+
+Status Trainer::loadCheckpoint(const std::string& path) {
+  MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, m_model->parameters()));
+  m_stepsDone = nextStep;
+  return Status::ok();
+}
+
+void Trainer::setCheckpointPolicy(int64_t everySteps, const std::string& dir) {
+  m_checkpointEverySteps = everySteps;
+  m_checkpointDir = dir;
+}
+
+Status Trainer::maybeSaveCheckpoint() {
+  if (m_checkpointEverySteps <= 0 || m_stepsDone % m_checkpointEverySteps != 0) return Status::ok();
+  std::error_code error;
+  std::filesystem::create_directories(m_checkpointDir, error);
+  if (error) {
+    return internalError("cannot create checkpoint directory '" + m_checkpointDir +
+                         "': " + error.message());
+  }
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.safetensors", static_cast<long long>(m_stepsDone));
+  return saveCheckpoint((std::filesystem::path(m_checkpointDir) / name).string());
+}
+
 void Trainer::startRunOnce() {
   if (m_runStarted) return;
   m_runStarted = true;
@@ -120,9 +151,10 @@ Status Trainer::run(int64_t steps) {
       return Status::ok();
     }
     Result<StepEvent> result = step();
-    if (!result.isOk()) {
-      endRun(RunOutcome::kFailed, result.status().toString());
-      return result.status();
+    Status status = result.isOk() ? maybeSaveCheckpoint() : result.status();
+    if (!status.isOk()) {
+      endRun(RunOutcome::kFailed, status.toString());
+      return status;
     }
   }
   m_stopRequested.store(false);  // a request during the last step has nothing left to stop

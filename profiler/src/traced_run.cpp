@@ -87,22 +87,36 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
   if (observer) sinks.push_back(observer);
   run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
 
-  auto trainer = engine::Trainer::create(config, run->m_fanOut.get());
-  if (!trainer.isOk()) {
+  Status ready = run->createTrainer(options);
+  if (!ready.isOk()) {
+    run->m_trainer.reset();
     (void)run->m_writer->close();
     run->m_writer.reset();
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm"}) {
       std::filesystem::remove(options.outPath + suffix, ignored);
     }
-    return trainer.status();
+    return ready;
   }
-  run->m_trainer = std::move(trainer).value();
   return run;
 }
 
+Status TracedRun::createTrainer(const TracedRunOptions& options) {
+  MOEWB_ASSIGN_OR_RETURN(m_trainer, engine::Trainer::create(m_config, m_fanOut.get()));
+  if (!options.resumePath.empty()) {
+    MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
+    if (m_trainer->stepsDone() >= m_steps) {
+      return invalidArgument("checkpoint '" + options.resumePath + "' is at step " +
+                             std::to_string(m_trainer->stepsDone()) + ", not before the last step (" +
+                             std::to_string(m_steps) + "); raise --steps / run.steps");
+    }
+  }
+  m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
+  return Status::ok();
+}
+
 Result<RunSummary> TracedRun::run() {
-  Status trained = m_trainer->run(m_steps);
+  Status trained = m_trainer->run(m_steps - m_trainer->stepsDone());
   Status closed = m_writer->close();
   if (!trained.isOk()) return trained;
   if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());

@@ -214,3 +214,45 @@ TEST(CliConfig, ReadmeReferenceMatchesTheKeyTable) {
 
 }  // namespace
 }  // namespace moewb::cli::testing
+
+namespace moewb::cli::testing {
+namespace {
+
+int64_t lastStepOf(const std::string& trace, double* lastLoss) {
+  auto reader = storage::TraceReader::open(trace);
+  if (!reader.isOk()) return -1;
+  auto runs = (*reader)->runs();
+  auto steps = (*reader)->steps(runs->front().id);
+  if (!steps.isOk() || steps->empty()) return -1;
+  *lastLoss = steps->back().loss;
+  return steps->back().step;
+}
+
+TEST(CliCheckpoint, ResumedRunEndsWithTheSameLossAsAnUninterruptedOne) {
+  TempDir dir("cli-ckpt");
+  std::string base = "run --config " + tinyConfig() + " --quiet --set model.seq_len=16 ";
+  ProcessResult straight = runMoewb(base + "--steps 12 --out " + dir.file("straight.sqlite"), dir.path());
+  ASSERT_EQ(straight.exitCode, 0) << straight.err;
+  ProcessResult first = runMoewb(base + "--steps 8 --checkpoint-every 4 --checkpoint-dir " +
+                                     dir.file("ckpt") + " --out " + dir.file("first.sqlite"),
+                                 dir.path());
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  std::string ckpt = dir.file("ckpt/step-00000008.safetensors");
+  ASSERT_TRUE(std::filesystem::exists(ckpt));
+  ProcessResult resumed = runMoewb(base + "--steps 12 --resume " + ckpt + " --out " +
+                                       dir.file("resumed.sqlite"), dir.path());
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  double straightLoss = 0, resumedLoss = 0;
+  EXPECT_EQ(lastStepOf(dir.file("straight.sqlite"), &straightLoss), 11);
+  EXPECT_EQ(lastStepOf(dir.file("resumed.sqlite"), &resumedLoss), 11);
+  EXPECT_EQ(straightLoss, resumedLoss);
+
+  ProcessResult bad = runMoewb(base + "--steps 12 --set moe.d_ff=32 --resume " + ckpt + " --out " +
+                                   dir.file("bad.sqlite"), dir.path());
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("moe.gate"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad.sqlite")));
+}
+
+}  // namespace
+}  // namespace moewb::cli::testing

@@ -50,6 +50,20 @@ class Trainer {
   // made while no run() is active stops the next run() before its first step.
   void requestStop() { m_stopRequested.store(true); }
 
+  // Writes the weights, AdamW moments and the step counter to `path` (safetensors, atomically;
+  // layout in engine/src/checkpoint/checkpoint.h). Errors: kInternal naming the path.
+  Status saveCheckpoint(const std::string& path) const;
+
+  // Loads a checkpoint of the same model (names and shapes must match; nothing changes on error);
+  // the next step() continues at the checkpoint's step, bit-exactly as an uninterrupted run would.
+  // Errors: kNotFound, kDataLoss (not a checkpoint / truncated), kInvalidArgument (other model).
+  Status loadCheckpoint(const std::string& path);
+
+  // After every `everySteps`-th completed step, run() saves `dir`/step-<NNNNNNNN>.safetensors
+  // (the number is the next step to run). everySteps <= 0 disables. A failed save ends the run
+  // with that error.
+  void setCheckpointPolicy(int64_t everySteps, const std::string& dir);
+
   int64_t stepsDone() const { return m_stepsDone; }
   const RunConfig& config() const { return m_config; }
   // Number of trainable float parameters.
@@ -62,6 +76,7 @@ class Trainer {
   void startRunOnce();
   void endRun(RunOutcome outcome, const std::string& message);
   Result<StepEvent> trainStep();
+  Status maybeSaveCheckpoint();
   void emitStepEvents(const StepEvent& event, const std::vector<std::vector<int64_t>>& counts);
 
   RunConfig m_config;
@@ -73,6 +88,8 @@ class Trainer {
   bool m_runStarted = false;
   Status m_failure;  // the error of the step that failed; ok while training is healthy
   std::atomic<bool> m_stopRequested{false};
+  int64_t m_checkpointEverySteps = 0;
+  std::string m_checkpointDir;
 };
 
 }  // namespace moewb::engine

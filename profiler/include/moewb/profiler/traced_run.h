@@ -31,7 +31,10 @@ class HostTracer;
 struct TracedRunOptions {
   std::string outPath;          // trace file to create
   bool overwrite = true;        // replace an existing file at outPath
-  int64_t steps = -1;           // -1 = config.run.steps
+  int64_t steps = -1;           // total steps of the training run; -1 = config.run.steps
+  std::string resumePath;       // checkpoint to continue from ("" = start at step 0)
+  int64_t checkpointEverySteps = 0;  // save a checkpoint after every N-th step (0 = never)
+  std::string checkpointDir;    // where those checkpoints go
 };
 
 struct RunSummary {
@@ -48,7 +51,9 @@ struct RunSummary {
 class TracedRun {
  public:
   // Validates `config` (kInvalidArgument naming the key, nothing created), then creates the
-  // trace at options.outPath and the trainer. `observer` (may be null, must outlive the run)
+  // trace at options.outPath and the trainer, and loads options.resumePath if given (a bad
+  // checkpoint gives its error and removes the new trace again). Training then runs from the
+  // checkpoint's step up to options.steps in total. `observer` (may be null, must outlive the run)
   // receives every engine event after the tracer, e.g. a progress printer.
   static Result<std::unique_ptr<TracedRun>> create(const engine::RunConfig& config,
                                                    const TracedRunOptions& options,
@@ -68,6 +73,7 @@ class TracedRun {
  private:
   class SummarySink;
   TracedRun() = default;
+  Status createTrainer(const TracedRunOptions& options);
 
   engine::RunConfig m_config;
   int64_t m_steps = 0;

@@ -1,0 +1,94 @@
+// Checkpoint save/load over safetensors (see checkpoint.h).
+#include "checkpoint/checkpoint.h"
+
+#include <cstring>
+
+#include "checkpoint/safetensors.h"
+
+namespace moewb::engine {
+namespace {
+
+std::vector<int64_t> shapeOf(const Tensor<float>& t) {
+  std::vector<int64_t> shape;
+  for (int axis = 0; axis < t.rank(); ++axis) shape.push_back(t.dim(axis));
+  return shape;
+}
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// The three tensors saved per parameter: name suffix -> tensor.
+struct SavedPart {
+  std::string name;
+  const Tensor<float>* tensor;
+};
+
+std::vector<SavedPart> partsOf(const Parameter<float>& p) {
+  return {{p.name, &p.value},
+          {"optimizer." + p.name + ".exp_avg", &p.adamM},
+          {"optimizer." + p.name + ".exp_avg_sq", &p.adamV}};
+}
+
+}  // namespace
+
+Status saveCheckpoint(const std::string& path, const std::vector<Parameter<float>>& params,
+                      int64_t nextStep, const std::string& configToml) {
+  SafetensorsWriter writer;
+  writer.setMetadata("format", kCheckpointFormat);
+  writer.setMetadata("format_version", "1");
+  writer.setMetadata("step", std::to_string(nextStep));
+  writer.setMetadata("config", configToml);
+  for (const auto& param : params) {
+    for (const auto& part : partsOf(param)) {
+      writer.addF32(part.name, shapeOf(*part.tensor), part.tensor->data());
+    }
+  }
+  return writer.write(path);
+}
+
+Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<float>>& params) {
+  MOEWB_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != kCheckpointFormat) {
+    return dataLoss(path + ": a safetensors file but not a MoE Workbench checkpoint (no "
+                    "format = moewb-checkpoint metadata)");
+  }
+  auto stepText = file.metadata.find("step");
+  int64_t step = -1;
+  if (stepText != file.metadata.end()) step = std::strtoll(stepText->second.c_str(), nullptr, 10);
+  if (step < 0) return dataLoss(path + ": checkpoint metadata has no valid step");
+  // Check everything before changing anything.
+  for (const auto& param : params) {
+    for (const auto& part : partsOf(param)) {
+      const SafetensorsEntry* entry = file.find(part.name);
+      if (!entry) {
+        return invalidArgument(path + ": checkpoint lacks tensor '" + part.name +
+                               "'; it was written for a different model config");
+      }
+      if (entry->dtype != SafetensorsDtype::kF32 || entry->shape != shapeOf(*part.tensor)) {
+        return invalidArgument(path + ": tensor '" + part.name + "' has shape " +
+                               shapeText(entry->shape) + " but this model needs " +
+                               shapeText(shapeOf(*part.tensor)));
+      }
+    }
+  }
+  size_t expected = params.size() * 3;
+  if (file.tensors.size() != expected) {
+    return invalidArgument(path + ": checkpoint holds " + std::to_string(file.tensors.size()) +
+                           " tensors but this model has " + std::to_string(expected) +
+                           "; it was written for a different model config");
+  }
+  for (auto& param : params) {
+    for (const auto& part : partsOf(param)) {
+      const SafetensorsEntry* entry = file.find(part.name);
+      auto* target = const_cast<Tensor<float>*>(part.tensor);
+      std::memcpy(target->data(), entry->f32(), size_t(target->bytes()));
+    }
+  }
+  return step;
+}
+
+}  // namespace moewb::engine
