@@ -133,6 +133,7 @@ void Trainer::startRunOnce() {
 }
 
 void Trainer::endRun(RunOutcome outcome, const std::string& message) {
+  rejectPendingCommands();
   if (m_sink == nullptr) return;
   RunEndEvent event;
   event.outcome = outcome;
@@ -146,7 +147,8 @@ Status Trainer::run(int64_t steps) {
   if (steps < 0) return invalidArgument("steps = " + std::to_string(steps) + "; accepted: >= 0");
   startRunOnce();
   for (int64_t i = 0; i < steps; ++i) {
-    if (m_stopRequested.exchange(false)) {
+    if (!handleCommands() || m_stopRequested.exchange(false)) {
+      m_stopRequested.store(false);
       endRun(RunOutcome::kStopped, "");
       return Status::ok();
     }

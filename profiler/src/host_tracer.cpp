@@ -113,6 +113,17 @@ void HostTracer::onStep(const engine::StepEvent& event) {
   m_writer->addStep(row);  // commits the step with everything queued before it
 }
 
+void HostTracer::onConfigChange(const engine::ConfigChangeEvent& event) {
+  storage::ConfigChangeRow row;
+  row.step = event.step;
+  row.tsNs = event.tsNs;
+  row.key = event.key;
+  row.oldValue = event.oldValue;
+  row.newValue = event.newValue;
+  row.source = event.source;
+  m_writer->addConfigChange(m_run, row);
+}
+
 void HostTracer::onRunEnd(const engine::RunEndEvent& event) {
   m_writer->finishRun(m_run, outcomeName(event.outcome), event.message, event.endNs);
 }

@@ -10,7 +10,7 @@ namespace moewb::engine::test {
 
 class RecordingSink : public EventSink {
  public:
-  enum class Kind { kRunStart, kPhase, kExpertLoad, kCounter, kStep, kRunEnd };
+  enum class Kind { kRunStart, kPhase, kExpertLoad, kCounter, kStep, kRunEnd, kConfigChange };
 
   void onRunStart(const RunStartEvent& e) override {
     order.push_back(Kind::kRunStart);
@@ -32,6 +32,10 @@ class RecordingSink : public EventSink {
     order.push_back(Kind::kStep);
     steps.push_back(e);
   }
+  void onConfigChange(const ConfigChangeEvent& e) override {
+    order.push_back(Kind::kConfigChange);
+    configChanges.push_back(e);
+  }
   void onRunEnd(const RunEndEvent& e) override {
     order.push_back(Kind::kRunEnd);
     runEnds.push_back(e);
@@ -44,6 +48,7 @@ class RecordingSink : public EventSink {
   std::vector<CounterEvent> counters;
   std::vector<StepEvent> steps;
   std::vector<RunEndEvent> runEnds;
+  std::vector<ConfigChangeEvent> configChanges;
 };
 
 }  // namespace moewb::engine::test

@@ -41,6 +41,8 @@ TEST(HostTracer, WritesRowsForEveryEvent) {
     tracer.onCounter({.name = "lr", .tsNs = 7000, .value = 0.5});
     tracer.onStep({.step = 0, .rank = 0, .startNs = 1000, .endNs = 8000, .loss = 2.5,
                    .auxLoss = 0.01, .tokens = 4, .tokensPerSecond = 4e9 / 7000.0});
+    tracer.onConfigChange({.step = 1, .tsNs = 8500, .key = "optim.lr", .oldValue = "0.003",
+                           .newValue = "0.001", .source = "gui"});
     tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 9000, .stepsDone = 1});
     ASSERT_TRUE((*writer)->close().isOk());
   }
@@ -74,6 +76,14 @@ TEST(HostTracer, WritesRowsForEveryEvent) {
   ASSERT_TRUE(steps.isOk());
   ASSERT_EQ(steps->size(), 1u);
   EXPECT_DOUBLE_EQ(steps->front().loss, 2.5);
+
+  auto changes = (*reader)->configChanges();
+  ASSERT_TRUE(changes.isOk());
+  ASSERT_EQ(changes->size(), 1u);
+  EXPECT_EQ(changes->front().key, "optim.lr");
+  EXPECT_EQ(changes->front().newValue, "0.001");
+  EXPECT_EQ(changes->front().source, "gui");
+  EXPECT_EQ(changes->front().step, 1);
 
   auto counters = (*reader)->counters({0, 100'000});
   ASSERT_TRUE(counters.isOk());

@@ -84,6 +84,16 @@ struct StepEvent {
   double lr = 0;           // learning rate used
 };
 
+// A setting changed while the run goes on (a live patch), effective from `step` on.
+struct ConfigChangeEvent {
+  int64_t step = 0;        // first step that uses the new value
+  int64_t tsNs = 0;
+  std::string key;         // "optim.lr"
+  std::string oldValue;    // TOML text
+  std::string newValue;
+  std::string source;      // "cli", "gui", "tuner", "test"
+};
+
 enum class RunOutcome : uint8_t { kCompleted, kStopped, kFailed };
 
 struct RunEndEvent {
@@ -102,6 +112,8 @@ class EventSink {
   virtual void onCounter(const CounterEvent& event) = 0;
   // Called once per step after all its other events; the step is complete.
   virtual void onStep(const StepEvent& event) = 0;
+  // A live config patch was applied at a step boundary (one call per changed key).
+  virtual void onConfigChange(const ConfigChangeEvent& event) { (void)event; }
   virtual void onRunEnd(const RunEndEvent& event) = 0;
 };
 
@@ -114,6 +126,9 @@ class FanOutSink final : public EventSink {
   void onExpertLoad(const ExpertLoadEvent& e) override { for (auto* s : m_sinks) s->onExpertLoad(e); }
   void onCounter(const CounterEvent& e) override { for (auto* s : m_sinks) s->onCounter(e); }
   void onStep(const StepEvent& e) override { for (auto* s : m_sinks) s->onStep(e); }
+  void onConfigChange(const ConfigChangeEvent& e) override {
+    for (auto* s : m_sinks) s->onConfigChange(e);
+  }
   void onRunEnd(const RunEndEvent& e) override { for (auto* s : m_sinks) s->onRunEnd(e); }
 
  private:

@@ -8,8 +8,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,21 @@
 #include "moewb/engine/event_sink.h"
 
 namespace moewb::engine {
+
+// A command for a running trainer, handled at the next step boundary (TrainerCommand docs in
+// Trainer::post).
+struct TrainerCommand {
+  enum class Kind : uint8_t {
+    kPause,       // stop between steps until kResume, kStep or kStop
+    kResume,      // continue after a pause
+    kStep,        // while paused: run exactly one step, then stay paused
+    kStop,        // end the run after the step in progress (outcome kStopped)
+    kApplyPatch,  // apply `assignments` ("optim.lr=1e-3", ...) from the next step on
+  };
+  Kind kind = Kind::kPause;
+  std::vector<std::string> assignments;  // for kApplyPatch
+  std::string source = "cli";            // who asked: "cli", "gui", "tuner"
+};
 
 template <typename T>
 class Model;
@@ -48,6 +67,7 @@ class Trainer {
 
   // Thread-safe: asks run() to stop after the step in progress (outcome kStopped). A request
   // made while no run() is active stops the next run() before its first step.
+  // Async-signal-safe (one atomic store).
   void requestStop() { m_stopRequested.store(true); }
 
   // Writes the weights, AdamW moments and the step counter to `path` (safetensors, atomically;
@@ -64,6 +84,18 @@ class Trainer {
   // with that error.
   void setCheckpointPolicy(int64_t everySteps, const std::string& dir);
 
+  // Thread-safe: queues a command for the running trainer; it is handled before the next step
+  // starts (run() also waits on commands while paused). The future is ready once the command is
+  // handled: ok, or for kApplyPatch an error naming the key when the patch is invalid
+  // (validateConfig) or changes a setting that needs new weights or buffers (liveKeys() lists
+  // what can change). A rejected patch changes nothing; an accepted one is reported through
+  // onConfigChange, one event per changed key.
+  std::future<Status> post(TrainerCommand command);
+
+  // Keys a patch may change while the run goes on.
+  static const std::vector<std::string>& liveKeys();
+
+  bool paused() const { return m_paused.load(); }
   int64_t stepsDone() const { return m_stepsDone; }
   const RunConfig& config() const { return m_config; }
   // Number of trainable float parameters.
@@ -77,6 +109,15 @@ class Trainer {
   void endRun(RunOutcome outcome, const std::string& message);
   Result<StepEvent> trainStep();
   Status maybeSaveCheckpoint();
+  // Handles queued commands; returns false when the run must stop. Blocks while paused.
+  bool handleCommands();
+  // Answers every queued command with kFailedPrecondition (the run has ended).
+  void rejectPendingCommands();
+  Status applyPatch(const TrainerCommand& command);
+  struct QueuedCommand {
+    TrainerCommand command;
+    std::promise<Status> done;
+  };
   void emitStepEvents(const StepEvent& event, const std::vector<std::vector<int64_t>>& counts);
 
   RunConfig m_config;
@@ -88,6 +129,11 @@ class Trainer {
   bool m_runStarted = false;
   Status m_failure;  // the error of the step that failed; ok while training is healthy
   std::atomic<bool> m_stopRequested{false};
+  std::mutex m_commandMutex;
+  std::condition_variable m_commandReady;
+  std::deque<QueuedCommand> m_commands;  // guarded by m_commandMutex
+  std::atomic<bool> m_paused{false};
+  bool m_singleStep = false;  // run one step while paused
   int64_t m_checkpointEverySteps = 0;
   std::string m_checkpointDir;
 };

@@ -26,6 +26,7 @@ class HostTracer final : public engine::EventSink {
   void onExpertLoad(const engine::ExpertLoadEvent& event) override;
   void onCounter(const engine::CounterEvent& event) override;
   void onStep(const engine::StepEvent& event) override;
+  void onConfigChange(const engine::ConfigChangeEvent& event) override;
   void onRunEnd(const engine::RunEndEvent& event) override;
 
   RunId runId() const { return m_run; }

@@ -1,0 +1,105 @@
+// Live control of a running trainer: pause / single step / resume / stop from another thread, and
+// config patches that are validated, applied at a step boundary and reported, or refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "moewb/engine/trainer.h"
+#include "recording_sink.h"
+
+namespace moewb::engine {
+namespace {
+
+using Kind = TrainerCommand::Kind;
+
+RunConfig smallConfig() {
+  RunConfig config;
+  config.model.numLayers = 1;
+  config.model.seqLen = 8;
+  config.data.batchSize = 2;
+  config.run.threads = 1;
+  return config;
+}
+
+void waitUntil(const std::function<bool()>& done) {
+  for (int i = 0; i < 400 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(done());
+}
+
+TEST(TrainerControl, PauseSingleStepResumeAndStop) {
+  auto trainer = Trainer::create(smallConfig(), nullptr);
+  ASSERT_TRUE(trainer.isOk());
+  Trainer& t = **trainer;
+  std::future<Status> pause = t.post({Kind::kPause});  // handled before the first step
+  Status runStatus;
+  std::thread runner([&] { runStatus = t.run(1'000'000); });
+  EXPECT_TRUE(pause.get().isOk());
+  waitUntil([&] { return t.paused(); });
+  int64_t pausedAt = t.stepsDone();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(t.stepsDone(), pausedAt);  // really paused
+
+  EXPECT_TRUE(t.post({Kind::kStep}).get().isOk());
+  waitUntil([&] { return t.stepsDone() == pausedAt + 1 && t.paused(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(t.stepsDone(), pausedAt + 1);  // exactly one step
+
+  EXPECT_TRUE(t.post({Kind::kResume}).get().isOk());
+  waitUntil([&] { return t.stepsDone() > pausedAt + 3; });
+  EXPECT_TRUE(t.post({Kind::kStop}).get().isOk());
+  runner.join();
+  EXPECT_TRUE(runStatus.isOk());
+  EXPECT_LT(t.stepsDone(), 1'000'000);
+}
+
+TEST(TrainerControl, PatchIsAppliedAtAStepBoundaryAndReported) {
+  test::RecordingSink sink;
+  auto trainer = Trainer::create(smallConfig(), &sink);
+  ASSERT_TRUE(trainer.isOk());
+  Trainer& t = **trainer;
+  ASSERT_TRUE(t.run(3).isOk());
+  auto accepted = t.post({Kind::kApplyPatch, {"optim.lr=0.0005", "data.skew=2"}, "test"});
+  ASSERT_TRUE(t.run(2).isOk());
+  ASSERT_TRUE(accepted.get().isOk());
+  EXPECT_DOUBLE_EQ(t.config().optim.lr, 0.0005);
+  EXPECT_DOUBLE_EQ(t.config().data.skew, 2.0);
+  ASSERT_EQ(sink.configChanges.size(), 2u);
+  EXPECT_EQ(sink.configChanges[0].key, "optim.lr");
+  EXPECT_EQ(sink.configChanges[0].oldValue, "0.0030000000000000001");
+  EXPECT_EQ(sink.configChanges[0].newValue, "0.00050000000000000001");
+  EXPECT_EQ(sink.configChanges[0].step, 3);
+  EXPECT_EQ(sink.configChanges[0].source, "test");
+  // The new learning rate is in effect from step 3 on (warm-up is 10 steps: lr * 4/10).
+  EXPECT_NEAR(sink.steps.back().lr, 0.0005 * 5.0 / 10.0, 1e-12);
+}
+
+TEST(TrainerControl, PatchesThatNeedNewWeightsOrAreInvalidAreRefusedUnchanged) {
+  test::RecordingSink sink;
+  auto trainer = Trainer::create(smallConfig(), &sink);
+  ASSERT_TRUE(trainer.isOk());
+  Trainer& t = **trainer;
+  auto shape = t.post({Kind::kApplyPatch, {"optim.lr=0.001", "model.d_model=128"}});
+  auto range = t.post({Kind::kApplyPatch, {"optim.beta1=2"}});
+  auto unknown = t.post({Kind::kApplyPatch, {"optim.learning_rate=1"}});
+  ASSERT_TRUE(t.run(1).isOk());
+  Status s = shape.get();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("model.d_model cannot change"), std::string::npos) << s.message();
+  EXPECT_NE(range.get().message().find("optim.beta1"), std::string::npos);
+  EXPECT_NE(unknown.get().message().find("optim.learning_rate"), std::string::npos);
+  EXPECT_DOUBLE_EQ(t.config().optim.lr, RunConfig{}.optim.lr);  // nothing of the patch applied
+  EXPECT_TRUE(sink.configChanges.empty());
+}
+
+TEST(TrainerControl, CommandsAfterTheRunEndAreAnswered) {
+  auto trainer = Trainer::create(smallConfig(), nullptr);
+  ASSERT_TRUE(trainer.isOk());
+  ASSERT_TRUE((*trainer)->run(1).isOk());
+  auto late = (*trainer)->post({Kind::kApplyPatch, {"optim.lr=0.001"}});
+  ASSERT_TRUE((*trainer)->run(1).isOk());  // the next run handles it
+  EXPECT_TRUE(late.get().isOk());
+}
+
+}  // namespace
+}  // namespace moewb::engine
