@@ -127,4 +127,12 @@ Result<RunSummary> TracedRun::run() {
 
 void TracedRun::requestStop() { m_trainer->requestStop(); }
 
+std::future<Status> TracedRun::post(engine::TrainerCommand command) {
+  return m_trainer->post(std::move(command));
+}
+
+const std::vector<std::string>& TracedRun::liveKeys() { return engine::Trainer::liveKeys(); }
+
+bool TracedRun::paused() const { return m_trainer->paused(); }
+
 }  // namespace moewb::profiler

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,9 +18,7 @@
 #include "moewb/engine/config.h"
 #include "moewb/engine/event_sink.h"
 
-namespace moewb::engine {
-class Trainer;
-}
+#include "moewb/engine/trainer.h"
 namespace moewb::storage {
 class TraceWriter;
 }
@@ -66,6 +65,15 @@ class TracedRun {
 
   // Thread-safe; the run ends after the step in progress with status "stopped".
   void requestStop();
+
+  // Thread-safe: pause / resume / single-step / stop / apply a live config patch; handled at the
+  // next step boundary (engine::Trainer::post). Accepted patches appear in the trace's
+  // config_change table.
+  std::future<Status> post(engine::TrainerCommand command);
+  // Keys a live patch may change.
+  static const std::vector<std::string>& liveKeys();
+  // True while the trainer is paused by a command.
+  bool paused() const;
 
   const engine::RunConfig& config() const { return m_config; }
   int64_t plannedSteps() const { return m_steps; }
