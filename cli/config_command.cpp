@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "moewb/engine/config.h"
+#include "moewb/engine/trainer.h"
 
 namespace moewb::cli {
 namespace {
@@ -14,7 +15,23 @@ struct ConfigArgs {
   std::string configPath;
   std::vector<std::string> overrides;
   bool reference = false;
+  bool params = false;
 };
+
+int printParameters(const engine::RunConfig& config) {
+  auto trainer = engine::Trainer::create(config, nullptr);
+  if (!trainer.isOk()) {
+    std::fprintf(stderr, "moewb config: %s\n", trainer.status().message().c_str());
+    return kExitBadInput;
+  }
+  for (const auto& info : (*trainer)->parameterInfos()) {
+    std::string shape;
+    for (int64_t extent : info.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(extent);
+    std::printf("%-32s [%s]\n", info.name.c_str(), shape.c_str());
+  }
+  std::printf("%lld parameters\n", static_cast<long long>((*trainer)->parameterCount()));
+  return kExitOk;
+}
 
 void printReference() {
   std::printf("| key | type | accepted | default | meaning |\n|---|---|---|---|---|\n");
@@ -50,6 +67,7 @@ int configCommand(const ConfigArgs& args) {
     std::fprintf(stderr, "moewb config: %s\n", valid.message().c_str());
     return kExitBadInput;
   }
+  if (args.params) return printParameters(config);
   std::printf("%s", engine::toToml(config).c_str());
   return kExitOk;
 }
@@ -64,6 +82,8 @@ void addConfigCommand(CLI::App& app, std::function<int()>* action) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "override a config key")->type_name("KEY=VALUE");
   cmd->add_flag("--reference", args->reference, "print every accepted key as a Markdown table");
+  cmd->add_flag("--params", args->params,
+                "print the model's parameter names and shapes (as in checkpoints and dumps)");
   cmd->callback([args, action] { *action = [args] { return configCommand(*args); }; });
 }
 

@@ -1,5 +1,6 @@
 // `moewb run`: train the embedded engine on a config and record the run into a trace file.
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -24,7 +25,31 @@ struct RunArgs {
   std::string resumePath;
   int64_t checkpointEvery = 0;
   std::string checkpointDir;
+  std::string dumpSteps;  // "A:B"
+  std::string dumpDir;
 };
+
+// Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
+Status parseStepRange(const std::string& text, int64_t* first, int64_t* end) {
+  auto bad = [&] {
+    return invalidArgument("--dump-steps '" + text + "' is not a step range; accepted: A:B with "
+                           "0 <= A < B (steps A..B-1) or a single step A");
+  };
+  size_t colon = text.find(':');
+  char* rest = nullptr;
+  *first = std::strtoll(text.c_str(), &rest, 10);
+  if (rest == text.c_str()) return bad();
+  if (colon == std::string::npos) {
+    if (*rest != '\0') return bad();
+    *end = *first + 1;
+  } else {
+    if (rest != text.c_str() + colon) return bad();
+    const char* second = text.c_str() + colon + 1;
+    *end = std::strtoll(second, &rest, 10);
+    if (rest == second || *rest != '\0') return bad();
+  }
+  return *first >= 0 && *end > *first ? Status::ok() : bad();
+}
 
 profiler::TracedRun* g_activeRun = nullptr;
 
@@ -72,6 +97,14 @@ int runCommand(const RunArgs& args) {
     return kExitBadInput;
   }
   profiler::TracedRunOptions options;
+  if (!args.dumpSteps.empty()) {
+    Status range = parseStepRange(args.dumpSteps, &options.dumpFirstStep, &options.dumpEndStep);
+    if (!range.isOk()) {
+      std::fprintf(stderr, "moewb run: %s\n", range.message().c_str());
+      return kExitBadInput;
+    }
+    options.dumpDir = args.dumpDir.empty() ? "runs/" + config->run.name + "-dumps" : args.dumpDir;
+  }
   options.outPath = outPath;
   options.overwrite = true;
   options.steps = args.steps;
@@ -125,6 +158,11 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--checkpoint-every", args->checkpointEvery,
                   "save a checkpoint after every N-th step (0 = never)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--dump-steps", args->dumpSteps,
+                  "write alignment dumps (weights, batch, loss terms, gradients) for steps A:B "
+                  "(A..B-1)")
+      ->type_name("A:B");
+  cmd->add_option("--dump-dir", args->dumpDir, "where dumps go (default runs/<run.name>-dumps)");
   cmd->add_option("--checkpoint-dir", args->checkpointDir,
                   "where checkpoints go (default runs/<run.name>-checkpoints)");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress line");

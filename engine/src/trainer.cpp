@@ -13,6 +13,7 @@
 #include <limits>
 #include <new>
 
+#include "checkpoint/alignment_dump.h"
 #include "checkpoint/checkpoint.h"
 #include "data/synthetic_data.h"
 #include "model/model.h"
@@ -85,6 +86,16 @@ Trainer::~Trainer() = default;
 int64_t Trainer::parameterCount() const {
   return m_model->parameterCount();
 }
+std::vector<Trainer::ParameterInfo> Trainer::parameterInfos() const {
+  std::vector<ParameterInfo> infos;
+  for (const auto& p : m_model->parameters()) {
+    ParameterInfo info{p.name, {}};
+    for (int axis = 0; axis < p.value.rank(); ++axis) info.shape.push_back(p.value.dim(axis));
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
 int32_t Trainer::threadCount() const {
   return m_pool->size();
 }
@@ -97,6 +108,25 @@ Status Trainer::loadCheckpoint(const std::string& path) {
   MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, m_model->parameters()));
   m_stepsDone = nextStep;
   return Status::ok();
+}
+
+void Trainer::setDumpPolicy(int64_t firstStep, int64_t endStep, const std::string& dir) {
+  m_dumpFirstStep = firstStep;
+  m_dumpEndStep = endStep;
+  m_dumpDir = dir;
+}
+
+Result<Trainer::ReplayedLoss> Trainer::replayAlignmentDump(const std::string& path) {
+  MOEWB_ASSIGN_OR_RETURN(AlignmentDump dump, readAlignmentDump(path, m_model->parameters()));
+  if (dump.batch.batchSize != m_config.data.batchSize || dump.batch.seqLen != m_config.model.seqLen) {
+    return invalidArgument(path + ": the dump's batch is [" + std::to_string(dump.batch.batchSize) +
+                           ", " + std::to_string(dump.batch.seqLen) +
+                           "] but the config has data.batch_size = " +
+                           std::to_string(m_config.data.batchSize) +
+                           " and model.seq_len = " + std::to_string(m_config.model.seqLen));
+  }
+  ForwardResult forward = m_model->forward(dump.batch, nullptr);
+  return ReplayedLoss{forward.loss, forward.auxLoss, dump.loss.ce, dump.loss.aux};
 }
 
 void Trainer::setCheckpointPolicy(int64_t everySteps, const std::string& dir) {
@@ -201,6 +231,10 @@ Result<StepEvent> Trainer::trainStep() {
   {
     ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
     m_model->backward(&recorder);
+  }
+  if (stepIndex >= m_dumpFirstStep && stepIndex < m_dumpEndStep) {
+    MOEWB_RETURN_IF_ERROR(writeAlignmentDump(m_dumpDir, stepIndex, m_model->parameters(), batch,
+                                             {forward.loss, forward.auxLoss}, toToml(m_config)));
   }
   OptimizerStepResult optim;
   {

@@ -112,6 +112,7 @@ Status TracedRun::createTrainer(const TracedRunOptions& options) {
     }
   }
   m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
+  m_trainer->setDumpPolicy(options.dumpFirstStep, options.dumpEndStep, options.dumpDir);
   return Status::ok();
 }
 

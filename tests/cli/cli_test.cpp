@@ -256,3 +256,28 @@ TEST(CliCheckpoint, ResumedRunEndsWithTheSameLossAsAnUninterruptedOne) {
 
 }  // namespace
 }  // namespace moewb::cli::testing
+
+namespace moewb::cli::testing {
+namespace {
+
+TEST(CliDump, WritesOneAlignmentDumpPerStepInTheRange) {
+  TempDir dir("cli-dump");
+  std::string base = "run --config " + tinyConfig() + " --quiet --steps 4 --set model.seq_len=16 ";
+  ProcessResult r = runMoewb(base + "--dump-steps 1:3 --dump-dir " + dir.file("dumps") + " --out " +
+                                 dir.file("t.sqlite"), dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dumps/step-00000000.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("dumps/step-00000001.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("dumps/step-00000002.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dumps/step-00000003.safetensors")));
+  for (const char* bad : {"3:1", "x", "1:", "-1:2"}) {
+    ProcessResult refused = runMoewb(base + "--dump-steps " + std::string(bad) + " --out " +
+                                         dir.file("never.sqlite"), dir.path());
+    EXPECT_EQ(refused.exitCode, 2) << bad;
+    EXPECT_NE(refused.err.find("--dump-steps"), std::string::npos) << refused.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("never.sqlite")));
+}
+
+}  // namespace
+}  // namespace moewb::cli::testing

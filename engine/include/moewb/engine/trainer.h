@@ -84,6 +84,23 @@ class Trainer {
   // with that error.
   void setCheckpointPolicy(int64_t everySteps, const std::string& dir);
 
+  // Writes an alignment dump (engine/src/checkpoint/alignment_dump.h: weights before the step,
+  // the batch, the loss terms, every gradient after backward) for each step in
+  // [firstStep, endStep) to `dir`/step-<NNNNNNNN>.safetensors. A failed write fails the step.
+  void setDumpPolicy(int64_t firstStep, int64_t endStep, const std::string& dir);
+
+  // Loads the weights and batch of an alignment dump and runs the forward pass on them (no
+  // update). Returns {ce, aux} as computed now; compare with the dump's recorded terms.
+  // Errors: those of reading the dump, or kInvalidArgument when its batch shape differs from the
+  // config's (data.batch_size, model.seq_len).
+  struct ReplayedLoss {
+    double ce = 0;
+    double aux = 0;
+    double recordedCe = 0;   // as written in the dump
+    double recordedAux = 0;
+  };
+  Result<ReplayedLoss> replayAlignmentDump(const std::string& path);
+
   // Thread-safe: queues a command for the running trainer; it is handled before the next step
   // starts (run() also waits on commands while paused). The future is ready once the command is
   // handled: ok, or for kApplyPatch an error naming the key when the patch is invalid
@@ -100,6 +117,12 @@ class Trainer {
   const RunConfig& config() const { return m_config; }
   // Number of trainable float parameters.
   int64_t parameterCount() const;
+  // Every parameter's name and shape, in model order (the names used by checkpoints and dumps).
+  struct ParameterInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<ParameterInfo> parameterInfos() const;
   // CPU threads the trainer computes with (run.threads, or the hardware threads when 0).
   int32_t threadCount() const;
 
@@ -134,6 +157,9 @@ class Trainer {
   std::deque<QueuedCommand> m_commands;  // guarded by m_commandMutex
   std::atomic<bool> m_paused{false};
   bool m_singleStep = false;  // run one step while paused
+  int64_t m_dumpFirstStep = 0;
+  int64_t m_dumpEndStep = 0;
+  std::string m_dumpDir;
   int64_t m_checkpointEverySteps = 0;
   std::string m_checkpointDir;
 };

@@ -34,6 +34,9 @@ struct TracedRunOptions {
   std::string resumePath;       // checkpoint to continue from ("" = start at step 0)
   int64_t checkpointEverySteps = 0;  // save a checkpoint after every N-th step (0 = never)
   std::string checkpointDir;    // where those checkpoints go
+  int64_t dumpFirstStep = 0;    // alignment dumps for steps in [dumpFirstStep, dumpEndStep)
+  int64_t dumpEndStep = 0;
+  std::string dumpDir;          // where the dumps go
 };
 
 struct RunSummary {
