@@ -16,6 +16,62 @@ namespace {
 
 using detail::KeySpec;
 
+const char* article(const char* noun) { return noun[0] == 'i' ? "an " : "a "; }
+
+std::string sectionList() {
+  std::vector<std::string> sections;
+  for (const auto& spec : detail::keySpecs()) {
+    if (sections.empty() || sections.back() != spec.section) sections.push_back(spec.section);
+  }
+  std::string out;
+  for (const auto& section : sections) out += (out.empty() ? "" : ", ") + section;
+  return out;
+}
+
+// Cross-key rules of the hybrid architecture (mixers, MoE variants).
+Status validateArchitecture(const RunConfig& config) {
+  const auto& m = config.model;
+  const auto& moe = config.moe;
+  if (m.mixerPattern.empty() ||
+      m.mixerPattern.find_first_not_of("AKS") != std::string::npos) {
+    return invalidArgument("model.mixer_pattern = \"" + m.mixerPattern +
+                           "\" is not accepted; accepted: a non-empty string of A (softmax "
+                           "attention), K (KDA), S (gated sparse attention), e.g. \"KKKS\"");
+  }
+  if (moe.numExperts % moe.numGroups != 0) {
+    return invalidArgument("moe.num_groups = " + std::to_string(moe.numGroups) +
+                           " does not divide moe.num_experts = " + std::to_string(moe.numExperts));
+  }
+  if (moe.topkGroups > moe.numGroups) {
+    return invalidArgument("moe.topk_groups = " + std::to_string(moe.topkGroups) +
+                           " exceeds moe.num_groups = " + std::to_string(moe.numGroups));
+  }
+  const int32_t reachable = moe.numExperts / moe.numGroups * moe.topkGroups;
+  if (moe.topK > reachable) {
+    return invalidArgument("moe.top_k = " + std::to_string(moe.topK) + " exceeds the " +
+                           std::to_string(reachable) +
+                           " experts in moe.topk_groups of moe.num_groups groups");
+  }
+  if (moe.latentDim > m.dModel) {
+    return invalidArgument("moe.latent_dim = " + std::to_string(moe.latentDim) +
+                           " exceeds model.d_model = " + std::to_string(m.dModel) +
+                           "; accepted: 0 (off) or 1.." + std::to_string(m.dModel));
+  }
+  const bool usesSparse = m.mixerPattern.find('S') != std::string::npos;
+  const bool usesKda = m.mixerPattern.find('K') != std::string::npos;
+  if (usesSparse && m.numHeads % config.sparse.kvHeads != 0) {
+    return invalidArgument("sparse.kv_heads = " + std::to_string(config.sparse.kvHeads) +
+                           " does not divide model.num_heads = " + std::to_string(m.numHeads));
+  }
+  const int32_t kdaHeads = config.kda.numHeads > 0 ? config.kda.numHeads : m.numHeads;
+  if (usesKda && config.kda.headDim == 0 && m.dModel % kdaHeads != 0) {
+    return invalidArgument("kda.num_heads = " + std::to_string(kdaHeads) +
+                           " does not divide model.d_model = " + std::to_string(m.dModel) +
+                           "; set kda.head_dim or choose a divisor");
+  }
+  return Status::ok();
+}
+
 std::string where(const std::string& source, const toml::node& node) {
   const auto& begin = node.source().begin;
   if (begin.line == 0) return source;
@@ -34,8 +90,8 @@ std::string describeNode(const toml::node& node) {
 Status setField(const KeySpec& spec, RunConfig& config, const toml::node& node,
                 const std::string& origin) {
   auto typeError = [&]() {
-    return invalidArgument(origin + ": " + spec.key() + " must be " +
-                           (spec.typeName()[0] == 'i' ? "an " : "a ") + spec.typeName() +
+    return invalidArgument(origin + ": " + spec.key() + " must be " + article(spec.typeName()) +
+                           spec.typeName() +
                            " (accepted: " + spec.acceptedText() + "), got " + describeNode(node));
   };
   return std::visit(
@@ -45,6 +101,9 @@ Status setField(const KeySpec& spec, RunConfig& config, const toml::node& node,
         if constexpr (std::is_same_v<T, std::string>) {
           if (!node.is_string()) return typeError();
           field = *node.value<std::string>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) return typeError();
+          field = *node.value<bool>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!node.is_number()) return typeError();
           field = *node.value<double>();
@@ -85,7 +144,9 @@ Status checkRange(const KeySpec& spec, const RunConfig& config) {
         const auto& v = ref(c);
         using T = std::decay_t<decltype(v)>;
         bool ok = true;
-        if constexpr (std::is_same_v<T, std::string>) {
+        if constexpr (std::is_same_v<T, bool>) {
+          ok = true;
+        } else if constexpr (std::is_same_v<T, std::string>) {
           if (!spec.choices.empty()) {
             ok = false;
             for (const auto& choice : spec.choices) ok = ok || choice == v;
@@ -135,13 +196,13 @@ Result<RunConfig> parseConfigToml(const std::string& text, const std::string& so
     const toml::table* table = node.as_table();
     if (!table) {
       return invalidArgument(where(sourceName, node) + ": top-level key '" + section +
-                             "' is not a section; accepted sections: run, model, moe, data, optim");
+                             "' is not a section; accepted sections: " + sectionList());
     }
-    bool known = section == "run" || section == "model" || section == "moe" ||
-                 section == "data" || section == "optim";
+    bool known = false;
+    for (const auto& spec : detail::keySpecs()) known = known || section == spec.section;
     if (!known) {
       return invalidArgument(where(sourceName, node) + ": unknown section [" + section +
-                             "]; accepted sections: run, model, moe, data, optim");
+                             "]; accepted sections: " + sectionList());
     }
     MOEWB_RETURN_IF_ERROR(parseSection(section, *table, config, sourceName));
   }
@@ -176,7 +237,7 @@ Status applyOverride(RunConfig& config, const std::string& assignment) {
     // A bare word such as `--set run.name=demo` is taken as a string for string keys.
     if (std::string(spec->typeName()) != "string") {
       return invalidArgument("override '" + assignment + "': '" + valueText + "' is not " +
-                             (spec->typeName()[0] == 'i' ? "an " : "a ") + spec->typeName() +
+                             article(spec->typeName()) + spec->typeName() +
                              "; accepted: " + spec->acceptedText());
     }
     parsed.insert_or_assign("v", valueText);
@@ -200,10 +261,18 @@ Status validateConfig(const RunConfig& config) {
                                                 std::to_string(m.dModel) +
                                                 "; accepted: a divisor of d_model");
   }
+  MOEWB_RETURN_IF_ERROR(validateArchitecture(config));
   if (config.data.numTopics > m.vocabSize) {
     return relationError("data.num_topics", "num_topics = " + std::to_string(config.data.numTopics) +
                                                 " exceeds model.vocab_size = " +
                                                 std::to_string(m.vocabSize));
+  }
+  if (config.data.imagePatches >= m.seqLen) {
+    return relationError("data.image_patches", "image_patches = " +
+                                                   std::to_string(config.data.imagePatches) +
+                                                   " leaves no text in model.seq_len = " +
+                                                   std::to_string(m.seqLen) + "; accepted: 0.." +
+                                                   std::to_string(m.seqLen - 1));
   }
   int64_t tokens = config.tokensPerStep();
   if (tokens > (int64_t(1) << 26)) {

@@ -14,7 +14,7 @@ namespace moewb::engine::detail {
 
 using FieldRef = std::variant<int32_t& (*)(RunConfig&), int64_t& (*)(RunConfig&),
                               uint64_t& (*)(RunConfig&), double& (*)(RunConfig&),
-                              std::string& (*)(RunConfig&)>;
+                              std::string& (*)(RunConfig&), bool& (*)(RunConfig&)>;
 
 struct KeySpec {
   const char* section;           // "moe"

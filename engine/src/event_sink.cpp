@@ -15,6 +15,8 @@ const char* phaseName(Phase phase) {
     case Phase::kExperts: return "experts";
     case Phase::kCombine: return "combine";
     case Phase::kLoss: return "loss";
+    case Phase::kKda: return "kda";
+    case Phase::kSparseAttention: return "sparse_attention";
   }
   return "unknown";
 }

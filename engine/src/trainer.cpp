@@ -100,12 +100,25 @@ int32_t Trainer::threadCount() const {
   return m_pool->size();
 }
 
+namespace {
+std::vector<CheckpointState> checkpointState(Model<float>& model) {
+  std::vector<CheckpointState> state;
+  auto& biases = model.expertBiases();
+  for (size_t l = 0; l < biases.size(); ++l) {
+    state.push_back({"layers." + std::to_string(l) + ".moe.expert_bias", &biases[l].bias});
+  }
+  return state;
+}
+}  // namespace
+
 Status Trainer::saveCheckpoint(const std::string& path) const {
-  return engine::saveCheckpoint(path, m_model->parameters(), m_stepsDone, toToml(m_config));
+  return engine::saveCheckpoint(path, m_model->parameters(), checkpointState(*m_model), m_stepsDone,
+                                toToml(m_config));
 }
 
 Status Trainer::loadCheckpoint(const std::string& path) {
-  MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, m_model->parameters()));
+  MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, m_model->parameters(),
+                                                                  checkpointState(*m_model)));
   m_stepsDone = nextStep;
   return Status::ok();
 }
@@ -218,6 +231,7 @@ Result<StepEvent> Trainer::trainStep() {
   PhaseRecorder recorder(m_sink, stepIndex);
   const Batch batch = m_data->batch(stepIndex);
   m_model->zeroGrads();
+  m_model->setStep(stepIndex);
   ForwardResult forward;
   {
     ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
@@ -243,6 +257,7 @@ Result<StepEvent> Trainer::trainStep() {
     if (std::isfinite(optim.gradNorm)) {
       optim =
           optimizerStep(*m_pool, m_model->parameters(), m_config.optim, stepIndex, optim.gradNorm);
+      m_model->afterOptimizerStep();
     }
   }
   if (!std::isfinite(optim.gradNorm)) {
@@ -258,20 +273,21 @@ Result<StepEvent> Trainer::trainStep() {
   event.peakBytes = TensorMemory::peakBytes();
   event.gradNorm = optim.gradNorm;
   event.lr = optim.lr;
-  emitStepEvents(event, forward.expertCounts);
+  emitStepEvents(event, forward);
   ++m_stepsDone;
   return event;
 }
 
-void Trainer::emitStepEvents(const StepEvent& event,
-                             const std::vector<std::vector<int64_t>>& counts) {
+void Trainer::emitStepEvents(const StepEvent& event, const ForwardResult& forward) {
   if (m_sink == nullptr) return;
-  for (size_t layer = 0; layer < counts.size(); ++layer) {
+  for (size_t layer = 0; layer < forward.expertCounts.size(); ++layer) {
     ExpertLoadEvent load;
     load.step = event.step;
     load.layer = int32_t(layer);
-    load.tokensPerExpert = counts[layer];
-    load.droppedPerExpert.assign(counts[layer].size(), 0);
+    load.tokensPerExpert = forward.expertCounts[layer];
+    load.droppedPerExpert = forward.expertDropped[layer];
+    load.droppedPerExpert.resize(load.tokensPerExpert.size(), 0);
+    load.biasPerExpert = forward.expertBias[layer];
     m_sink->onExpertLoad(load);
   }
   m_sink->onCounter({"lr", event.endNs, event.lr});

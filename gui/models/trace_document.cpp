@@ -44,6 +44,7 @@ void TraceDocument::close() {
   m_steps.setRows({});
   m_expertLoad.setRows({});
   m_phases.clear();
+  m_configChanges.setRows({});
   m_timeline.clear();
   m_stepsEndNs = 0;
   m_lastExpertStep = -1;
@@ -62,9 +63,10 @@ Status TraceDocument::loadRunInfo() {
 
 Status TraceDocument::loadAll() {
   MOEWB_RETURN_IF_ERROR(loadRunInfo());
-  int steps = 0, loads = 0;
+  int steps = 0, loads = 0, changes = 0;
   MOEWB_RETURN_IF_ERROR(loadNewSteps(&steps));
   MOEWB_RETURN_IF_ERROR(loadNewSlices(kNoTime));
+  MOEWB_RETURN_IF_ERROR(loadConfigChanges(&changes));
   return loadNewExpertLoads(&loads);
 }
 
@@ -73,14 +75,15 @@ Status TraceDocument::refresh() {
   const std::string oldStatus = m_run ? m_run->status : std::string();
   // Slices before the end of the last committed step held are complete; read from there on.
   const int64_t sliceCursor = m_steps.rows().empty() ? m_timeline.bounds().endNs : m_stepsEndNs;
-  int steps = 0, loads = 0;
+  int steps = 0, loads = 0, changes = 0;
   Status status = loadRunInfo();
   if (status.isOk()) status = loadNewSteps(&steps);
   if (status.isOk()) status = loadNewSlices(m_timeline.sliceCount() ? sliceCursor : kNoTime);
   if (status.isOk()) status = loadNewExpertLoads(&loads);
+  if (status.isOk()) status = loadConfigChanges(&changes);
   if (!status.isOk()) return fail(status.withContext(m_path.toStdString()));
   const bool runChanged = m_run && m_run->status != oldStatus;
-  if (steps || m_lastNewSlices || loads || runChanged) {
+  if (steps || m_lastNewSlices || loads || changes || runChanged) {
     emit refreshed(steps, m_lastNewSlices, loads);
   }
   return Status::ok();
@@ -132,6 +135,12 @@ Status TraceDocument::loadNewExpertLoads(int* added) {
   }
   *added = int(rows.size());
   m_expertLoad.appendRows(rows);
+  return Status::ok();
+}
+
+Status TraceDocument::loadConfigChanges(int* added) {
+  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->configChanges());
+  *added = m_configChanges.syncRows(std::move(rows));
   return Status::ok();
 }
 

@@ -1,9 +1,11 @@
 // ChartView: axes, ticks, one line series and a hover readout.
 #include "chart_view.h"
 
+#include <QHelpEvent>
 #include <QMouseEvent>
 #include <QPainter>
 #include <QPainterPath>
+#include <QToolTip>
 #include <algorithm>
 #include <cmath>
 
@@ -13,6 +15,7 @@ namespace moewb::gui {
 
 namespace {
 constexpr double kLeftPx = 62, kRightPx = 14, kTopPx = 28, kBottomPx = 38;
+constexpr double kMarkerHitPx = 5;  // hover distance that picks a marker
 }  // namespace
 
 ChartView::ChartView(QWidget* parent) : QWidget(parent), m_color(theme::series(0)) {
@@ -62,6 +65,27 @@ void ChartView::setPoints(std::vector<QPointF> points) {
   update();
 }
 
+void ChartView::setMarkers(std::vector<ChartMarker> markers) {
+  m_markers = std::move(markers);
+  if (m_hoverMarker >= int(m_markers.size())) m_hoverMarker = -1;
+  update();
+}
+
+int ChartView::markerAt(double px) const {
+  const QRectF plot = plotRect();
+  int best = -1;
+  double bestDist = kMarkerHitPx;
+  for (size_t i = 0; i < m_markers.size(); ++i) {
+    if (m_markers[i].x < m_x.min || m_markers[i].x > m_x.max) continue;
+    const double d = std::fabs(toScreen({m_markers[i].x, m_y.min}).x() - px);
+    if (d <= bestDist && px >= plot.left() - kMarkerHitPx && px <= plot.right() + kMarkerHitPx) {
+      bestDist = d;
+      best = int(i);
+    }
+  }
+  return best;
+}
+
 QSize ChartView::sizeHint() const {
   return {420, 200};
 }
@@ -99,8 +123,32 @@ void ChartView::paintEvent(QPaintEvent*) {
     p.drawText(plot, Qt::AlignCenter, tr("no steps yet"));
     return;
   }
+  paintMarkers(p, plot);
   paintSeries(p, plot);
   paintHover(p, plot);
+}
+
+void ChartView::paintMarkers(QPainter& p, const QRectF& plot) const {
+  p.save();
+  p.setRenderHint(QPainter::Antialiasing, true);
+  for (size_t i = 0; i < m_markers.size(); ++i) {
+    const ChartMarker& m = m_markers[i];
+    if (m.x < m_x.min || m.x > m_x.max) continue;
+    const double x = std::round(toScreen({m.x, m_y.min}).x()) + 0.5;
+    const bool hovered = int(i) == m_hoverMarker;
+    QColor line = theme::marker();
+    line.setAlpha(hovered ? 255 : 190);
+    p.setPen(QPen(line, hovered ? 2 : 1, Qt::DashLine));
+    p.drawLine(QPointF(x, plot.top() + 6), QPointF(x, plot.bottom()));
+    // A small flag at the top of the plot marks the event even where the series hides the line.
+    QPainterPath flag;
+    flag.moveTo(x - 5, plot.top());
+    flag.lineTo(x + 5, plot.top());
+    flag.lineTo(x, plot.top() + 7);
+    flag.closeSubpath();
+    p.fillPath(flag, theme::marker());
+  }
+  p.restore();
 }
 
 void ChartView::paintAxes(QPainter& p, const QRectF& plot) const {
@@ -181,8 +229,10 @@ void ChartView::mouseMoveEvent(QMouseEvent* event) {
     }
   }
   if (!plotRect().adjusted(-8, 0, 8, 0).contains(event->position())) best = -1;
-  if (best != m_hover) {
+  const int marker = markerAt(x);
+  if (best != m_hover || marker != m_hoverMarker) {
     m_hover = best;
+    m_hoverMarker = marker;
     update();
   }
   QWidget::mouseMoveEvent(event);
@@ -190,8 +240,24 @@ void ChartView::mouseMoveEvent(QMouseEvent* event) {
 
 void ChartView::leaveEvent(QEvent* event) {
   m_hover = -1;
+  m_hoverMarker = -1;
   update();
   QWidget::leaveEvent(event);
+}
+
+bool ChartView::event(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    const int marker = markerAt(help->pos().x());
+    if (marker >= 0) {
+      QToolTip::showText(help->globalPos(), m_markers[size_t(marker)].text, this);
+    } else {
+      QToolTip::hideText();
+      event->ignore();
+    }
+    return true;
+  }
+  return QWidget::event(event);
 }
 
 }  // namespace moewb::gui

@@ -18,10 +18,14 @@
 #include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <iterator>
 
 #include "chart_view.h"
 #include "heatmap_panel.h"
+#include "live_control_panel.h"
 #include "moewb/base/units.h"
+#include "moewb/gui/config_markers.h"
 #include "run_controller.h"
 #include "theme.h"
 #include "timeline_view.h"
@@ -87,9 +91,23 @@ void MainWindow::createCentralArea() {
   StepTableModel* steps = m_document.stepModel();
   connect(steps, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateCharts);
   connect(steps, &QAbstractItemModel::modelReset, this, &MainWindow::updateCharts);
+  ConfigChangeModel* changes = m_document.configChangeModel();
+  connect(changes, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateChartMarkers);
+  connect(changes, &QAbstractItemModel::modelReset, this, &MainWindow::updateChartMarkers);
 }
 
 void MainWindow::createDocks() {
+  m_livePanel = new LiveControlPanel;
+  m_livePanel->setRunController(m_runner);
+  m_livePanel->setDocument(&m_document);
+  connect(m_livePanel, &LiveControlPanel::message, this, [this](const QString& text, bool error) {
+    statusBar()->showMessage(text, error ? 15000 : 6000);
+  });
+  m_changeTable = new QTableView;
+  m_changeTable->setModel(m_document.configChangeModel());
+  connect(m_changeTable, &QTableView::clicked, this, &MainWindow::showConfigChange);
+  connect(m_document.configChangeModel(), &QAbstractItemModel::rowsInserted, m_changeTable,
+          [this] { m_changeTable->scrollToBottom(); });
   m_stepTable = new QTableView;
   m_stepTable->setModel(m_document.stepModel());
   m_phaseTable = new QTableView;
@@ -100,7 +118,7 @@ void MainWindow::createDocks() {
   m_phaseTable->setModel(proxy);
   m_phaseTable->setSortingEnabled(true);
   m_phaseTable->sortByColumn(PhaseSummaryModel::kTotal, Qt::DescendingOrder);
-  for (QTableView* table : {m_stepTable, m_phaseTable}) {
+  for (QTableView* table : {m_stepTable, m_phaseTable, m_changeTable}) {
     table->verticalHeader()->hide();
     table->verticalHeader()->setDefaultSectionSize(22);
     table->setAlternatingRowColors(true);
@@ -114,15 +132,22 @@ void MainWindow::createDocks() {
     const auto& rows = m_document.stepModel()->rows();
     if (index.row() < int(rows.size())) m_heatmap->showStep(rows[size_t(index.row())].step);
   });
-  auto* stepDock = new QDockWidget(tr("Steps"), this);
-  stepDock->setObjectName(QStringLiteral("steps"));
-  stepDock->setWidget(m_stepTable);
-  addDockWidget(Qt::RightDockWidgetArea, stepDock);
-  auto* phaseDock = new QDockWidget(tr("Phase summary"), this);
-  phaseDock->setObjectName(QStringLiteral("phases"));
-  phaseDock->setWidget(m_phaseTable);
-  addDockWidget(Qt::RightDockWidgetArea, phaseDock);
-  resizeDocks({stepDock, phaseDock}, {470, 470}, Qt::Horizontal);
+  auto dock = [this](const QString& title, const char* name, QWidget* widget) {
+    auto* d = new QDockWidget(title, this);
+    d->setObjectName(QString::fromLatin1(name));
+    d->setWidget(widget);
+    addDockWidget(Qt::RightDockWidgetArea, d);
+    return d;
+  };
+  QDockWidget* liveDock = dock(tr("Live control"), "live control", m_livePanel);
+  QDockWidget* stepDock = dock(tr("Steps"), "steps", m_stepTable);
+  QDockWidget* phaseDock = dock(tr("Phase summary"), "phases", m_phaseTable);
+  QDockWidget* changeDock = dock(tr("Config changes"), "config changes", m_changeTable);
+  tabifyDockWidget(phaseDock, changeDock);
+  phaseDock->raise();
+  resizeDocks({liveDock, stepDock, phaseDock}, {470, 470, 470}, Qt::Horizontal);
+  resizeDocks({liveDock, stepDock, phaseDock}, {440, 230, 230}, Qt::Vertical);
+  m_docks = {liveDock, stepDock, phaseDock, changeDock};
 }
 
 void MainWindow::createActions() {
@@ -149,6 +174,8 @@ void MainWindow::createActions() {
   });
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (QDockWidget* d : m_docks) view->addAction(d->toggleViewAction());
+  view->addSeparator();
   QAction* fit = view->addAction(tr("&Fit all"), m_timeline, &TimelineView::fitAll);
   fit->setShortcut(Qt::Key_Home);
   auto zoomAtCentre = [this](double factor) {
@@ -182,7 +209,8 @@ void MainWindow::createStatusBar() {
   m_lossLabel = new QLabel;
   m_rateLabel = new QLabel;
   m_runLabel = new QLabel;
-  statusBar()->addPermanentWidget(m_fileLabel, 1);
+  // The file label does not stretch, so temporary messages (run replies, errors) have room.
+  statusBar()->addPermanentWidget(m_fileLabel);
   for (QLabel* label : {m_stepsLabel, m_lossLabel, m_rateLabel, m_runLabel}) {
     label->setMinimumWidth(110);
     statusBar()->addPermanentWidget(label);
@@ -234,6 +262,37 @@ void MainWindow::updateCharts() {
   }
   m_lossChart->setPoints(std::move(loss));
   m_stepTimeChart->setPoints(std::move(time));
+}
+
+void MainWindow::updateChartMarkers() {
+  const auto& rows = m_document.configChangeModel()->rows();
+  std::vector<ChartMarker> markers;
+  for (const ConfigMarker& m : stepMarkers(rows)) markers.push_back({m.x, markerText(m, rows)});
+  m_lossChart->setMarkers(markers);
+  m_stepTimeChart->setMarkers(std::move(markers));
+}
+
+void MainWindow::showConfigChange(const QModelIndex& index) {
+  const auto& rows = m_document.configChangeModel()->rows();
+  if (!index.isValid() || size_t(index.row()) >= rows.size()) return;
+  const storage::ConfigChangeRow& row = rows[size_t(index.row())];
+  // Zoom the timeline to the three steps before and after the change (or, without step rows
+  // there, centre it in the current window), and show the step's expert load.
+  constexpr int64_t kStepsAround = 3;
+  const auto& steps = m_document.stepModel()->rows();
+  auto byStep = [](const storage::StepRow& r, int64_t step) { return r.step < step; };
+  auto first = std::lower_bound(steps.begin(), steps.end(), row.step - kStepsAround, byStep);
+  auto last = std::lower_bound(steps.begin(), steps.end(), row.step + kStepsAround, byStep);
+  if (last == steps.end() && !steps.empty()) last = std::prev(steps.end());
+  if (first != steps.end() && last != steps.end() && first->startNs <= row.tsNs &&
+      last->endNs >= row.tsNs) {
+    m_timeline->showTimeRange({first->startNs, last->endNs});
+  } else {
+    const int64_t halfNs = std::max<int64_t>(m_timeline->timeGeometry().durNs() / 2, 1);
+    m_timeline->showTimeRange({row.tsNs - halfNs, row.tsNs + halfNs});
+  }
+  m_heatmap->showStep(row.step);
+  statusBar()->showMessage(describeConfigChange(row), 8000);
 }
 
 void MainWindow::updateStatus() {

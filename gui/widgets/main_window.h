@@ -1,19 +1,25 @@
 // MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss
-// and step-time charts; docks: the step table and the phase summary; a status bar with file,
-// steps, last loss and tokens/s. Actions: File>Open, Run>Start run (config + output file; the run
-// trains on a worker thread and the window follows the growing trace every 500 ms), Run>Stop,
-// View>Fit/Zoom. Errors (unreadable trace, bad config) go to a message box and the status bar.
+// and step-time charts, all three marking the trace's config changes; docks: Live control (steers
+// a run started here: pause / resume / step / stop and live config patches), the step table, the
+// phase summary and the config changes; a status bar with file, steps, last loss and tokens/s.
+// Actions: File>Open, Run>Start run (config + output file; the run trains on a worker thread and
+// the window follows the growing trace every 500 ms), Run>Stop, View>Fit/Zoom and the docks.
+// Errors (unreadable trace, bad config) go to a message box and the status bar; live-control
+// replies (a refused patch) go to the panel and the status bar.
 // Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh).
 #pragma once
 
 #include <QMainWindow>
 #include <QString>
+#include <vector>
 
 #include "moewb/base/status.h"
 #include "moewb/gui/trace_document.h"
 
 class QAction;
+class QDockWidget;
 class QLabel;
+class QModelIndex;
 class QTableView;
 class QTimer;
 
@@ -21,6 +27,7 @@ namespace moewb::gui {
 
 class ChartView;
 class HeatmapPanel;
+class LiveControlPanel;
 class RunController;
 class TimelineView;
 
@@ -47,6 +54,8 @@ class MainWindow : public QMainWindow {
   ChartView* lossChart() const { return m_lossChart; }
   ChartView* stepTimeChart() const { return m_stepTimeChart; }
   RunController* runController() const { return m_runner; }
+  LiveControlPanel* liveControlPanel() const { return m_livePanel; }
+  QTableView* configChangeTable() const { return m_changeTable; }
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
 
@@ -69,6 +78,8 @@ class MainWindow : public QMainWindow {
   void onRunFinished(bool ok, const QString& message);
   void onDocumentChanged();
   void updateCharts();
+  void updateChartMarkers();
+  void showConfigChange(const QModelIndex& index);
   void updateStatus();
   void updateActions();
   void showError(const QString& title, const QString& message);
@@ -82,6 +93,9 @@ class MainWindow : public QMainWindow {
   ChartView* m_stepTimeChart = nullptr;
   QTableView* m_stepTable = nullptr;
   QTableView* m_phaseTable = nullptr;
+  QTableView* m_changeTable = nullptr;
+  LiveControlPanel* m_livePanel = nullptr;
+  std::vector<QDockWidget*> m_docks;  // in View menu order
   QTimer* m_liveTimer = nullptr;
   QAction* m_openAction = nullptr;
   QAction* m_runAction = nullptr;

@@ -32,6 +32,7 @@ Status RunController::start(const QString& configPath, const QString& outPath, q
   m_run = std::move(run).value();
   m_tracePath = outPath;
   m_plannedSteps = m_run->plannedSteps();
+  m_startConfig = m_run->config();
   m_ok = false;
   m_message.clear();
   profiler::TracedRun* traced = m_run.get();
@@ -54,7 +55,19 @@ Status RunController::start(const QString& configPath, const QString& outPath, q
   m_thread->setObjectName(QStringLiteral("moewb-run"));
   connect(m_thread, &QThread::finished, this, &RunController::onWorkerDone);
   m_thread->start();
+  emit started();
   return Status::ok();
+}
+
+std::future<Status> RunController::post(engine::TrainerCommand command) {
+  if (m_run && m_thread) return m_run->post(std::move(command));
+  std::promise<Status> idle;
+  idle.set_value(failedPrecondition("no run in progress; start one with Run > Start run"));
+  return idle.get_future();
+}
+
+bool RunController::isPaused() const {
+  return m_run && m_thread && m_run->paused();
 }
 
 void RunController::requestStop() {

@@ -33,6 +33,10 @@ QColor accent() {
   return QColor(0x4d, 0xa3, 0xff);
 }
 
+QColor marker() {
+  return QColor(0xff, 0x6e, 0xc7);
+}
+
 QColor series(int i) {
   static constexpr std::array<QRgb, 4> kSeries = {0x4da3ff, 0xf2a541, 0x6cc57c, 0xe86a6a};
   return QColor::fromRgb(kSeries[size_t(i) % kSeries.size()]);

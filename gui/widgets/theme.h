@@ -19,6 +19,7 @@ QColor axisLine();     // axes and separators
 QColor text();         // primary text
 QColor dimText();      // secondary text (tick labels, hints)
 QColor accent();       // selection and highlights
+QColor marker();       // config-change markers (timeline and charts)
 QColor series(int i);  // line-chart series colours
 
 }  // namespace moewb::gui::theme

@@ -31,6 +31,13 @@ void TimelineView::setDocument(TraceDocument* document) {
     });
     connect(m_document, &TraceDocument::refreshed, this, &TimelineView::onDataChanged);
     connect(m_document, &TraceDocument::closed, this, &TimelineView::onDataChanged);
+    ConfigChangeModel* changes = m_document->configChangeModel();
+    auto markersChanged = [this] {
+      rebuildMarkers();
+      update();
+    };
+    connect(changes, &QAbstractItemModel::rowsInserted, this, markersChanged);
+    connect(changes, &QAbstractItemModel::modelReset, this, markersChanged);
   }
   m_fit = true;
   onDataChanged();
@@ -85,11 +92,29 @@ void TimelineView::setGeometryChecked(const TimelineGeometry& g, bool fit) {
 }
 
 void TimelineView::rebuildDrawList() {
+  rebuildMarkers();
   if (!m_document) {
     m_drawList = {};
     return;
   }
   m_drawList = buildDrawList(m_document->timeline(), m_geometry);
+}
+
+void TimelineView::rebuildMarkers() {
+  m_markers.clear();
+  m_hoverMarker = -1;
+  if (!m_document) return;
+  m_markers = timelineMarkers(m_document->configChangeModel()->rows(), m_geometry);
+}
+
+QString TimelineView::configMarkerText(int index) const {
+  if (!m_document || index < 0 || size_t(index) >= m_markers.size()) return {};
+  return markerText(m_markers[size_t(index)], m_document->configChangeModel()->rows());
+}
+
+int TimelineView::configMarkerAt(const QPoint& pos) const {
+  if (pos.x() < kGutterPx || pos.y() >= height() - kLegendPx) return -1;
+  return markerNear(m_markers, plotX(pos.x()), 4.0);
 }
 
 void TimelineView::layoutLanes() {

@@ -5,6 +5,8 @@
 // the trace holds; narrow slices appear as folded runs. Input: wheel or +/- zoom about the cursor,
 // drag or Shift+wheel or arrow keys pan, Home fits everything, double-click zooms to a slice,
 // a click on a slice emits stepActivated. Tooltips show name, duration, step and layer.
+// Config changes of the trace are drawn as thin vertical lines over all lanes with a flag in the
+// ruler; their tooltip lists the changes ("step 12: optim.lr 0.003 -> 0.001 (gui)").
 // While the window shows everything ("fit"), a growing live trace stays fitted.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
 #pragma once
@@ -13,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "moewb/gui/config_markers.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
 
@@ -33,6 +36,12 @@ class TimelineView : public QWidget {
   // The visible time window and plot width.
   const TimelineGeometry& timeGeometry() const { return m_geometry; }
   const DrawList& drawList() const { return m_drawList; }
+  // Config-change markers in the visible window (x in plot pixels), rebuilt with the draw list.
+  const std::vector<ConfigMarker>& configMarkers() const { return m_markers; }
+  // Tooltip lines of marker `index` (describeConfigChange per change), "" for a bad index.
+  QString configMarkerText(int index) const;
+  // Index of the marker within a few pixels of widget point `pos` (ruler or lanes), or -1.
+  int configMarkerAt(const QPoint& pos) const;
 
   // Shows all data and keeps showing all of it as a live trace grows.
   void fitAll();
@@ -59,6 +68,7 @@ class TimelineView : public QWidget {
   void mouseMoveEvent(QMouseEvent* event) override;
   void mouseReleaseEvent(QMouseEvent* event) override;
   void mouseDoubleClickEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
   bool event(QEvent* event) override;
 
@@ -77,6 +87,7 @@ class TimelineView : public QWidget {
   void onDataChanged();
   void setGeometryChecked(const TimelineGeometry& g, bool fit);
   void rebuildDrawList();
+  void rebuildMarkers();
   void layoutLanes();
   void updateLegend();
   double plotWidth() const;
@@ -90,6 +101,8 @@ class TimelineView : public QWidget {
   void paintRuler(QPainter& p) const;
   void paintLanes(QPainter& p) const;
   void paintItems(QPainter& p) const;
+  void paintMarkers(QPainter& p) const;
+  void paintMarkerFlags(QPainter& p) const;
   void paintGutter(QPainter& p) const;
   void paintLegend(QPainter& p) const;
   void paintEmpty(QPainter& p) const;
@@ -104,6 +117,8 @@ class TimelineView : public QWidget {
   TimelineGeometry m_geometry;
   DrawList m_drawList;
   std::vector<LaneRow> m_rows;
+  std::vector<ConfigMarker> m_markers;
+  int m_hoverMarker = -1;
   std::vector<std::string> m_legend;  // phase families present, in display order
   bool m_fit = true;
   bool m_dragging = false;

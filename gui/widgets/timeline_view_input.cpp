@@ -40,6 +40,11 @@ void TimelineView::mousePressEvent(QMouseEvent* event) {
 }
 
 void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  const int marker = m_dragging ? -1 : configMarkerAt(event->position().toPoint());
+  if (marker != m_hoverMarker) {
+    m_hoverMarker = marker;
+    update();
+  }
   if (m_dragging) {
     const QPoint pos = event->position().toPoint();
     const int dx = pos.x() - m_dragLast.x();
@@ -68,6 +73,14 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
     }
   }
   QWidget::mouseReleaseEvent(event);
+}
+
+void TimelineView::leaveEvent(QEvent* event) {
+  if (m_hoverMarker >= 0) {
+    m_hoverMarker = -1;
+    update();
+  }
+  QWidget::leaveEvent(event);
 }
 
 void TimelineView::mouseDoubleClickEvent(QMouseEvent* event) {
@@ -110,8 +123,19 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
 bool TimelineView::event(QEvent* event) {
   if (event->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(event);
+    const int marker = configMarkerAt(help->pos());
     const Hit hit = hitAt(help->pos());
-    if (hit.item) {
+    if (marker >= 0) {
+      QStringList lines;
+      for (const QString& line : configMarkerText(marker).split(QLatin1Char('\n'))) {
+        lines << line.toHtmlEscaped();
+      }
+      // white-space:pre keeps each change on one line (rich-text tooltips wrap otherwise).
+      QToolTip::showText(help->globalPos(),
+                         tr("<p style='white-space:pre'><b>Config change</b><br>%1</p>")
+                             .arg(lines.join(QStringLiteral("<br>"))),
+                         this);
+    } else if (hit.item) {
       QToolTip::showText(help->globalPos(), tooltipText(hit), this);
     } else {
       QToolTip::hideText();

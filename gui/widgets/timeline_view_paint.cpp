@@ -26,10 +26,41 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.save();
   p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
   paintItems(p);
+  paintMarkers(p);
   p.restore();
   paintRuler(p);
+  paintMarkerFlags(p);
   paintGutter(p);
   paintLegend(p);
+}
+
+void TimelineView::paintMarkers(QPainter& p) const {
+  const int bottom = height() - kLegendPx;
+  for (size_t i = 0; i < m_markers.size(); ++i) {
+    const int x = kGutterPx + int(std::lround(m_markers[i].x));
+    const bool hovered = int(i) == m_hoverMarker;
+    // A dark halo keeps the line visible on every phase colour.
+    p.fillRect(QRect(x - 1, kRulerPx, 3, bottom - kRulerPx), QColor(0, 0, 0, 150));
+    p.fillRect(QRect(hovered ? x - 1 : x, kRulerPx, hovered ? 3 : 1, bottom - kRulerPx),
+               theme::marker());
+  }
+}
+
+void TimelineView::paintMarkerFlags(QPainter& p) const {
+  if (m_markers.empty()) return;
+  p.save();
+  p.setRenderHint(QPainter::Antialiasing, true);
+  p.setClipRect(QRect(kGutterPx, 0, width() - kGutterPx, kRulerPx));
+  for (const ConfigMarker& m : m_markers) {
+    const double x = kGutterPx + std::round(m.x) + 0.5;
+    QPainterPath flag;
+    flag.moveTo(x - 5.5, kRulerPx - 9);
+    flag.lineTo(x + 5.5, kRulerPx - 9);
+    flag.lineTo(x, kRulerPx - 1);
+    flag.closeSubpath();
+    p.fillPath(flag, theme::marker());
+  }
+  p.restore();
 }
 
 void TimelineView::paintEmpty(QPainter& p) const {

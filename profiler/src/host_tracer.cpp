@@ -62,6 +62,7 @@ void HostTracer::onExpertLoad(const engine::ExpertLoadEvent& event) {
     row.rank = event.rank;
     row.tokens = event.tokensPerExpert[e];
     row.dropped = e < event.droppedPerExpert.size() ? event.droppedPerExpert[e] : 0;
+    row.bias = e < event.biasPerExpert.size() ? event.biasPerExpert[e] : 0.0;
     m_writer->addExpertLoad(row);
   }
 }

@@ -70,3 +70,64 @@ TEST(SyntheticData, SkewMakesEarlyTopicsFrequent) {
 
 }  // namespace
 }  // namespace moewb::engine
+
+namespace moewb::engine {
+namespace {
+
+TEST(SyntheticMultimodal, ImagesLeadEachSequenceAndOnlyTextIsPredicted) {
+  DataSection data;
+  data.batchSize = 6;
+  data.imagePatches = 4;
+  data.patchDim = 8;
+  data.imageNoise = 0.1;
+  SyntheticData source(data, 64, 16, 7);
+  Batch batch = source.batch(3);
+  ASSERT_EQ(batch.imagePatches, 4);
+  ASSERT_EQ(batch.patches.dim(0), 6 * 4);
+  ASSERT_EQ(batch.patches.dim(1), 8);
+  for (int64_t b = 0; b < 6; ++b) {
+    for (int64_t t = 0; t < 16; ++t) {
+      const int64_t n = b * 16 + t;
+      if (t < 4) {
+        EXPECT_EQ(batch.inputs[n], kImagePosition);
+      } else {
+        EXPECT_GE(batch.inputs[n], 0);
+      }
+      if (t < 3) {
+        EXPECT_EQ(batch.targets[n], kIgnoreTarget);
+      } else {
+        EXPECT_GE(batch.targets[n], 0);  // the last patch predicts the first text token
+      }
+    }
+  }
+  // Same topic => nearly the same image (noise 0.1); the batch is a pure function of the step.
+  Batch again = source.batch(3);
+  for (int64_t i = 0; i < batch.patches.numel(); ++i) EXPECT_EQ(batch.patches[i], again.patches[i]);
+  for (size_t a = 0; a < 6; ++a) {
+    for (size_t b = a + 1; b < 6; ++b) {
+      double dist = 0;
+      for (int64_t i = 0; i < 32; ++i) {
+        double d = batch.patches[int64_t(a) * 32 + i] - batch.patches[int64_t(b) * 32 + i];
+        dist += d * d;
+      }
+      if (batch.topics[a] == batch.topics[b]) EXPECT_LT(dist, 32 * 0.1);
+      else EXPECT_GT(dist, 32 * 0.5);
+    }
+  }
+}
+
+TEST(SyntheticMultimodal, TextOnlyStreamsDoNotChangeWhenImagesAreOff) {
+  DataSection text;
+  DataSection images = text;
+  images.imagePatches = 2;
+  SyntheticData a(text, 64, 16, 7), b(images, 64, 16, 7);
+  Batch x = a.batch(5), y = b.batch(5);
+  for (int64_t n = 0; n < x.inputs.numel(); ++n) {
+    if (n % 16 >= 2) {
+      EXPECT_EQ(x.inputs[n], y.inputs[n]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moewb::engine

@@ -3,10 +3,6 @@
 
 namespace moewb::gui::testing {
 
-namespace {
-constexpr int64_t kOriginNs = 5'000'000'000;  // steady-clock time of step 0
-}  // namespace
-
 Result<std::unique_ptr<TestTrace>> TestTrace::create(const std::string& path, int layers,
                                                      int experts) {
   storage::WriterOptions options;
@@ -102,6 +98,22 @@ void TestTrace::writeSlices(int64_t step, int64_t start) {
       t += 2 * kFwdNs[4 - i] * bwdLayerNs / 260'000;
     }
   }
+}
+
+void TestTrace::addConfigChange(int64_t step, const std::string& key, const std::string& oldValue,
+                                const std::string& newValue, const std::string& source) {
+  storage::ConfigChangeRow row;
+  row.step = step;
+  row.tsNs = kOriginNs + step * kStepNs;
+  row.key = key;
+  row.oldValue = oldValue;
+  row.newValue = newValue;
+  row.source = source;
+  m_writer->addConfigChange(m_run, row);
+}
+
+Status TestTrace::flush() {
+  return m_writer->flush();
 }
 
 Status TestTrace::finish() {

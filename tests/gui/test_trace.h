@@ -19,6 +19,12 @@ class TestTrace {
                                                    int experts);
   // Writes step `step` (all its slices, expert loads and the committing step row) and flushes.
   Status addStep(int64_t step);
+  // Queues a config_change row effective from `step`, stamped at that step's start; it is
+  // committed with the next addStep, flush or finish.
+  void addConfigChange(int64_t step, const std::string& key, const std::string& oldValue,
+                       const std::string& newValue, const std::string& source = "gui");
+  // Commits everything queued so far (e.g. config changes without a step).
+  Status flush();
   // Marks the run completed and closes the file.
   Status finish();
 
@@ -28,7 +34,8 @@ class TestTrace {
   static int64_t tokensFor(int64_t step, int layer, int expert);
   // Slices addStep writes per step.
   int64_t slicesPerStep() const { return 1 + 3 + int64_t(m_layers) * 10 + 2; }
-  static constexpr int64_t kStepNs = 2'000'000;  // each step lasts 2 ms
+  static constexpr int64_t kStepNs = 2'000'000;        // each step lasts 2 ms
+  static constexpr int64_t kOriginNs = 5'000'000'000;  // steady-clock time of step 0
 
  private:
   // Queues the step's slices (step, passes, per-layer phases) starting at `start`.

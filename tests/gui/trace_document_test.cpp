@@ -126,6 +126,50 @@ TEST_F(TraceDocumentTest, ModelsStayConsistentDuringRefresh) {
   EXPECT_EQ(doc.stepModel()->rowCount(), 7);
 }
 
+TEST_F(TraceDocumentTest, ConfigChangesLoadAndGrowIncrementally) {
+  const std::string file = path("changes.sqlite");
+  auto created = TestTrace::create(file, 1, 2);
+  ASSERT_TRUE(created.isOk()) << created.status().toString();
+  TestTrace& trace = *created.value();
+  ASSERT_TRUE(trace.addStep(0).isOk());
+  trace.addConfigChange(1, "optim.lr", "0.0030000000000000001", "0.001");
+  ASSERT_TRUE(trace.addStep(1).isOk());
+
+  TraceDocument doc;
+  ASSERT_TRUE(doc.open(QString::fromStdString(file)).isOk());
+  ConfigChangeModel* changes = doc.configChangeModel();
+  testing::ModelCheck check(changes);
+  ASSERT_EQ(changes->rowCount(), 1);
+  EXPECT_EQ(changes->rows()[0].key, "optim.lr");
+  EXPECT_EQ(changes->rows()[0].step, 1);
+
+  QSignalSpy inserted(changes, &QAbstractItemModel::rowsInserted);
+  QSignalSpy reset(changes, &QAbstractItemModel::modelReset);
+  trace.addConfigChange(2, "data.skew", "1.0", "2.5", "tuner");
+  trace.addConfigChange(2, "optim.warmup_steps", "10", "0", "tuner");
+  ASSERT_TRUE(trace.addStep(2).isOk());
+  ASSERT_TRUE(doc.refresh().isOk());
+  EXPECT_EQ(inserted.count(), 1);
+  EXPECT_EQ(reset.count(), 0);
+  ASSERT_EQ(changes->rowCount(), 3);
+  EXPECT_EQ(changes->rows()[2].key, "optim.warmup_steps");
+  EXPECT_EQ(changes->rows()[1].source, "tuner");
+
+  // A change alone (no new step) still counts as news for refreshed().
+  QSignalSpy refreshed(&doc, &TraceDocument::refreshed);
+  trace.addConfigChange(3, "optim.eps", "1e-08", "1e-06");
+  ASSERT_TRUE(trace.flush().isOk());
+  ASSERT_TRUE(doc.refresh().isOk());
+  ASSERT_EQ(refreshed.count(), 1);
+  EXPECT_EQ(refreshed.at(0).at(0).toInt(), 0);
+  EXPECT_EQ(changes->rowCount(), 4);
+  ASSERT_TRUE(trace.finish().isOk());
+
+  doc.close();
+  EXPECT_EQ(changes->rowCount(), 0);
+  EXPECT_TRUE(check.failures().isEmpty()) << check.failures().join('\n').toStdString();
+}
+
 TEST_F(TraceDocumentTest, UnreadableFilesAreErrorsNotCrashes) {
   TraceDocument doc;
   QSignalSpy failed(&doc, &TraceDocument::failed);

@@ -12,7 +12,12 @@
 
 namespace moewb::engine {
 
-// Returns the mean loss (nats); writes lse[N]. Targets must lie in [0, V) (checked).
+// Negative targets (Batch's kIgnoreTarget, e.g. image positions) are ignored: the mean runs over
+// the valid targets only and ignored rows get zero gradient.
+// Number of targets >= 0.
+int64_t validTargets(const Tensor<int32_t>& targets /*[N]*/);
+
+// Returns the mean loss (nats) over valid targets; writes lse[N]. Targets must be < V (checked).
 template <typename T>
 double crossEntropyForward(ThreadPool& pool, const Tensor<T>& logits /*[N, V]*/,
                            const Tensor<int32_t>& targets /*[N]*/, Tensor<T>& lse /*[N]*/);

@@ -11,6 +11,8 @@
 
 namespace moewb::engine {
 
+// Negative ids mark positions that are not tokens (image patches, Batch::kImagePosition): their
+// output row is zero and they receive no gradient.
 // Returns out[N, D] with out[n, :] = table[tokens[n], :].
 template <typename T>
 Tensor<T> embeddingForward(ThreadPool& pool, const Tensor<int32_t>& tokens /*[N]*/,

@@ -15,8 +15,8 @@ Tensor<T> embeddingForward(ThreadPool& pool, const Tensor<int32_t>& tokens,
   pool.parallelForRange(n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int32_t token = tokens[i];
-      MOEWB_CHECK_MSG(token >= 0 && token < vocab, "token " << token << " vocab " << vocab);
-      std::copy_n(table.row(token), d, out.row(i));
+      MOEWB_CHECK_MSG(token < vocab, "token " << token << " vocab " << vocab);
+      if (token >= 0) std::copy_n(table.row(token), d, out.row(i));
     }
   });
   return out;
@@ -28,6 +28,7 @@ void embeddingBackward(const Tensor<int32_t>& tokens, const Tensor<T>& dOut, Ten
   const int64_t d = dTable.dim(1);
   MOEWB_CHECK(dOut.dim(0) == n && dOut.dim(1) == d);
   for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0) continue;  // not a token position (an image patch)
     T* dst = dTable.row(tokens[i]);
     const T* src = dOut.row(i);
     for (int64_t j = 0; j < d; ++j) dst[j] += src[j];

@@ -35,7 +35,8 @@ std::vector<SavedPart> partsOf(const Parameter<float>& p) {
 }  // namespace
 
 Status saveCheckpoint(const std::string& path, const std::vector<Parameter<float>>& params,
-                      int64_t nextStep, const std::string& configToml) {
+                      const std::vector<CheckpointState>& state, int64_t nextStep,
+                      const std::string& configToml) {
   SafetensorsWriter writer;
   writer.setMetadata("format", kCheckpointFormat);
   writer.setMetadata("format_version", "1");
@@ -46,10 +47,14 @@ Status saveCheckpoint(const std::string& path, const std::vector<Parameter<float
       writer.addF32(part.name, shapeOf(*part.tensor), part.tensor->data());
     }
   }
+  for (const auto& entry : state) {
+    writer.addF32("state." + entry.name, {int64_t(entry.values->size())}, entry.values->data());
+  }
   return writer.write(path);
 }
 
-Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<float>>& params) {
+Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<float>>& params,
+                               const std::vector<CheckpointState>& state) {
   MOEWB_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
   auto format = file.metadata.find("format");
   if (format == file.metadata.end() || format->second != kCheckpointFormat) {
@@ -75,10 +80,19 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
       }
     }
   }
-  size_t expected = params.size() * 3;
+  for (const auto& entry : state) {
+    const SafetensorsEntry* saved = file.find("state." + entry.name);
+    if (!saved || saved->dtype != SafetensorsDtype::kF32 ||
+        saved->numel() != int64_t(entry.values->size())) {
+      return invalidArgument(path + ": checkpoint lacks state tensor 'state." + entry.name +
+                             "' of " + std::to_string(entry.values->size()) +
+                             " values; it was written for a different model config");
+    }
+  }
+  size_t expected = params.size() * 3 + state.size();
   if (file.tensors.size() != expected) {
     return invalidArgument(path + ": checkpoint holds " + std::to_string(file.tensors.size()) +
-                           " tensors but this model has " + std::to_string(expected) +
+                           " tensors but this model needs " + std::to_string(expected) +
                            "; it was written for a different model config");
   }
   for (auto& param : params) {
@@ -87,6 +101,10 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
       auto* target = const_cast<Tensor<float>*>(part.tensor);
       std::memcpy(target->data(), entry->f32(), size_t(target->bytes()));
     }
+  }
+  for (const auto& entry : state) {
+    const SafetensorsEntry* saved = file.find("state." + entry.name);
+    std::memcpy(entry.values->data(), saved->f32(), entry.values->size() * sizeof(float));
   }
   return step;
 }

@@ -19,13 +19,22 @@ namespace moewb::engine {
 
 inline constexpr const char* kCheckpointFormat = "moewb-checkpoint";
 
-// Writes `params` (values and moments) with `nextStep` and `configToml` to `path` atomically.
+// Model state that is not a trained parameter but must survive a resume (e.g. the aux-loss-free
+// expert bias): saved as "state.<name>" F32 [size].
+struct CheckpointState {
+  std::string name;           // "layers.0.moe.expert_bias"
+  std::vector<float>* values; // read on save, overwritten on load (size must match)
+};
+
+// Writes `params` (values and moments), `state`, `nextStep` and `configToml` to `path` atomically.
 Status saveCheckpoint(const std::string& path, const std::vector<Parameter<float>>& params,
-                      int64_t nextStep, const std::string& configToml);
+                      const std::vector<CheckpointState>& state, int64_t nextStep,
+                      const std::string& configToml);
 
 // Loads a checkpoint into `params` (names and shapes must match exactly; nothing is changed on
 // error) and returns the step to continue at. Errors name the file and the first mismatching
 // tensor: kNotFound, kDataLoss (not a checkpoint, truncated), kInvalidArgument (another model).
-Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<float>>& params);
+Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<float>>& params,
+                               const std::vector<CheckpointState>& state);
 
 }  // namespace moewb::engine

@@ -10,6 +10,7 @@ namespace moewb::engine {
 namespace {
 constexpr uint64_t kTableStream = 0x7461626c6573ull;  // "tables"
 constexpr uint64_t kBatchStream = 0x626174636873ull;  // "batchs"
+constexpr uint64_t kImageStream = 0x696d61676573ull;  // "images"
 }  // namespace
 
 SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t seqLen,
@@ -18,7 +19,10 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
       m_seqLen(seqLen),
       m_vocabSize(vocabSize),
       m_noise(data.noise),
-      m_seed(seed) {
+      m_seed(seed),
+      m_imagePatches(data.imagePatches),
+      m_patchDim(data.patchDim),
+      m_imageNoise(data.imageNoise) {
   const int32_t topics = std::max(1, data.numTopics);
   double total = 0;
   for (int32_t i = 0; i < topics; ++i) {
@@ -44,6 +48,28 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
     // order of the window's tokens.
     for (int32_t j = window - 1; j > 0; --j)
       std::swap(cycle[size_t(j)], cycle[size_t(rng.uniformInt(j))]);
+  }
+  if (m_imagePatches > 0) {
+    Rng imageRng(mixSeed(seed, kImageStream));
+    m_prototype.assign(size_t(topics), std::vector<float>(size_t(m_imagePatches) * m_patchDim));
+    for (auto& image : m_prototype) {
+      for (float& value : image) value = float(imageRng.normal());
+    }
+  }
+}
+
+void SyntheticData::fillImages(Batch& batch, Rng& rng) const {
+  const int64_t p = m_imagePatches, t = m_seqLen;
+  batch.imagePatches = p;
+  batch.patches = Tensor<float>({int64_t(m_batchSize) * p, m_patchDim});
+  for (int32_t b = 0; b < m_batchSize; ++b) {
+    const std::vector<float>& image = m_prototype[size_t(batch.topics[size_t(b)])];
+    float* out = batch.patches.row(int64_t(b) * p);
+    for (size_t i = 0; i < image.size(); ++i) out[i] = image[i] + float(m_imageNoise * rng.normal());
+    for (int64_t i = 0; i < p; ++i) {
+      batch.inputs[b * t + i] = kImagePosition;
+      if (i + 1 < p) batch.targets[b * t + i] = kIgnoreTarget;
+    }
   }
 }
 
@@ -71,6 +97,11 @@ Batch SyntheticData::batch(int64_t step) const {
       out.inputs[int64_t(b) * m_seqLen + t] = tokens[size_t(t)];
       out.targets[int64_t(b) * m_seqLen + t] = tokens[size_t(t) + 1];
     }
+  }
+  if (m_imagePatches > 0) {
+    // Images come after all text so that text-only configs keep their exact token streams.
+    Rng imageRng(mixSeed(m_seed ^ kImageStream, uint64_t(step)));
+    fillImages(out, imageRng);
   }
   return out;
 }

@@ -1,11 +1,11 @@
-// Model<T>: parameter layout, seeded init, and the explicit forward / backward of the decoder
-// stack (see model.h). Phase scopes here define what each traced phase covers.
+// Model<T>: parameter layout, seeded init, and the forward / backward of the decoder stack
+// (see model.h). Phase scopes here define what each traced phase covers.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include "ops/cross_entropy/cross_entropy.h"
 #include "ops/embedding/embedding.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -25,6 +25,37 @@ void addInPlace(ThreadPool& pool, Tensor<T>& a, const Tensor<T>& b) {
   });
 }
 
+MoeOptions moeOptionsFromConfig(const RunConfig& config) {
+  const MoeSection& m = config.moe;
+  MoeOptions o;
+  o.topK = m.topK;
+  o.auxLossCoef = m.auxLossCoef;
+  o.routerScore = m.router == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+  o.routeScale = m.routeScale;
+  o.numGroups = m.numGroups;
+  o.topKGroups = m.topkGroups;
+  o.seqAuxLossCoef = m.seqAuxLossCoef;
+  o.seqLen = config.model.seqLen;
+  o.zLossCoef = m.zLossCoef;
+  o.biasUpdateRate = m.biasUpdateRate;
+  o.capacityFactor = m.capacityFactor;
+  o.dropPolicy = m.dropPolicy == "position" ? DropPolicy::kPosition : DropPolicy::kProbs;
+  o.activation = m.activation == "situ" ? GluKind::kSitu : GluKind::kSwiGlu;
+  o.situBeta1 = m.situBeta1;
+  o.situBeta2 = m.situBeta2;
+  o.numSharedExperts = m.numSharedExperts;
+  o.sharedDFf = m.sharedDFf > 0 ? m.sharedDFf : m.dFf;
+  o.latentDim = m.latentDim;
+  o.latentNormEps = config.model.normEps;
+  o.permuteIntoExperts = config.fusion.permuteIntoExperts;
+  o.combineIntoExperts = config.fusion.combineIntoExperts;
+  return o;
+}
+
+Phase mixerPhase(char kind) {
+  return kind == 'K' ? Phase::kKda : kind == 'S' ? Phase::kSparseAttention : Phase::kAttention;
+}
+
 }  // namespace
 
 ModelDims ModelDims::fromConfig(const RunConfig& config) {
@@ -41,35 +72,77 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   dims.normEps = config.model.normEps;
   dims.initStd = config.model.initStd;
   dims.auxLossCoef = config.moe.auxLossCoef;
+  dims.mixerPattern = config.model.mixerPattern;
+  dims.attnRes = config.model.residual == "attnres";
+  dims.attnResBlockSize = config.model.attnresBlockSize;
+  dims.moe = moeOptionsFromConfig(config);
+  dims.kda = config.kda;
+  dims.sparse = config.sparse;
+  dims.loss = config.loss;
+  dims.imagePatches = config.data.imagePatches;
+  dims.patchDim = config.data.imagePatches > 0 ? config.data.patchDim : 0;
   return dims;
 }
 
 template <typename T>
 Model<T>::Model(const ModelDims& dims, ThreadPool& pool) : m_dims(dims), m_pool(pool) {
-  const int64_t v = dims.vocabSize, d = dims.dModel, e = dims.numExperts, f = dims.dFf;
-  m_params.reserve(size_t(3 + 10 * dims.numLayers));
-  m_embedding = addParam("embedding", {v, d}, true);
-  for (int64_t l = 0; l < dims.numLayers; ++l) {
-    const std::string prefix = "layers." + std::to_string(l) + ".";
-    LayerParams p{};
-    p.attnNorm = addParam(prefix + "attn_norm", {d}, false);
-    p.wq = addParam(prefix + "attn.wq", {d, d}, true);
-    p.wk = addParam(prefix + "attn.wk", {d, d}, true);
-    p.wv = addParam(prefix + "attn.wv", {d, d}, true);
-    p.wo = addParam(prefix + "attn.wo", {d, d}, true);
-    p.moeNorm = addParam(prefix + "moe_norm", {d}, false);
-    p.router = addParam(prefix + "moe.router", {e, d}, true);
-    p.gate = addParam(prefix + "moe.gate", {e, f, d}, true);
-    p.up = addParam(prefix + "moe.up", {e, f, d}, true);
-    p.down = addParam(prefix + "moe.down", {e, d, f}, true);
-    m_layers.push_back(p);
+  const int64_t v = dims.vocabSize, d = dims.dModel;
+  m_embedding = addParam("embedding", {v, d}, true, Init::kNormal);
+  if (dims.imagePatches > 0) {
+    m_patchWeight = addParam("patch_embed.weight", {d, dims.patchDim}, true, Init::kNormal);
+    m_patchBias = addParam("patch_embed.bias", {d}, false, Init::kZeros);
   }
-  m_finalNorm = addParam("final_norm", {d}, false);
-  m_lmHead = addParam("lm_head", {v, d}, true);
+  for (int64_t l = 0; l < dims.numLayers; ++l) addLayerParams(l);
+  if (dims.attnRes) {
+    m_finalResQuery = addParam("final_res.query", {d}, false, Init::kZeros);
+    m_finalResGain = addParam("final_res.key_norm", {d}, false, Init::kOnes);
+  }
+  m_finalNorm = addParam("final_norm", {d}, false, Init::kOnes);
+  m_lmHead = addParam("lm_head", {v, d}, true, Init::kNormal);
+  if (dims.moe.biasUpdateRate > 0) m_bias.assign(size_t(dims.numLayers), makeExpertBias(dims.numExperts));
 }
 
 template <typename T>
-int Model<T>::addParam(const std::string& name, std::initializer_list<int64_t> shape, bool decay) {
+void Model<T>::addLayerParams(int64_t l) {
+  const int64_t d = m_dims.dModel;
+  const std::string prefix = "layers." + std::to_string(l) + ".";
+  LayerParams p;
+  p.mixer = m_dims.mixerOf(l);
+  if (m_dims.attnRes) {
+    p.mixerResQuery = addParam(prefix + "attn_res.query", {d}, false, Init::kZeros);
+    p.mixerResGain = addParam(prefix + "attn_res.key_norm", {d}, false, Init::kOnes);
+  }
+  p.mixerNorm = addParam(prefix + "attn_norm", {d}, false, Init::kOnes);
+  for (const auto& spec : mixerParameterSpecs(p.mixer, m_dims)) {
+    p.mixerParams.push_back(addParam(prefix + spec.name, spec.shape, spec.decay, Init::kMixer, p.mixer));
+  }
+  if (m_dims.attnRes) {
+    p.moeResQuery = addParam(prefix + "moe_res.query", {d}, false, Init::kZeros);
+    p.moeResGain = addParam(prefix + "moe_res.key_norm", {d}, false, Init::kOnes);
+  }
+  p.moeNorm = addParam(prefix + "moe_norm", {d}, false, Init::kOnes);
+  for (const auto& spec : moeParameterSpecs(moeOptions(), d, m_dims.numExperts, m_dims.dFf)) {
+    const Init init = spec.init == MoeParamInit::kOnes     ? Init::kOnes
+                      : spec.init == MoeParamInit::kOutput ? Init::kOutput
+                                                           : Init::kNormal;
+    const int index = addParam(prefix + spec.name, spec.shape, spec.decay, init);
+    if (spec.name == "moe.router") p.router = index;
+    else if (spec.name == "moe.gate") p.gate = index;
+    else if (spec.name == "moe.up") p.up = index;
+    else if (spec.name == "moe.down") p.down = index;
+    else if (spec.name == "moe.shared.gate") p.sharedGate = index;
+    else if (spec.name == "moe.shared.up") p.sharedUp = index;
+    else if (spec.name == "moe.shared.down") p.sharedDown = index;
+    else if (spec.name == "moe.latent.down") p.latentDown = index;
+    else if (spec.name == "moe.latent.up") p.latentUp = index;
+    else if (spec.name == "moe.latent.norm") p.latentNorm = index;
+  }
+  m_layers.push_back(std::move(p));
+}
+
+template <typename T>
+int Model<T>::addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay,
+                       Init init, char mixer) {
   Parameter<T> param;
   param.name = name;
   param.value = Tensor<T>(shape);
@@ -78,6 +151,10 @@ int Model<T>::addParam(const std::string& name, std::initializer_list<int64_t> s
   param.adamV = Tensor<T>(shape);
   param.decay = decay;
   m_params.push_back(std::move(param));
+  m_init.push_back(init);
+  m_initMixer.push_back(mixer);
+  // "layers.3.kda.wq" -> "kda.wq": the name the mixer's init looks up.
+  m_localName.push_back(name.starts_with("layers.") ? name.substr(name.find('.', 7) + 1) : name);
   return int(m_params.size()) - 1;
 }
 
@@ -85,15 +162,23 @@ template <typename T>
 void Model<T>::initialize(uint64_t seed) {
   Rng rng(mixSeed(seed, kWeightStream));
   const double outputStd = m_dims.initStd / std::sqrt(2.0 * double(m_dims.numLayers));
-  for (auto& param : m_params) {
-    if (!param.decay) {  // RMSNorm gains
-      param.value.fill(T(1));
-      continue;
+  for (size_t i = 0; i < m_params.size(); ++i) {
+    Tensor<T>& value = m_params[i].value;
+    switch (m_init[i]) {
+      case Init::kOnes: value.fill(T(1)); break;
+      case Init::kZeros: value.zero(); break;
+      case Init::kMixer:
+        mixerInitializeParameter(m_initMixer[i], m_dims, m_localName[i], value, rng);
+        break;
+      case Init::kNormal:
+      case Init::kOutput: {
+        const double stddev = m_init[i] == Init::kOutput ? outputStd : m_dims.initStd;
+        for (int64_t j = 0; j < value.numel(); ++j) value[j] = T(rng.normal() * stddev);
+        break;
+      }
     }
-    const bool isOutput = param.name.ends_with("attn.wo") || param.name.ends_with("moe.down");
-    const double stddev = isOutput ? outputStd : m_dims.initStd;
-    for (int64_t i = 0; i < param.value.numel(); ++i) param.value[i] = T(rng.normal() * stddev);
   }
+  for (auto& bias : m_bias) bias = makeExpertBias(m_dims.numExperts);
 }
 
 template <typename T>
@@ -109,37 +194,106 @@ void Model<T>::zeroGrads() {
 }
 
 template <typename T>
-AttentionDims Model<T>::attentionDims() const {
-  return {m_dims.batchSize, m_dims.seqLen, m_dims.numHeads, m_dims.dModel / m_dims.numHeads};
+std::vector<const Tensor<T>*> Model<T>::mixerValues(const LayerParams& p) const {
+  std::vector<const Tensor<T>*> values;
+  for (int index : p.mixerParams) values.push_back(&value(index));
+  return values;
 }
 
 template <typename T>
-AttentionWeights<T> Model<T>::attentionWeights(const LayerParams& p) const {
-  return {m_params[size_t(p.wq)].value, m_params[size_t(p.wk)].value, m_params[size_t(p.wv)].value,
-          m_params[size_t(p.wo)].value};
-}
-
-template <typename T>
-AttentionGrads<T> Model<T>::attentionGrads(const LayerParams& p) {
-  return {m_params[size_t(p.wq)].grad, m_params[size_t(p.wk)].grad, m_params[size_t(p.wv)].grad,
-          m_params[size_t(p.wo)].grad};
-}
-
-template <typename T>
-MoeWeights<T> Model<T>::moeWeights(const LayerParams& p) const {
-  return {m_params[size_t(p.router)].value, m_params[size_t(p.gate)].value,
-          m_params[size_t(p.up)].value, m_params[size_t(p.down)].value};
-}
-
-template <typename T>
-MoeGrads<T> Model<T>::moeGrads(const LayerParams& p) {
-  return {m_params[size_t(p.router)].grad, m_params[size_t(p.gate)].grad,
-          m_params[size_t(p.up)].grad, m_params[size_t(p.down)].grad};
+std::vector<Tensor<T>*> Model<T>::mixerGrads(const LayerParams& p) {
+  std::vector<Tensor<T>*> grads;
+  for (int index : p.mixerParams) grads.push_back(&grad(index));
+  return grads;
 }
 
 template <typename T>
 MoeOptions Model<T>::moeOptions() const {
-  return {m_dims.topK, m_dims.auxLossCoef};
+  MoeOptions options = m_dims.moe;
+  options.topK = m_dims.topK;
+  options.auxLossCoef = m_dims.auxLossCoef;
+  options.seqLen = m_dims.seqLen;
+  return options;
+}
+
+template <typename T>
+MoeWeights<T> Model<T>::moeWeights(int32_t layer) const {
+  const LayerParams& p = m_layers[size_t(layer)];
+  MoeWeights<T> w{value(p.router), value(p.gate), value(p.up), value(p.down)};
+  auto optional = [&](int index) { return index >= 0 ? &value(index) : nullptr; };
+  w.sharedGate = optional(p.sharedGate);
+  w.sharedUp = optional(p.sharedUp);
+  w.sharedDown = optional(p.sharedDown);
+  w.latentDown = optional(p.latentDown);
+  w.latentUp = optional(p.latentUp);
+  w.latentNorm = optional(p.latentNorm);
+  w.bias = m_bias.empty() ? nullptr : &m_bias[size_t(layer)];
+  return w;
+}
+
+template <typename T>
+MoeGrads<T> Model<T>::moeGrads(int32_t layer) {
+  const LayerParams& p = m_layers[size_t(layer)];
+  MoeGrads<T> g{grad(p.router), grad(p.gate), grad(p.up), grad(p.down)};
+  auto optional = [&](int index) { return index >= 0 ? &grad(index) : nullptr; };
+  g.sharedGate = optional(p.sharedGate);
+  g.sharedUp = optional(p.sharedUp);
+  g.sharedDown = optional(p.sharedDown);
+  g.latentDown = optional(p.latentDown);
+  g.latentUp = optional(p.latentUp);
+  g.latentNorm = optional(p.latentNorm);
+  return g;
+}
+
+template <typename T>
+void Model<T>::afterOptimizerStep() {
+  for (auto& bias : m_bias) updateExpertBias(bias, m_dims.moe.biasUpdateRate);
+}
+
+
+template <typename T>
+Tensor<T> Model<T>::embedForward(const Batch& batch, PhaseRecorder* recorder) {
+  ScopedPhase phase(recorder, Phase::kEmbedding, Pass::kForward, -1);
+  Tensor<T> h = embeddingForward(m_pool, m_inputs, value(m_embedding));  // [N, D]
+  if (m_patchWeight < 0) return h;
+  MOEWB_CHECK(batch.imagePatches == m_dims.imagePatches);
+  const int64_t b = m_dims.batchSize, p = m_dims.imagePatches, d = m_dims.dModel;
+  m_patches = batch.patches.clone();
+  Tensor<T> patches({b * p, m_dims.patchDim});
+  for (int64_t i = 0; i < patches.numel(); ++i) patches[i] = T(m_patches[i]);
+  Tensor<T> projected({b * p, d});  // [B*P, D]
+  linearForward(m_pool, patches.data(), value(m_patchWeight).data(), projected.data(), b * p,
+                m_dims.patchDim, d);
+  const Tensor<T>& bias = value(m_patchBias);
+  for (int64_t s = 0; s < b; ++s) {
+    for (int64_t i = 0; i < p; ++i) {
+      T* dst = h.row(s * m_dims.seqLen + i);
+      const T* src = projected.row(s * p + i);
+      for (int64_t j = 0; j < d; ++j) dst[j] += src[j] + bias[j];
+    }
+  }
+  return h;
+}
+
+template <typename T>
+void Model<T>::embedBackward(const Tensor<T>& dh, PhaseRecorder* recorder) {
+  ScopedPhase phase(recorder, Phase::kEmbedding, Pass::kBackward, -1);
+  embeddingBackward(m_inputs, dh, grad(m_embedding));
+  if (m_patchWeight < 0) return;
+  const int64_t b = m_dims.batchSize, p = m_dims.imagePatches, d = m_dims.dModel;
+  Tensor<T> dProjected({b * p, d});  // [B*P, D]
+  Tensor<T>& dBias = grad(m_patchBias);
+  for (int64_t s = 0; s < b; ++s) {
+    for (int64_t i = 0; i < p; ++i) {
+      const T* src = dh.row(s * m_dims.seqLen + i);
+      std::copy_n(src, d, dProjected.row(s * p + i));
+      for (int64_t j = 0; j < d; ++j) dBias[j] += src[j];
+    }
+  }
+  Tensor<T> patches({b * p, m_dims.patchDim});
+  for (int64_t i = 0; i < patches.numel(); ++i) patches[i] = T(m_patches[i]);
+  linearBackwardWeight(m_pool, dProjected.data(), patches.data(), grad(m_patchWeight).data(), b * p,
+                       m_dims.patchDim, d);
 }
 
 template <typename T>
@@ -149,81 +303,114 @@ ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
   m_targets = batch.targets.clone();
   m_acts.clear();
   m_acts.resize(size_t(m_dims.numLayers));
-  Tensor<T> h;  // [N, D] residual stream
-  {
-    ScopedPhase phase(recorder, Phase::kEmbedding, Pass::kForward, -1);
-    h = embeddingForward(m_pool, m_inputs, m_params[size_t(m_embedding)].value);
+  Tensor<T> h = embedForward(batch, recorder);  // [N, D] residual stream
+  if (m_dims.attnRes) {
+    m_attnRes = std::make_unique<AttnResState<T>>(m_dims.attnResBlockSize,
+                                                  AttnResOptions{m_dims.normEps, 1.0});
+    m_attnRes->begin(std::move(h));
   }
   ForwardResult result;
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
-    h = layerForward(l, std::move(h), recorder);
-    const MoeSaved<T>& moe = m_acts[size_t(l)].moe;
-    result.auxLoss += moe.aux.loss;
-    result.expertCounts.push_back(moe.aux.counts);
+    layerForward(l, h, recorder);
+    const LayerActs& a = m_acts[size_t(l)];
+    result.auxLoss += a.moe.aux.loss + a.mixer.auxLoss;
+    result.expertCounts.push_back(a.moe.aux.counts);
+    result.expertDropped.push_back(a.moe.aux.dropped);
+    std::vector<double> bias(size_t(m_dims.numExperts), 0.0);
+    if (!m_bias.empty()) {
+      for (size_t e = 0; e < bias.size(); ++e) bias[e] = m_bias[size_t(l)].bias[e];
+      accumulateExpertCounts(m_bias[size_t(l)], a.moe.aux.counts);
+    }
+    result.expertBias.push_back(std::move(bias));
   }
-  result.loss = lossForward(h, recorder);
-  m_finalInput = std::move(h);
+  if (m_dims.attnRes) {
+    m_finalInput = m_attnRes->mixFinal(m_pool, value(m_finalResQuery), value(m_finalResGain));
+  } else {
+    m_finalInput = std::move(h);
+  }
+  result.loss = lossForward(recorder);
   m_hasActivations = true;
   return result;
 }
 
+// One decoder layer. Plain residuals: h -> h + mixer(norm(h)) -> ... + moe(norm(.)), updated in
+// place. AttnRes: the inputs of both sublayers come from the AttnRes state and `h` is unused.
 template <typename T>
-Tensor<T> Model<T>::layerForward(int32_t layer, Tensor<T> input, PhaseRecorder* recorder) {
+void Model<T>::layerForward(int32_t layer, Tensor<T>& h, PhaseRecorder* recorder) {
   const LayerParams& p = m_layers[size_t(layer)];
   LayerActs& a = m_acts[size_t(layer)];
-  a.input = std::move(input);
-  const MoeWeights<T> moeW = moeWeights(p);
-  {
-    ScopedPhase phase(recorder, Phase::kAttention, Pass::kForward, layer);
-    a.norm1 = rmsNormForward(m_pool, a.input, m_params[size_t(p.attnNorm)].value, m_dims.normEps,
-                             a.rstd1);
-    a.mid = attentionForward(m_pool, attentionDims(), a.norm1, attentionWeights(p), a.attn);
-    addInPlace(m_pool, a.mid, a.input);
+  if (m_dims.attnRes) {
+    a.input = m_attnRes->mixBeforeSublayer(m_pool, value(p.mixerResQuery), value(p.mixerResGain));
+    m_attnRes->addSublayerOutput(m_pool, mixerSublayerForward(layer, recorder));
+    a.mid = m_attnRes->mixBeforeSublayer(m_pool, value(p.moeResQuery), value(p.moeResGain));
+    m_attnRes->addSublayerOutput(m_pool, moeSublayerForward(layer, recorder));
+    return;
   }
+  a.input = std::move(h);
+  a.mid = mixerSublayerForward(layer, recorder);
+  addInPlace(m_pool, a.mid, a.input);
+  h = moeSublayerForward(layer, recorder);
+  addInPlace(m_pool, h, a.mid);
+}
+
+template <typename T>
+Tensor<T> Model<T>::mixerSublayerForward(int32_t layer, PhaseRecorder* recorder) {
+  const LayerParams& p = m_layers[size_t(layer)];
+  LayerActs& a = m_acts[size_t(layer)];
+  ScopedPhase phase(recorder, mixerPhase(p.mixer), Pass::kForward, layer);
+  a.norm1 = rmsNormForward(m_pool, a.input, value(p.mixerNorm), m_dims.normEps, a.rstd1);
+  return mixerForward(m_pool, p.mixer, m_dims, m_step, a.norm1, mixerValues(p), a.mixer);
+}
+
+template <typename T>
+Tensor<T> Model<T>::moeSublayerForward(int32_t layer, PhaseRecorder* recorder) {
+  const LayerParams& p = m_layers[size_t(layer)];
+  LayerActs& a = m_acts[size_t(layer)];
+  const MoeWeights<T> moeW = moeWeights(layer);
   {
     ScopedPhase phase(recorder, Phase::kRouter, Pass::kForward, layer);
-    a.norm2 =
-        rmsNormForward(m_pool, a.mid, m_params[size_t(p.moeNorm)].value, m_dims.normEps, a.rstd2);
+    a.norm2 = rmsNormForward(m_pool, a.mid, value(p.moeNorm), m_dims.normEps, a.rstd2);
     moeRouterForward(m_pool, a.norm2, moeW, moeOptions(), a.moe);
   }
   {
     ScopedPhase phase(recorder, Phase::kPermute, Pass::kForward, layer);
-    moePermuteForward(m_pool, a.norm2, a.moe);
+    moePermuteForward(m_pool, a.norm2, moeW, a.moe);
   }
   {
     ScopedPhase phase(recorder, Phase::kExperts, Pass::kForward, layer);
-    moeExpertsForward(m_pool, moeW, a.moe);
+    moeExpertsForward(m_pool, a.norm2, moeW, a.moe);
   }
   ScopedPhase phase(recorder, Phase::kCombine, Pass::kForward, layer);
-  Tensor<T> out = moeCombineForward(m_pool, a.moe);  // [N, D]
-  addInPlace(m_pool, out, a.mid);
+  Tensor<T> out = moeCombineForward(m_pool, moeW, a.moe);  // [N, D]
+  if (moeW.sharedGate) moeSharedForward(m_pool, a.norm2, moeW, a.moe, out);
   return out;
 }
 
 template <typename T>
-double Model<T>::lossForward(const Tensor<T>& h, PhaseRecorder* recorder) {
+double Model<T>::lossForward(PhaseRecorder* recorder) {
   ScopedPhase phase(recorder, Phase::kLoss, Pass::kForward, -1);
-  const int64_t n = m_dims.tokens(), d = m_dims.dModel, v = m_dims.vocabSize;
   m_finalNormOut =
-      rmsNormForward(m_pool, h, m_params[size_t(m_finalNorm)].value, m_dims.normEps, m_finalRstd);
-  m_logits = Tensor<T>({n, v});
-  linearForward(m_pool, m_finalNormOut.data(), m_params[size_t(m_lmHead)].value.data(),
-                m_logits.data(), n, d, v);
-  return crossEntropyForward(m_pool, m_logits, m_targets, m_lse);
+      rmsNormForward(m_pool, m_finalInput, value(m_finalNorm), m_dims.normEps, m_finalRstd);
+  return lmLossForward(m_pool, m_dims, m_finalNormOut, value(m_lmHead), m_targets, m_lossSaved);
 }
 
 template <typename T>
 void Model<T>::backward(PhaseRecorder* recorder) {
   MOEWB_CHECK(m_hasActivations);
   Tensor<T> dh = lossBackward(recorder);  // [N, D]
+  if (m_dims.attnRes) {
+    m_attnRes->backwardFinal(m_pool, dh, value(m_finalResQuery), value(m_finalResGain),
+                             grad(m_finalResQuery), grad(m_finalResGain));
+  }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
     dh = layerBackward(l, dh, recorder);
     m_acts[size_t(l)] = LayerActs();
   }
-  {
-    ScopedPhase phase(recorder, Phase::kEmbedding, Pass::kBackward, -1);
-    embeddingBackward(m_inputs, dh, m_params[size_t(m_embedding)].grad);
+  if (m_dims.attnRes) {
+    dh = m_attnRes->takeEmbeddingGrad();
+    m_attnRes.reset();
   }
+  embedBackward(dh, recorder);
   m_acts.clear();
   m_hasActivations = false;
 }
@@ -231,13 +418,8 @@ void Model<T>::backward(PhaseRecorder* recorder) {
 template <typename T>
 Tensor<T> Model<T>::lossBackward(PhaseRecorder* recorder) {
   ScopedPhase phase(recorder, Phase::kLoss, Pass::kBackward, -1);
-  const int64_t n = m_dims.tokens(), d = m_dims.dModel, v = m_dims.vocabSize;
-  Tensor<T> dLogits = crossEntropyBackward(m_pool, m_logits, m_targets, m_lse, 1.0);  // [N, V]
-  m_logits = Tensor<T>();
-  Parameter<T>& head = m_params[size_t(m_lmHead)];
-  Tensor<T> dNorm({n, d});  // [N, D]
-  linearBackwardData(m_pool, dLogits.data(), head.value.data(), dNorm.data(), n, d, v);
-  linearBackwardWeight(m_pool, dLogits.data(), m_finalNormOut.data(), head.grad.data(), n, d, v);
+  Tensor<T> dNorm = lmLossBackward(m_pool, m_dims, m_finalNormOut, value(m_lmHead), m_targets,
+                                   m_lossSaved, grad(m_lmHead));  // [N, D]
   Parameter<T>& norm = m_params[size_t(m_finalNorm)];
   Tensor<T> dh = rmsNormBackward(m_pool, dNorm, m_finalInput, norm.value, m_finalRstd, norm.grad);
   m_finalInput = Tensor<T>();
@@ -245,41 +427,66 @@ Tensor<T> Model<T>::lossBackward(PhaseRecorder* recorder) {
   return dh;
 }
 
+// Plain residuals: returns dL/d(layer input) from dL/d(layer output). AttnRes: `dOut` is unused;
+// the gradients flow through the AttnRes state and the result is empty.
 template <typename T>
 Tensor<T> Model<T>::layerBackward(int32_t layer, const Tensor<T>& dOut, PhaseRecorder* recorder) {
   const LayerParams& p = m_layers[size_t(layer)];
+  if (m_dims.attnRes) {
+    Tensor<T> dMid = moeSublayerBackward(layer, m_attnRes->backwardSublayerOutput(), recorder);
+    m_attnRes->backwardMixBeforeSublayer(m_pool, dMid, value(p.moeResQuery), value(p.moeResGain),
+                                         grad(p.moeResQuery), grad(p.moeResGain));
+    Tensor<T> dIn = mixerSublayerBackward(layer, m_attnRes->backwardSublayerOutput(), recorder);
+    m_attnRes->backwardMixBeforeSublayer(m_pool, dIn, value(p.mixerResQuery),
+                                         value(p.mixerResGain), grad(p.mixerResQuery),
+                                         grad(p.mixerResGain));
+    return Tensor<T>();
+  }
+  Tensor<T> dMid = moeSublayerBackward(layer, dOut, recorder);
+  addInPlace(m_pool, dMid, dOut);
+  Tensor<T> dIn = mixerSublayerBackward(layer, dMid, recorder);
+  addInPlace(m_pool, dIn, dMid);
+  return dIn;
+}
+
+// dL/d(MoE sublayer input, before its norm) from dL/d(MoE output).
+template <typename T>
+Tensor<T> Model<T>::moeSublayerBackward(int32_t layer, const Tensor<T>& dOut,
+                                        PhaseRecorder* recorder) {
+  const LayerParams& p = m_layers[size_t(layer)];
   LayerActs& a = m_acts[size_t(layer)];
-  const MoeWeights<T> moeW = moeWeights(p);
-  const MoeGrads<T> moeG = moeGrads(p);
+  const MoeWeights<T> moeW = moeWeights(layer);
+  const MoeGrads<T> moeG = moeGrads(layer);
   MoeBackwardState<T> state;
   {
     ScopedPhase phase(recorder, Phase::kCombine, Pass::kBackward, layer);
-    moeCombineBackward(m_pool, dOut, a.moe, state);
+    moeCombineBackward(m_pool, dOut, moeW, a.moe, moeG, state);
   }
   {
     ScopedPhase phase(recorder, Phase::kExperts, Pass::kBackward, layer);
-    moeExpertsBackward(m_pool, moeW, a.moe, moeG, state);
+    moeExpertsBackward(m_pool, a.norm2, moeW, a.moe, moeG, state);
   }
   Tensor<T> dNorm2;  // [N, D]
   {
     ScopedPhase phase(recorder, Phase::kPermute, Pass::kBackward, layer);
-    dNorm2 = moePermuteBackward(m_pool, a.moe, state);
+    dNorm2 = moePermuteBackward(m_pool, a.norm2, moeW, a.moe, moeG, state);
   }
-  Tensor<T> dMid;  // [N, D]
-  {
-    ScopedPhase phase(recorder, Phase::kRouter, Pass::kBackward, layer);
-    moeRouterBackward(m_pool, a.norm2, moeW, moeOptions(), a.moe, moeG, state, dNorm2);
-    Parameter<T>& gain = m_params[size_t(p.moeNorm)];
-    dMid = rmsNormBackward(m_pool, dNorm2, a.mid, gain.value, a.rstd2, gain.grad);
-    addInPlace(m_pool, dMid, dOut);
-  }
-  ScopedPhase phase(recorder, Phase::kAttention, Pass::kBackward, layer);
-  Tensor<T> dNorm1 = attentionBackward(m_pool, attentionDims(), dMid, a.norm1, attentionWeights(p),
-                                       a.attn, attentionGrads(p));
-  Parameter<T>& gain = m_params[size_t(p.attnNorm)];
-  Tensor<T> dIn = rmsNormBackward(m_pool, dNorm1, a.input, gain.value, a.rstd1, gain.grad);
-  addInPlace(m_pool, dIn, dMid);
-  return dIn;
+  ScopedPhase phase(recorder, Phase::kRouter, Pass::kBackward, layer);
+  moeRouterBackward(m_pool, a.norm2, moeW, moeOptions(), a.moe, moeG, state, dNorm2);
+  if (moeW.sharedGate) moeSharedBackward(m_pool, dOut, a.norm2, moeW, a.moe, moeG, dNorm2);
+  return rmsNormBackward(m_pool, dNorm2, a.mid, value(p.moeNorm), a.rstd2, grad(p.moeNorm));
+}
+
+// dL/d(mixer sublayer input, before its norm) from dL/d(mixer output).
+template <typename T>
+Tensor<T> Model<T>::mixerSublayerBackward(int32_t layer, const Tensor<T>& dOut,
+                                          PhaseRecorder* recorder) {
+  const LayerParams& p = m_layers[size_t(layer)];
+  LayerActs& a = m_acts[size_t(layer)];
+  ScopedPhase phase(recorder, mixerPhase(p.mixer), Pass::kBackward, layer);
+  Tensor<T> dNorm1 = mixerBackward(m_pool, p.mixer, m_dims, m_step, dOut, a.norm1, mixerValues(p),
+                                   mixerGrads(p), a.mixer);
+  return rmsNormBackward(m_pool, dNorm1, a.input, value(p.mixerNorm), a.rstd1, grad(p.mixerNorm));
 }
 
 template class Model<float>;

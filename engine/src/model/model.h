@@ -1,25 +1,31 @@
-// Model<T>: the decoder-only MoE transformer with an explicit forward (saving activations) and
-// an explicit backward.
+// Model<T>: the decoder-only hybrid MoE transformer with an explicit forward (saving
+// activations) and an explicit backward.
 //
-//   h = embed(tokens)
-//   per layer:  h = h + Attn(RMSNorm(h));  h = h + MoE(RMSNorm(h))
-//   logits = RMSNorm(h) Wlm^T (untied head);  loss = mean CE + sum_layers L_aux
-// Attention is causal multi-head softmax attention; MoE is router -> permute -> experts ->
-// combine (model/moe_ffn.h). Init: every matrix ~ N(0, init_std) from a seeded Rng, the two
-// output projections (attention Wo, expert Wd) scaled by 1/sqrt(2L); RMSNorm gains 1.
-// forward() emits one PhaseEvent per phase and layer through the recorder (embedding, attention,
-// router, permute, experts, combine, loss); backward() the same phases in reverse, pass kBackward.
-// Costs per step, roughly: 24 N D^2 L + 18 N k D F L + 6 N V D + 12 B H T^2 K L flops.
-// Not thread-safe; one model per trainer, parallel inside through the pool.
+//   h = embed(tokens) (+ patch embedding at image positions, multimodal batches)
+//   per layer l:  h = h + Mixer_l(RMSNorm(h));  h = h + MoE(RMSNorm(h))
+//   logits = RMSNorm(h) Wlm^T (untied);  loss = mean CE over text targets + aux losses
+// Mixer_l follows model.mixer_pattern (model/mixer.h: softmax attention, KDA or gated sparse
+// attention). With model.residual = "attnres" the two residual adds and the input of the final
+// norm become Block AttnRes mixes (ops/attnres/attnres_state.h). The MoE FFN is router ->
+// permute -> experts -> combine (+ shared experts), with every variant of MoeOptions
+// (model/moe_ffn.h). The loss head is dense, chunked or CCE (model/lm_loss.h).
+// Init: matrices ~ N(0, init_std) from a seeded Rng in parameter order, residual-output
+// projections scaled by 1/sqrt(2L), norm gains 1, AttnRes queries 0, op-specific rules for KDA
+// and sparse attention (their headers). forward()/backward() emit one PhaseEvent per phase and
+// layer through the recorder. Not thread-safe; one model per trainer, parallel inside.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "data/batch.h"
+#include "model/lm_loss.h"
+#include "model/mixer.h"
 #include "model/moe_ffn.h"
 #include "model/parameter.h"
-#include "ops/attention/attention.h"
+#include "ops/attnres/attnres_state.h"
+#include "ops/moe_variants/expert_bias.h"
 #include "runtime/thread_pool.h"
 #include "tensor/tensor.h"
 #include "trace/phase_recorder.h"
@@ -27,10 +33,11 @@
 namespace moewb::engine {
 
 struct ForwardResult {
-  double loss = 0;     // mean cross-entropy (nats)
-  double auxLoss = 0;  // sum over layers of the weighted aux loss
-  std::vector<std::vector<int64_t>>
-      expertCounts;  // [L][E] assignments per expert, each sums to N k
+  double loss = 0;     // mean cross-entropy over text targets (nats)
+  double auxLoss = 0;  // MoE balancing losses + indexer KL losses, all weighted
+  std::vector<std::vector<int64_t>> expertCounts;   // [L][E] assignments selected, sum N k
+  std::vector<std::vector<int64_t>> expertDropped;  // [L][E] assignments dropped by capacity
+  std::vector<std::vector<double>> expertBias;      // [L][E] selection bias (0s when unused)
   double totalLoss() const { return loss + auxLoss; }
 };
 
@@ -49,6 +56,9 @@ class Model {
   int64_t parameterCount() const;
   void zeroGrads();
 
+  // The optimizer step about to run (selects the sparse layers' stage).
+  void setStep(int64_t step) { m_step = step; }
+
   // Runs the forward pass on `batch` (B and T must match dims) and keeps the activations.
   // `recorder` may be null.
   ForwardResult forward(const Batch& batch, PhaseRecorder* recorder);
@@ -57,49 +67,84 @@ class Model {
   // the activations. Must follow forward().
   void backward(PhaseRecorder* recorder);
 
+  // After the optimizer step: the aux-loss-free bias update (moe.bias_update_rate > 0) from the
+  // counts of the forwards since the last call.
+  void afterOptimizerStep();
+
+  // Non-parameter state that checkpoints must carry: the aux-loss-free expert bias per layer
+  // (empty when moe.bias_update_rate = 0).
+  std::vector<ExpertBias>& expertBiases() { return m_bias; }
+
  private:
+  enum class Init : uint8_t { kNormal, kOutput, kOnes, kZeros, kMixer };
+  struct ParamIndex {
+    int index = -1;
+  };
   struct LayerParams {
-    int attnNorm, wq, wk, wv, wo, moeNorm, router, gate, up, down;  // indices into m_params
+    char mixer = 'A';
+    int mixerNorm = -1, moeNorm = -1;
+    std::vector<int> mixerParams;              // mixerParameterSpecs order
+    int router = -1, gate = -1, up = -1, down = -1;
+    int sharedGate = -1, sharedUp = -1, sharedDown = -1;
+    int latentDown = -1, latentUp = -1, latentNorm = -1;
+    int mixerResQuery = -1, mixerResGain = -1, moeResQuery = -1, moeResGain = -1;
   };
   struct LayerActs {
-    Tensor<T> input;  // [N, D] residual stream entering the layer
+    Tensor<T> input;  // [N, D] input of the mixer norm
     Tensor<T> norm1;  // [N, D]
     Tensor<T> rstd1;  // [N]
-    AttentionSaved<T> attn;
-    Tensor<T> mid;    // [N, D] after the attention residual
+    MixerSaved<T> mixer;
+    Tensor<T> mid;    // [N, D] input of the MoE norm
     Tensor<T> norm2;  // [N, D]
     Tensor<T> rstd2;  // [N]
     MoeSaved<T> moe;
   };
 
-  int addParam(const std::string& name, std::initializer_list<int64_t> shape, bool decay);
-  AttentionDims attentionDims() const;
-  AttentionWeights<T> attentionWeights(const LayerParams& p) const;
-  AttentionGrads<T> attentionGrads(const LayerParams& p);
-  MoeWeights<T> moeWeights(const LayerParams& p) const;
-  MoeGrads<T> moeGrads(const LayerParams& p);
+  int addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay, Init init,
+               char mixer = 0);
+  void addLayerParams(int64_t layer);
+  const Tensor<T>& value(int index) const { return m_params[size_t(index)].value; }
+  Tensor<T>& grad(int index) { return m_params[size_t(index)].grad; }
+  std::vector<const Tensor<T>*> mixerValues(const LayerParams& p) const;
+  std::vector<Tensor<T>*> mixerGrads(const LayerParams& p);
+  MoeWeights<T> moeWeights(int32_t layer) const;
+  MoeGrads<T> moeGrads(int32_t layer);
   MoeOptions moeOptions() const;
-  Tensor<T> layerForward(int32_t layer, Tensor<T> input, PhaseRecorder* recorder);
+
+  Tensor<T> embedForward(const Batch& batch, PhaseRecorder* recorder);
+  void embedBackward(const Tensor<T>& dh, PhaseRecorder* recorder);
+  Tensor<T> mixerSublayerForward(int32_t layer, PhaseRecorder* recorder);
+  Tensor<T> moeSublayerForward(int32_t layer, PhaseRecorder* recorder);
+  Tensor<T> moeSublayerBackward(int32_t layer, const Tensor<T>& dOut, PhaseRecorder* recorder);
+  Tensor<T> mixerSublayerBackward(int32_t layer, const Tensor<T>& dOut, PhaseRecorder* recorder);
+  void layerForward(int32_t layer, Tensor<T>& h, PhaseRecorder* recorder);
   Tensor<T> layerBackward(int32_t layer, const Tensor<T>& dOut, PhaseRecorder* recorder);
-  double lossForward(const Tensor<T>& h, PhaseRecorder* recorder);
+  double lossForward(PhaseRecorder* recorder);
   Tensor<T> lossBackward(PhaseRecorder* recorder);
 
   ModelDims m_dims;
   ThreadPool& m_pool;
   std::vector<Parameter<T>> m_params;
-  int m_embedding = -1, m_finalNorm = -1, m_lmHead = -1;
+  std::vector<Init> m_init;        // [params] how initialize() draws each parameter
+  std::vector<char> m_initMixer;   // [params] mixer kind for Init::kMixer
+  std::vector<std::string> m_localName;  // [params] name below the layer prefix
+  int m_embedding = -1, m_patchWeight = -1, m_patchBias = -1;
+  int m_finalNorm = -1, m_lmHead = -1, m_finalResQuery = -1, m_finalResGain = -1;
   std::vector<LayerParams> m_layers;
+  std::vector<ExpertBias> m_bias;  // [L] when moe.bias_update_rate > 0
+  int64_t m_step = 0;
 
   // Activations of the last forward.
   bool m_hasActivations = false;
   Tensor<int32_t> m_inputs;   // [N]
   Tensor<int32_t> m_targets;  // [N]
+  Tensor<float> m_patches;    // [B*P, patch_dim]
   std::vector<LayerActs> m_acts;
+  std::unique_ptr<AttnResState<T>> m_attnRes;
   Tensor<T> m_finalInput;    // [N, D]
   Tensor<T> m_finalNormOut;  // [N, D]
   Tensor<T> m_finalRstd;     // [N]
-  Tensor<T> m_logits;        // [N, V]
-  Tensor<T> m_lse;           // [N]
+  LmLossSaved<T> m_lossSaved;
 };
 
 }  // namespace moewb::engine

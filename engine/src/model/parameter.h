@@ -7,6 +7,7 @@
 #include <string>
 
 #include "moewb/engine/config.h"
+#include "ops/moe_variants/moe_options.h"
 #include "tensor/tensor.h"
 
 namespace moewb::engine {
@@ -34,8 +35,20 @@ struct ModelDims {
   double normEps = 1e-5;
   double initStd = 0.02;
   double auxLossCoef = 0;
+  // The hybrid architecture (defaults = the plain softmax-attention MoE transformer).
+  std::string mixerPattern = "A";  // per layer, cycled: A attention, K KDA, S gated sparse
+  bool attnRes = false;            // block attention residuals instead of plain residuals
+  int64_t attnResBlockSize = 2;    // in sublayers
+  MoeOptions moe;                  // MoE variants; topK and auxLossCoef above take precedence
+  KdaSection kda;
+  SparseSection sparse;
+  LossSection loss;
+  int64_t imagePatches = 0;        // image positions at the start of each sequence
+  int64_t patchDim = 0;            // features per image patch
 
   int64_t tokens() const { return batchSize * seqLen; }
+  // The mixer of layer l: 'A', 'K' or 'S'.
+  char mixerOf(int64_t layer) const { return mixerPattern[size_t(layer) % mixerPattern.size()]; }
   static ModelDims fromConfig(const RunConfig& config);
 };
 

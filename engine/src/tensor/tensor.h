@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <vector>
 #include <string>
 #include <utility>
 
@@ -45,14 +46,8 @@ class Tensor {
 
   Tensor() = default;
   // Zero-filled tensor of the given shape; every extent must be >= 0.
-  explicit Tensor(std::initializer_list<int64_t> shape) {
-    MOEWB_CHECK_LE(int(shape.size()), kMaxRank);
-    for (int64_t extent : shape) {
-      MOEWB_CHECK(extent >= 0);
-      m_shape[m_rank++] = extent;
-    }
-    allocate();
-  }
+  explicit Tensor(std::initializer_list<int64_t> shape) { construct(shape.begin(), shape.end()); }
+  explicit Tensor(const std::vector<int64_t>& shape) { construct(shape.begin(), shape.end()); }
   Tensor(Tensor&& other) noexcept { swap(other); }
   Tensor& operator=(Tensor&& other) noexcept {
     Tensor moved(std::move(other));
@@ -116,6 +111,15 @@ class Tensor {
   }
 
  private:
+  template <typename It>
+  void construct(It begin, It end) {
+    MOEWB_CHECK_LE(int(end - begin), kMaxRank);
+    for (It it = begin; it != end; ++it) {
+      MOEWB_CHECK(*it >= 0);
+      m_shape[m_rank++] = *it;
+    }
+    allocate();
+  }
   void allocate() {
     m_numel = 1;
     for (int i = 0; i < m_rank; ++i) m_numel *= m_shape[i];

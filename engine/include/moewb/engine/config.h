@@ -34,6 +34,10 @@ struct ModelSection {
   int32_t seqLen = 64;            // tokens per sequence T
   double normEps = 1e-5;          // RMSNorm epsilon
   double initStd = 0.02;          // std of the normal weight init
+  std::string mixerPattern = "A"; // token mixer per layer, cycled: A = softmax attention,
+                                  // K = KDA linear attention, S = gated sparse attention
+  std::string residual = "plain"; // "plain" pre-norm residuals or "attnres" block attention residuals
+  int32_t attnresBlockSize = 2;   // AttnRes block size in sublayers (2 = one block per layer)
 
   bool operator==(const ModelSection&) const = default;
 };
@@ -43,8 +47,62 @@ struct MoeSection {
   int32_t topK = 2;               // experts per token, 1 <= topK <= numExperts
   int32_t dFf = 128;              // expert SwiGLU hidden width
   double auxLossCoef = 0.01;      // switch load-balancing loss weight alpha (0 disables)
+  std::string router = "softmax"; // "softmax" (top-k then softmax) or "sigmoid" (+ normalise)
+  double routeScale = 1.0;        // sigmoid router: weights scaled by this after normalising
+  int32_t numGroups = 1;          // group-limited routing: expert groups (1 = off)
+  int32_t topkGroups = 1;         // groups kept per token
+  double seqAuxLossCoef = 0.0;    // sequence-level aux loss weight
+  double zLossCoef = 0.0;         // router z-loss weight
+  double biasUpdateRate = 0.0;    // aux-loss-free balancing bias step gamma (0 = off)
+  double capacityFactor = 0.0;    // expert capacity factor; 0 = dropless
+  std::string dropPolicy = "probs";  // with capacity: "probs" or "position"
+  int32_t numSharedExperts = 0;   // always-active shared experts
+  int32_t sharedDFf = 0;          // shared expert hidden width; 0 = d_ff
+  int32_t latentDim = 0;          // latent MoE width (experts work in it); 0 = off
+  std::string activation = "swiglu";  // "swiglu" or "situ"
+  double situBeta1 = 4.0;         // SiTU gate clip
+  double situBeta2 = 25.0;        // SiTU linear-branch clip
 
   bool operator==(const MoeSection&) const = default;
+};
+
+struct KdaSection {
+  int32_t numHeads = 0;           // KDA heads; 0 = model.num_heads
+  int32_t headDim = 0;            // key/value head width; 0 = d_model / heads
+  int32_t chunkSize = 64;         // chunk length of the WY/UT form
+  std::string gate = "lower_bound";  // forget gate form: "default" or "lower_bound"
+  double lowerBound = -5.0;       // lower bound of the log forget gate
+  int32_t gateRank = 0;           // rank of the gate/decay bottlenecks; 0 = head_dim
+
+  bool operator==(const KdaSection&) const = default;
+};
+
+struct SparseSection {
+  int32_t kvHeads = 1;            // key/value heads (1 = MQA); must divide model.num_heads
+  int32_t headDim = 0;            // head width; 0 = d_model / num_heads
+  int32_t topK = 16;              // keys each query attends to
+  int32_t indexerHeads = 4;       // lightning indexer heads
+  int32_t indexerDim = 16;        // lightning indexer head width
+  double indexerLossCoef = 1.0;   // weight of the indexer's KL loss
+  int32_t warmupSteps = 50;       // dense warm-up steps before sparse selection
+
+  bool operator==(const SparseSection&) const = default;
+};
+
+struct LossSection {
+  std::string kind = "dense";     // "dense", "chunk" (token chunks) or "cce" (vocabulary blocks)
+  int32_t chunkTokens = 256;      // chunk loss: tokens per chunk
+  int32_t cceVocabBlock = 256;    // CCE: vocabulary entries per block
+  double cceFilterEps = 0.0;      // CCE gradient filtering threshold; 0 = exact
+
+  bool operator==(const LossSection&) const = default;
+};
+
+struct FusionSection {
+  bool permuteIntoExperts = false;  // experts read token rows through the dispatch index
+  bool combineIntoExperts = false;  // experts scatter weighted rows straight into the output
+
+  bool operator==(const FusionSection&) const = default;
 };
 
 struct DataSection {
@@ -53,6 +111,9 @@ struct DataSection {
   double skew = 1.0;              // Zipf exponent of topic frequencies; 0 = uniform, larger = hotter experts
   int32_t numTopics = 16;         // hidden topics; each has its own token transition table
   double noise = 0.1;             // probability that a token is replaced by a uniform random one
+  int32_t imagePatches = 0;       // image patch positions at the start of each sequence (0 = text only)
+  int32_t patchDim = 16;          // features per image patch
+  double imageNoise = 0.5;        // std of the noise added to a topic's prototype image
 
   bool operator==(const DataSection&) const = default;
 };
@@ -75,6 +136,10 @@ struct RunConfig {
   MoeSection moe;
   DataSection data;
   OptimSection optim;
+  KdaSection kda;
+  SparseSection sparse;
+  LossSection loss;
+  FusionSection fusion;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
   bool operator==(const RunConfig&) const = default;

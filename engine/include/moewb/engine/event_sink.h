@@ -19,12 +19,14 @@ enum class Phase : uint8_t {
   kBackward,   // whole backward pass (layer -1)
   kOptimizer,  // AdamW update incl. gradient clipping (layer -1)
   kEmbedding,  // token embedding lookup / its gradient scatter (layer -1)
-  kAttention,  // RMSNorm + causal attention + residual of one layer
+  kAttention,  // RMSNorm + causal softmax attention of one layer (mixer 'A')
   kRouter,     // MoE RMSNorm + router logits, softmax, top-k, aux loss
   kPermute,    // gather tokens into expert-major order
   kExperts,    // per-expert SwiGLU FFNs
   kCombine,    // unpermute + weighted sum + residual
   kLoss,       // final norm + LM head + cross-entropy (layer -1)
+  kKda,        // RMSNorm + KDA linear attention of one layer (mixer 'K')
+  kSparseAttention,  // RMSNorm + gated sparse attention + indexer loss of one layer (mixer 'S')
 };
 
 enum class Pass : uint8_t { kNone, kForward, kBackward };
@@ -62,6 +64,7 @@ struct ExpertLoadEvent {
   int32_t rank = 0;
   std::vector<int64_t> tokensPerExpert;  // [num_experts] (token, expert) assignments routed
   std::vector<int64_t> droppedPerExpert; // [num_experts] assignments dropped by capacity (0s if dropless)
+  std::vector<double> biasPerExpert;     // [num_experts] aux-loss-free selection bias (empty or 0s if unused)
 };
 
 struct CounterEvent {

@@ -40,6 +40,7 @@ struct TrainerCommand {
 
 template <typename T>
 class Model;
+struct ForwardResult;
 class SyntheticData;
 class ThreadPool;
 
@@ -141,7 +142,7 @@ class Trainer {
     TrainerCommand command;
     std::promise<Status> done;
   };
-  void emitStepEvents(const StepEvent& event, const std::vector<std::vector<int64_t>>& counts);
+  void emitStepEvents(const StepEvent& event, const ForwardResult& forward);
 
   RunConfig m_config;
   EventSink* m_sink;

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "moewb/base/status.h"
+#include "moewb/gui/config_change_model.h"
 #include "moewb/gui/expert_load_model.h"
 #include "moewb/gui/phase_summary_model.h"
 #include "moewb/gui/step_table_model.h"
@@ -52,12 +53,15 @@ class TraceDocument : public QObject {
   StepTableModel* stepModel() { return &m_steps; }
   ExpertLoadModel* expertLoadModel() { return &m_expertLoad; }
   PhaseSummaryModel* phaseSummaryModel() { return &m_phases; }
+  // The trace's config_change rows (live setting changes), in step and time order.
+  ConfigChangeModel* configChangeModel() { return &m_configChanges; }
   const TimelineData& timeline() const { return m_timeline; }
 
  signals:
   // A file was opened and loaded.
   void opened(const QString& path);
-  // A refresh added data (any count may be 0 only when the run status changed).
+  // A refresh added data (the counts may all be 0 when only the run status or the config changes
+  // changed; configChangeModel() signals its own inserts).
   void refreshed(int newSteps, int newSlices, int newExpertLoads);
   void closed();
   // An open or refresh failed; `message` names the file and the problem.
@@ -68,6 +72,7 @@ class TraceDocument : public QObject {
   Status loadNewSlices(int64_t fromNs);
   Status loadNewSteps(int* added);
   Status loadNewExpertLoads(int* added);
+  Status loadConfigChanges(int* added);
   Status loadRunInfo();
   Status fail(const Status& status);
 
@@ -78,6 +83,7 @@ class TraceDocument : public QObject {
   StepTableModel m_steps;
   ExpertLoadModel m_expertLoad;
   PhaseSummaryModel m_phases;
+  ConfigChangeModel m_configChanges;
   TimelineData m_timeline;
   int64_t m_stepsEndNs = 0;       // latest end of a committed step held, ns
   int64_t m_lastExpertStep = -1;  // highest step whose expert loads are held
