@@ -267,12 +267,16 @@ Status validateConfig(const RunConfig& config) {
                                                 " exceeds model.vocab_size = " +
                                                 std::to_string(m.vocabSize));
   }
-  if (config.data.imagePatches >= m.seqLen) {
-    return relationError("data.image_patches", "image_patches = " +
-                                                   std::to_string(config.data.imagePatches) +
-                                                   " leaves no text in model.seq_len = " +
-                                                   std::to_string(m.seqLen) + "; accepted: 0.." +
-                                                   std::to_string(m.seqLen - 1));
+  if (config.data.imageSize > 0 && config.data.imageSize % config.data.patchSize != 0) {
+    return relationError("data.patch_size", "patch_size = " + std::to_string(config.data.patchSize) +
+                                                " does not divide data.image_size = " +
+                                                std::to_string(config.data.imageSize));
+  }
+  if (config.data.imagePatches() >= m.seqLen) {
+    return relationError("data.image_size", "image_size = " + std::to_string(config.data.imageSize) +
+                                                " gives " + std::to_string(config.data.imagePatches()) +
+                                                " patches, leaving no text in model.seq_len = " +
+                                                std::to_string(m.seqLen));
   }
   int64_t tokens = config.tokensPerStep();
   if (tokens > (int64_t(1) << 26)) {

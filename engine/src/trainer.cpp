@@ -138,6 +138,12 @@ Result<Trainer::ReplayedLoss> Trainer::replayAlignmentDump(const std::string& pa
                            std::to_string(m_config.data.batchSize) +
                            " and model.seq_len = " + std::to_string(m_config.model.seqLen));
   }
+  if (dump.batch.imagePatches != m_config.data.imagePatches()) {
+    return invalidArgument(path + ": the dump's batch has " +
+                           std::to_string(dump.batch.imagePatches) +
+                           " image patches per sequence but the config has " +
+                           std::to_string(m_config.data.imagePatches()));
+  }
   ForwardResult forward = m_model->forward(dump.batch, nullptr);
   return ReplayedLoss{forward.loss, forward.auxLoss, dump.loss.ce, dump.loss.aux};
 }
@@ -293,6 +299,19 @@ void Trainer::emitStepEvents(const StepEvent& event, const ForwardResult& forwar
   m_sink->onCounter({"lr", event.endNs, event.lr});
   m_sink->onCounter({"grad_norm", event.endNs, event.gradNorm});
   m_sink->onCounter({"memory.tensor_bytes", event.endNs, double(TensorMemory::currentBytes())});
+  // The memory account per category: persistent state, and the step's activations/workspace as
+  // the rest of the step's peak.
+  int64_t weights = 0, grads = 0, optimizer = 0;
+  for (const auto& p : m_model->parameters()) {
+    weights += p.value.bytes();
+    grads += p.grad.bytes();
+    optimizer += p.adamM.bytes() + p.adamV.bytes();
+  }
+  const int64_t activations = std::max<int64_t>(0, event.peakBytes - weights - grads - optimizer);
+  m_sink->onCounter({"memory.weights_bytes", event.endNs, double(weights)});
+  m_sink->onCounter({"memory.grads_bytes", event.endNs, double(grads)});
+  m_sink->onCounter({"memory.optimizer_bytes", event.endNs, double(optimizer)});
+  m_sink->onCounter({"memory.activations_bytes", event.endNs, double(activations)});
   m_sink->onStep(event);
 }
 

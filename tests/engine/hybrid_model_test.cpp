@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "data/synthetic_data.h"
@@ -71,8 +72,11 @@ Batch hybridBatch(const ModelDims& d) {
   DataSection data;
   data.batchSize = int32_t(d.batchSize);
   data.numTopics = 3;
-  data.imagePatches = int32_t(d.imagePatches);
-  data.patchDim = int32_t(d.patchDim > 0 ? d.patchDim : 16);
+  if (d.imagePatches > 0) {  // 2 patches of 3 features would not be square: use 1x1-pixel patches
+    data.imageSize = int32_t(std::lround(std::sqrt(double(d.imagePatches))));
+    data.patchSize = 1;
+    data.imageChannels = int32_t(d.patchDim);
+  }
   return SyntheticData(data, int32_t(d.vocabSize), int32_t(d.seqLen), 99).batch(0);
 }
 
@@ -102,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         HybridCase{"kda_sparse_attention", "KSA", false, "softmax", 0, 0, false, "dense", 0, 0},
         HybridCase{"attnres_latent_shared_situ_cce", "SK", true, "sigmoid", 4, 1, true, "cce", 0, 0},
-        HybridCase{"multimodal_chunk_capacity", "K", false, "softmax", 0, 0, false, "chunk", 2, 1.0}),
+        HybridCase{"multimodal_chunk_capacity", "K", false, "softmax", 0, 0, false, "chunk", 1, 1.0}),
     [](const auto& info) { return std::string(info.param.name); });
 
 RunConfig smallConfig() {

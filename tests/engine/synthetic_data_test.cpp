@@ -77,8 +77,9 @@ namespace {
 TEST(SyntheticMultimodal, ImagesLeadEachSequenceAndOnlyTextIsPredicted) {
   DataSection data;
   data.batchSize = 6;
-  data.imagePatches = 4;
-  data.patchDim = 8;
+  data.imageSize = 4;  // 2 x 2 patches of 2 x 2 pixels, 2 channels: 4 patches of 8 features
+  data.patchSize = 2;
+  data.imageChannels = 2;
   data.imageNoise = 0.1;
   SyntheticData source(data, 64, 16, 7);
   Batch batch = source.batch(3);
@@ -119,11 +120,12 @@ TEST(SyntheticMultimodal, ImagesLeadEachSequenceAndOnlyTextIsPredicted) {
 TEST(SyntheticMultimodal, TextOnlyStreamsDoNotChangeWhenImagesAreOff) {
   DataSection text;
   DataSection images = text;
-  images.imagePatches = 2;
+  images.imageSize = 2;
+  images.patchSize = 1;  // 4 patches
   SyntheticData a(text, 64, 16, 7), b(images, 64, 16, 7);
   Batch x = a.batch(5), y = b.batch(5);
   for (int64_t n = 0; n < x.inputs.numel(); ++n) {
-    if (n % 16 >= 2) {
+    if (n % 16 >= 4) {
       EXPECT_EQ(x.inputs[n], y.inputs[n]);
     }
   }

@@ -119,6 +119,15 @@ TEST(Trainer, EmitsTheSinkContract) {
   std::set<std::string> counterNames;
   for (const CounterEvent& c : sink.counters) counterNames.insert(c.name);
   EXPECT_TRUE(counterNames.count("lr"));
+  // The memory account: every category reported, weights and optimizer state as sized by the
+  // model (fp32: 4 bytes, two AdamW moments per weight), activations > 0.
+  std::map<std::string, double> last;
+  for (const CounterEvent& c : sink.counters) last[c.name] = c.value;
+  const double weightBytes = 4.0 * double((*trainer)->parameterCount());
+  EXPECT_EQ(last["memory.weights_bytes"], weightBytes);
+  EXPECT_EQ(last["memory.grads_bytes"], weightBytes);
+  EXPECT_EQ(last["memory.optimizer_bytes"], 2 * weightBytes);
+  EXPECT_GT(last["memory.activations_bytes"], 0.0);
 }
 
 TEST(Trainer, SameSeedGivesBitIdenticalLosses) {

@@ -56,6 +56,10 @@ Status writeAlignmentDump(const std::string& dir, int64_t step,
   for (const auto& p : params) writer.addF32("grads." + p.name, shapeOf(p.grad), p.grad.data());
   writer.addI32("batch.tokens", {batch.batchSize, batch.seqLen}, batch.inputs.data());
   writer.addI32("batch.targets", {batch.batchSize, batch.seqLen}, batch.targets.data());
+  if (batch.imagePatches > 0) {
+    writer.addF32("batch.patches", {batch.batchSize, batch.imagePatches, batch.patches.dim(1)},
+                  batch.patches.data());
+  }
   const float terms[3] = {float(loss.ce), float(loss.aux), float(loss.total())};
   writer.addF32("loss.ce", {}, &terms[0]);
   writer.addF32("loss.aux", {}, &terms[1]);
@@ -94,6 +98,15 @@ Result<AlignmentDump> readAlignmentDump(const std::string& path,
   MOEWB_ASSIGN_OR_RETURN(dump.batch.targets, readTokens(file, path, "batch.targets", &b, &t));
   if (b != dump.batch.batchSize || t != dump.batch.seqLen) {
     return dataLoss(path + ": batch.tokens and batch.targets differ in shape");
+  }
+  if (const SafetensorsEntry* patches = file.find("batch.patches")) {
+    if (patches->dtype != SafetensorsDtype::kF32 || patches->shape.size() != 3 ||
+        patches->shape[0] != b) {
+      return dataLoss(path + ": batch.patches is not an F32 [B, P, patch_dim] tensor");
+    }
+    dump.batch.imagePatches = patches->shape[1];
+    dump.batch.patches = Tensor<float>({patches->shape[0] * patches->shape[1], patches->shape[2]});
+    std::memcpy(dump.batch.patches.data(), patches->f32(), size_t(dump.batch.patches.bytes()));
   }
   for (auto& p : params) {
     const SafetensorsEntry* entry = file.find("weights." + p.name);

@@ -6,7 +6,8 @@
 //   weights.<param>   F32, the parameter's shape      values before the optimizer update
 //   grads.<param>     F32, the parameter's shape      d(total loss)/d(param) after backward
 //   batch.tokens      I32 [B, T]                      input token ids
-//   batch.targets     I32 [B, T]                      next-token targets
+//   batch.targets     I32 [B, T]                      next-token targets (-1 = not scored)
+//   batch.patches     F32 [B, P, patch_dim]           image patches (multimodal only)
 //   loss.ce, loss.aux, loss.total   F32 []            mean cross-entropy, summed aux losses, sum
 // Metadata: format = "moewb-alignment-dump", format_version = "1", step, config (TOML), and the
 // loss terms again as exact decimal text (loss_ce, loss_aux, loss_total with 17 digits).

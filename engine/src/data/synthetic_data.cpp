@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/patchify/patchify.h"
 #include "tensor/rng.h"
 
 namespace moewb::engine {
@@ -20,8 +21,7 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
       m_vocabSize(vocabSize),
       m_noise(data.noise),
       m_seed(seed),
-      m_imagePatches(data.imagePatches),
-      m_patchDim(data.patchDim),
+      m_grid{data.imageChannels, data.imageSize, data.patchSize},
       m_imageNoise(data.imageNoise) {
   const int32_t topics = std::max(1, data.numTopics);
   double total = 0;
@@ -49,9 +49,10 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
     for (int32_t j = window - 1; j > 0; --j)
       std::swap(cycle[size_t(j)], cycle[size_t(rng.uniformInt(j))]);
   }
-  if (m_imagePatches > 0) {
+  if (m_grid.imageSize > 0) {
     Rng imageRng(mixSeed(seed, kImageStream));
-    m_prototype.assign(size_t(topics), std::vector<float>(size_t(m_imagePatches) * m_patchDim));
+    const int64_t pixels = m_grid.channels * m_grid.imageSize * m_grid.imageSize;
+    m_prototype.assign(size_t(topics), std::vector<float>(size_t(pixels)));
     for (auto& image : m_prototype) {
       for (float& value : image) value = float(imageRng.normal());
     }
@@ -59,13 +60,14 @@ SyntheticData::SyntheticData(const DataSection& data, int32_t vocabSize, int32_t
 }
 
 void SyntheticData::fillImages(Batch& batch, Rng& rng) const {
-  const int64_t p = m_imagePatches, t = m_seqLen;
+  const int64_t p = m_grid.numPatches(), t = m_seqLen;
   batch.imagePatches = p;
-  batch.patches = Tensor<float>({int64_t(m_batchSize) * p, m_patchDim});
+  batch.patches = Tensor<float>({int64_t(m_batchSize) * p, m_grid.patchDim()});
   for (int32_t b = 0; b < m_batchSize; ++b) {
-    const std::vector<float>& image = m_prototype[size_t(batch.topics[size_t(b)])];
-    float* out = batch.patches.row(int64_t(b) * p);
-    for (size_t i = 0; i < image.size(); ++i) out[i] = image[i] + float(m_imageNoise * rng.normal());
+    const std::vector<float>& prototype = m_prototype[size_t(batch.topics[size_t(b)])];
+    std::vector<float> image(prototype.size());  // [C, S, S]
+    for (size_t i = 0; i < image.size(); ++i) image[i] = prototype[i] + float(m_imageNoise * rng.normal());
+    patchify(m_grid, image.data(), batch.patches.row(int64_t(b) * p));
     for (int64_t i = 0; i < p; ++i) {
       batch.inputs[b * t + i] = kImagePosition;
       if (i + 1 < p) batch.targets[b * t + i] = kIgnoreTarget;
@@ -98,7 +100,7 @@ Batch SyntheticData::batch(int64_t step) const {
       out.targets[int64_t(b) * m_seqLen + t] = tokens[size_t(t) + 1];
     }
   }
-  if (m_imagePatches > 0) {
+  if (m_grid.imageSize > 0) {
     // Images come after all text so that text-only configs keep their exact token streams.
     Rng imageRng(mixSeed(m_seed ^ kImageStream, uint64_t(step)));
     fillImages(out, imageRng);

@@ -9,9 +9,9 @@
 // topic ambiguity of shared tokens, which the context resolves; so the loss falls far below
 // ln(V). With a large skew the frequent topics' few tokens dominate every batch, and a router that
 // learns token-dependent routing makes some experts hot.
-// Multimodal (data.image_patches = P > 0): each topic also owns a prototype image, P patches of
-// data.patch_dim features drawn once from N(0, 1); a sequence starts with its topic's prototype
-// plus N(0, image_noise^2) noise, followed by T - P text tokens. The first text token can only be
+// Multimodal (data.image_size > 0): each topic also owns a prototype image [C, S, S] drawn once
+// from N(0, 1); a sequence starts with its topic's prototype plus N(0, image_noise^2) noise, cut
+// into P = (S / patch_size)^2 patches (ops/patchify), followed by T - P text tokens. The first text token can only be
 // predicted from the image, so a model that reads the patches does better than one that does not.
 // batch(step) is a pure function of (seed, config, step). Costs: O(B T) per batch, O(topics * V)
 // tables at construction. Thread-safety: const methods may be called concurrently.
@@ -22,6 +22,7 @@
 
 #include "data/batch.h"
 #include "moewb/engine/config.h"
+#include "ops/patchify/patchify.h"
 #include "tensor/rng.h"
 
 namespace moewb::engine {
@@ -53,10 +54,9 @@ class SyntheticData {
   std::vector<double> m_topicProbability;     // [topics]
   std::vector<double> m_topicCdf;             // [topics] inclusive prefix sums
   std::vector<std::vector<int32_t>> m_cycle;  // [topics][window] tokens in the order they follow
-  int32_t m_imagePatches = 0;
-  int32_t m_patchDim = 0;
+  PatchGrid m_grid;             // image geometry; imageSize 0 = text only
   double m_imageNoise = 0;
-  std::vector<std::vector<float>> m_prototype;  // [topics][P * patch_dim]
+  std::vector<std::vector<float>> m_prototype;  // [topics][C * S * S] prototype images
 };
 
 }  // namespace moewb::engine

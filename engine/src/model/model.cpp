@@ -79,8 +79,8 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   dims.kda = config.kda;
   dims.sparse = config.sparse;
   dims.loss = config.loss;
-  dims.imagePatches = config.data.imagePatches;
-  dims.patchDim = config.data.imagePatches > 0 ? config.data.patchDim : 0;
+  dims.imagePatches = config.data.imagePatches();
+  dims.patchDim = dims.imagePatches > 0 ? config.data.patchDim() : 0;
   return dims;
 }
 

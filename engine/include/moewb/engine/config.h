@@ -111,9 +111,17 @@ struct DataSection {
   double skew = 1.0;              // Zipf exponent of topic frequencies; 0 = uniform, larger = hotter experts
   int32_t numTopics = 16;         // hidden topics; each has its own token transition table
   double noise = 0.1;             // probability that a token is replaced by a uniform random one
-  int32_t imagePatches = 0;       // image patch positions at the start of each sequence (0 = text only)
-  int32_t patchDim = 16;          // features per image patch
+  int32_t imageSize = 0;          // pixels per image side; 0 = text only
+  int32_t patchSize = 4;          // pixels per patch side (divides image_size)
+  int32_t imageChannels = 1;      // channels per pixel
   double imageNoise = 0.5;        // std of the noise added to a topic's prototype image
+
+  // Image positions at the start of each sequence: (image_size / patch_size)^2, 0 = text only.
+  int32_t imagePatches() const {
+    return imageSize > 0 && patchSize > 0 ? (imageSize / patchSize) * (imageSize / patchSize) : 0;
+  }
+  // Features per patch: channels * patch_size^2.
+  int32_t patchDim() const { return imageChannels * patchSize * patchSize; }
 
   bool operator==(const DataSection&) const = default;
 };
