@@ -20,6 +20,39 @@ RunConfig tinyConfig(int threads) {
   return config;
 }
 
+// samples/configs/<name>.toml with run.threads set; aborts the benchmark on a bad file.
+RunConfig sampleConfig(const char* name, int threads) {
+  auto config = moewb::engine::loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/" +
+                                              name + ".toml");
+  if (!config.isOk()) return RunConfig{};
+  config->run.threads = threads;
+  return config.value();
+}
+
+// The full hybrid model (KDA + sparse attention + latent MoE with a shared expert + CCE).
+void BM_SmallTrainStep(benchmark::State& state) {
+  const RunConfig config = sampleConfig("small", int(state.range(0)));
+  auto trainer = moewb::engine::Trainer::create(config, nullptr);
+  if (!trainer.isOk()) {
+    state.SkipWithError(trainer.status().toString().c_str());
+    return;
+  }
+  for (int i = 0; i < 60; ++i) (void)(*trainer)->step();  // past the sparse warm-up (50 steps)
+  int64_t peak = 0;
+  for (auto _ : state) {
+    auto step = (*trainer)->step();
+    if (!step.isOk()) {
+      state.SkipWithError(step.status().toString().c_str());
+      return;
+    }
+    peak = std::max(peak, step->peakBytes);
+  }
+  state.counters["tokens/s"] = benchmark::Counter(
+      double(state.iterations()) * double(config.tokensPerStep()), benchmark::Counter::kIsRate);
+  state.counters["peak_MiB"] = double(peak) / (1024.0 * 1024.0);
+}
+BENCHMARK(BM_SmallTrainStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_TinyTrainStep(benchmark::State& state) {
   auto trainer = moewb::engine::Trainer::create(tinyConfig(int(state.range(0))), nullptr);
   if (!trainer.isOk()) {

@@ -17,13 +17,15 @@ struct NamedColor {
 };
 
 // One colour per phase family (the part of the name before the first '.').
-constexpr std::array<NamedColor, 11> kFamilies = {{
+constexpr std::array<NamedColor, 13> kFamilies = {{
     {"step", 0x46566b},
     {"forward", 0x56708f},
     {"backward", 0x8f6e55},
     {"optimizer", 0x7d6a99},
     {"embedding", 0x3fa39a},
     {"attention", 0x4f9bd9},
+    {"kda", 0x2e86ab},
+    {"sparse_attention", 0xb07aa1},
     {"router", 0xf28e2b},
     {"permute", 0x8cc7c2},
     {"experts", 0xe15759},

@@ -131,9 +131,9 @@ void TimelineView::layoutLanes() {
 }
 
 void TimelineView::updateLegend() {
-  static constexpr std::array<const char*, 11> kOrder = {
-      "step",   "forward", "backward", "optimizer", "embedding", "attention",
-      "router", "permute", "experts",  "combine",   "loss"};
+  static constexpr std::array<const char*, 13> kOrder = {
+      "step",   "forward", "backward", "optimizer", "embedding", "attention", "kda",
+      "sparse_attention", "router", "permute", "experts", "combine", "loss"};
   std::set<std::string> families;
   if (m_document) {
     for (const std::string& name : m_document->timeline().names()) {

@@ -74,3 +74,44 @@ TEST(AlignmentDump, WritesEveryTermAndReplaysToTheSameLoss) {
 
 }  // namespace
 }  // namespace moewb::engine
+
+namespace moewb::engine {
+namespace {
+
+TEST(AlignmentDump, MultimodalDumpCarriesThePatchesAndReplays) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("moewb-dump-mm-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  RunConfig config;
+  config.model.numLayers = 2;
+  config.model.seqLen = 12;
+  config.model.mixerPattern = "KS";
+  config.data.batchSize = 2;
+  config.data.imageSize = 4;
+  config.data.patchSize = 2;
+  config.data.imageChannels = 3;
+  config.run.threads = 1;
+  auto trainer = Trainer::create(config, nullptr);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  (*trainer)->setDumpPolicy(0, 1, dir);
+  auto step = (*trainer)->step();
+  ASSERT_TRUE(step.isOk()) << step.status().toString();
+  const std::string path = dir + "/step-00000000.safetensors";
+  auto file = readSafetensors(path);
+  ASSERT_TRUE(file.isOk());
+  const SafetensorsEntry* patches = file->find("batch.patches");
+  ASSERT_TRUE(patches);
+  EXPECT_EQ(patches->shape, (std::vector<int64_t>{2, 4, 12}));
+  EXPECT_EQ(file->find("batch.tokens")->i32()[0], -1);  // image position
+  RunConfig other = config;
+  other.run.seed = 5;
+  auto replayer = Trainer::create(other, nullptr);
+  ASSERT_TRUE(replayer.isOk());
+  auto replayed = (*replayer)->replayAlignmentDump(path);
+  ASSERT_TRUE(replayed.isOk()) << replayed.status().toString();
+  EXPECT_EQ(replayed->ce, step->loss);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moewb::engine
