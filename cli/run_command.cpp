@@ -27,6 +27,8 @@ struct RunArgs {
   std::string checkpointDir;
   std::string dumpSteps;  // "A:B"
   std::string dumpDir;
+  std::string initWeightsPath;
+  std::string exportMergedPath;
 };
 
 // Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
@@ -109,6 +111,8 @@ int runCommand(const RunArgs& args) {
   options.overwrite = true;
   options.steps = args.steps;
   options.resumePath = args.resumePath;
+  options.initWeightsPath = args.initWeightsPath;
+  options.exportMergedPath = args.exportMergedPath;
   options.checkpointEverySteps = args.checkpointEvery;
   options.checkpointDir =
       args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
@@ -135,6 +139,9 @@ int runCommand(const RunArgs& args) {
     return kExitFailure;
   }
   printSummary(*summary);
+  if (!args.exportMergedPath.empty()) {
+    std::printf("  merged weights  %s\n", args.exportMergedPath.c_str());
+  }
   return kExitOk;
 }
 
@@ -155,6 +162,13 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--resume", args->resumePath,
                   "continue from a checkpoint (its step up to --steps in total)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--init-weights", args->initWeightsPath,
+                  "start from the base weights of a checkpoint or merged export (moments, "
+                  "adapters and step ignored), e.g. for LoRA fine-tuning")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--export-merged", args->exportMergedPath,
+                  "after training, write the weights with LoRA adapters merged in (safetensors, "
+                  "format moewb-weights)");
   cmd->add_option("--checkpoint-every", args->checkpointEvery,
                   "save a checkpoint after every N-th step (0 = never)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));

@@ -278,6 +278,11 @@ Status validateConfig(const RunConfig& config) {
                                                 " patches, leaving no text in model.seq_len = " +
                                                 std::to_string(m.seqLen));
   }
+  if (config.lora.enabled && config.lora.rank < 1) {
+    return relationError("lora.rank", "rank = " + std::to_string(config.lora.rank) +
+                                          " is not accepted with lora.enabled = true; accepted: "
+                                          "1..65536");
+  }
   int64_t tokens = config.tokensPerStep();
   if (tokens > (int64_t(1) << 26)) {
     return relationError("data.batch_size", "batch_size * model.seq_len = " +

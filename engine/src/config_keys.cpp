@@ -134,6 +134,14 @@ std::vector<KeySpec> buildSpecs() {
        "experts gather token rows themselves (no permuted copy)"},
       {"fusion", "combine_into_experts", MOEWB_FIELD(fusion.combineIntoExperts), 0, 0, false, {},
        "experts scatter weighted rows into the output"},
+      {"lora", "enabled", MOEWB_FIELD(lora.enabled), 0, 0, false, {},
+       "LoRA fine-tuning: base weights frozen, only low-rank adapters train"},
+      {"lora", "rank", MOEWB_FIELD(lora.rank), 0, 65'536, false, {},
+       "adapter rank r (at least 1 when lora.enabled)"},
+      {"lora", "alpha", MOEWB_FIELD(lora.alpha), 0, 1e6, false, {},
+       "adapter scale numerator: W' = W + (alpha / rank) B A"},
+      {"lora", "targets", MOEWB_FIELD(lora.targets), 0, 0, false, {"experts", "attention", "all"},
+       "adapted weights: expert (and shared expert) projections, mixer projections, or both"},
   };
 }
 

@@ -123,6 +123,31 @@ Status Trainer::loadCheckpoint(const std::string& path) {
   return Status::ok();
 }
 
+Status Trainer::loadWeights(const std::string& path) {
+  std::vector<Parameter<float>*> base;
+  auto& params = m_model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!m_model->isLoraAdapter(i)) base.push_back(&params[i]);
+  }
+  return engine::loadWeights(path, base, checkpointState(*m_model));
+}
+
+Status Trainer::exportMergedWeights(const std::string& path) const {
+  const auto& params = m_model->parameters();
+  std::vector<Tensor<float>> merged;  // [base params] kept alive until written
+  std::vector<NamedWeight> weights;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!m_model->isLoraAdapter(i)) merged.push_back(m_model->mergedValue(i));
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!m_model->isLoraAdapter(i)) weights.push_back({params[i].name, &merged[next++]});
+  }
+  RunConfig plain = m_config;
+  plain.lora.enabled = false;
+  return engine::saveWeights(path, weights, checkpointState(*m_model), toToml(plain));
+}
+
 void Trainer::setDumpPolicy(int64_t firstStep, int64_t endStep, const std::string& dir) {
   m_dumpFirstStep = firstStep;
   m_dumpEndStep = endStep;

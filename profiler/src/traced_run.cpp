@@ -103,6 +103,10 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
 
 Status TracedRun::createTrainer(const TracedRunOptions& options) {
   MOEWB_ASSIGN_OR_RETURN(m_trainer, engine::Trainer::create(m_config, m_fanOut.get()));
+  m_exportMergedPath = options.exportMergedPath;
+  if (!options.initWeightsPath.empty()) {
+    MOEWB_RETURN_IF_ERROR(m_trainer->loadWeights(options.initWeightsPath));
+  }
   if (!options.resumePath.empty()) {
     MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
     if (m_trainer->stepsDone() >= m_steps) {
@@ -121,6 +125,10 @@ Result<RunSummary> TracedRun::run() {
   Status closed = m_writer->close();
   if (!trained.isOk()) return trained;
   if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());
+  if (!m_exportMergedPath.empty()) {
+    Status exported = m_trainer->exportMergedWeights(m_exportMergedPath);
+    if (!exported.isOk()) return exported.withContext("exporting merged weights");
+  }
   RunSummary summary = m_summary->summary();
   summary.tracePath = m_writer->path();
   return summary;

@@ -27,9 +27,25 @@ struct SavedPart {
 };
 
 std::vector<SavedPart> partsOf(const Parameter<float>& p) {
+  if (!p.trainable) return {{p.name, &p.value}};
   return {{p.name, &p.value},
           {"optimizer." + p.name + ".exp_avg", &p.adamM},
           {"optimizer." + p.name + ".exp_avg_sq", &p.adamV}};
+}
+
+// Checks that `file` holds `name` as F32 of the shape of `tensor`.
+Status checkTensor(const std::string& path, const SafetensorsFile& file, const std::string& name,
+                   const Tensor<float>& tensor, const char* what) {
+  const SafetensorsEntry* entry = file.find(name);
+  if (!entry) {
+    return invalidArgument(path + ": " + what + " lacks tensor '" + name +
+                           "'; it was written for a different model config");
+  }
+  if (entry->dtype != SafetensorsDtype::kF32 || entry->shape != shapeOf(tensor)) {
+    return invalidArgument(path + ": tensor '" + name + "' has shape " + shapeText(entry->shape) +
+                           " but this model needs " + shapeText(shapeOf(tensor)));
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -66,18 +82,11 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
   if (stepText != file.metadata.end()) step = std::strtoll(stepText->second.c_str(), nullptr, 10);
   if (step < 0) return dataLoss(path + ": checkpoint metadata has no valid step");
   // Check everything before changing anything.
+  size_t expected = state.size();
   for (const auto& param : params) {
     for (const auto& part : partsOf(param)) {
-      const SafetensorsEntry* entry = file.find(part.name);
-      if (!entry) {
-        return invalidArgument(path + ": checkpoint lacks tensor '" + part.name +
-                               "'; it was written for a different model config");
-      }
-      if (entry->dtype != SafetensorsDtype::kF32 || entry->shape != shapeOf(*part.tensor)) {
-        return invalidArgument(path + ": tensor '" + part.name + "' has shape " +
-                               shapeText(entry->shape) + " but this model needs " +
-                               shapeText(shapeOf(*part.tensor)));
-      }
+      MOEWB_RETURN_IF_ERROR(checkTensor(path, file, part.name, *part.tensor, "checkpoint"));
+      ++expected;
     }
   }
   for (const auto& entry : state) {
@@ -89,7 +98,6 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
                              " values; it was written for a different model config");
     }
   }
-  size_t expected = params.size() * 3 + state.size();
   if (file.tensors.size() != expected) {
     return invalidArgument(path + ": checkpoint holds " + std::to_string(file.tensors.size()) +
                            " tensors but this model needs " + std::to_string(expected) +
@@ -107,6 +115,53 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
     std::memcpy(entry.values->data(), saved->f32(), entry.values->size() * sizeof(float));
   }
   return step;
+}
+
+Status saveWeights(const std::string& path, const std::vector<NamedWeight>& weights,
+                   const std::vector<CheckpointState>& state, const std::string& configToml) {
+  SafetensorsWriter writer;
+  writer.setMetadata("format", kWeightsFormat);
+  writer.setMetadata("format_version", "1");
+  writer.setMetadata("config", configToml);
+  for (const auto& weight : weights) {
+    writer.addF32(weight.name, shapeOf(*weight.tensor), weight.tensor->data());
+  }
+  for (const auto& entry : state) {
+    writer.addF32("state." + entry.name, {int64_t(entry.values->size())}, entry.values->data());
+  }
+  return writer.write(path);
+}
+
+Status loadWeights(const std::string& path, const std::vector<Parameter<float>*>& params,
+                   const std::vector<CheckpointState>& state) {
+  MOEWB_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() ||
+      (format->second != kCheckpointFormat && format->second != kWeightsFormat)) {
+    return dataLoss(path + ": a safetensors file but not a MoE Workbench checkpoint or weights "
+                    "export (no format = moewb-checkpoint / moewb-weights metadata)");
+  }
+  for (const Parameter<float>* param : params) {
+    MOEWB_RETURN_IF_ERROR(checkTensor(path, file, param->name, param->value, "weights file"));
+  }
+  for (const auto& entry : state) {
+    const SafetensorsEntry* saved = file.find("state." + entry.name);
+    if (saved && (saved->dtype != SafetensorsDtype::kF32 ||
+                  saved->numel() != int64_t(entry.values->size()))) {
+      return invalidArgument(path + ": state tensor 'state." + entry.name + "' does not hold " +
+                             std::to_string(entry.values->size()) + " F32 values");
+    }
+  }
+  for (Parameter<float>* param : params) {
+    const SafetensorsEntry* entry = file.find(param->name);
+    std::memcpy(param->value.data(), entry->f32(), size_t(param->value.bytes()));
+  }
+  for (const auto& entry : state) {
+    const SafetensorsEntry* saved = file.find("state." + entry.name);
+    if (!saved) continue;
+    std::memcpy(entry.values->data(), saved->f32(), entry.values->size() * sizeof(float));
+  }
+  return Status::ok();
 }
 
 }  // namespace moewb::engine

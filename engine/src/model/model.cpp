@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "model/lora.h"
 #include "ops/embedding/embedding.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -79,6 +80,7 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   dims.kda = config.kda;
   dims.sparse = config.sparse;
   dims.loss = config.loss;
+  dims.lora = config.lora;
   dims.imagePatches = config.data.imagePatches();
   dims.patchDim = dims.imagePatches > 0 ? config.data.patchDim() : 0;
   return dims;
@@ -100,6 +102,68 @@ Model<T>::Model(const ModelDims& dims, ThreadPool& pool) : m_dims(dims), m_pool(
   m_finalNorm = addParam("final_norm", {d}, false, Init::kOnes);
   m_lmHead = addParam("lm_head", {v, d}, true, Init::kNormal);
   if (dims.moe.biasUpdateRate > 0) m_bias.assign(size_t(dims.numLayers), makeExpertBias(dims.numExperts));
+  if (dims.lora.enabled) addLoraAdapters();
+  m_effective.resize(m_params.size());
+}
+
+template <typename T>
+void Model<T>::addLoraAdapters() {
+  MOEWB_CHECK(m_dims.lora.rank >= 1);
+  m_loraScale = m_dims.lora.alpha / double(m_dims.lora.rank);
+  const size_t numBase = m_params.size();
+  for (size_t i = 0; i < numBase; ++i) {
+    Parameter<T>& base = m_params[i];
+    base.trainable = false;
+    base.adamM = Tensor<T>();
+    base.adamV = Tensor<T>();
+  }
+  for (size_t i = 0; i < numBase; ++i) {
+    if (!loraTargets(m_localName[i], m_dims.lora.targets)) continue;
+    const std::string name = m_params[i].name;
+    std::vector<int64_t> shape;
+    for (int axis = 0; axis < m_params[i].value.rank(); ++axis) {
+      shape.push_back(m_params[i].value.dim(axis));
+    }
+    LoraAdapter adapter;
+    adapter.base = int(i);
+    const int64_t rank = m_dims.lora.rank;
+    adapter.a = addParam(name + ".lora_a", loraAShape(shape, rank), false, Init::kLoraA);
+    adapter.b = addParam(name + ".lora_b", loraBShape(shape, rank), false, Init::kZeros);
+    m_isAdapter[size_t(adapter.a)] = true;
+    m_isAdapter[size_t(adapter.b)] = true;
+    m_lora.push_back(adapter);
+  }
+}
+
+template <typename T>
+void Model<T>::materializeLora() {
+  for (const auto& adapter : m_lora) {
+    loraMerge(m_pool, m_params[size_t(adapter.base)].value, m_params[size_t(adapter.a)].value,
+              m_params[size_t(adapter.b)].value, m_loraScale, m_effective[size_t(adapter.base)]);
+  }
+}
+
+template <typename T>
+void Model<T>::convertLoraGrads() {
+  for (const auto& adapter : m_lora) {
+    Parameter<T>& a = m_params[size_t(adapter.a)];
+    Parameter<T>& b = m_params[size_t(adapter.b)];
+    Tensor<T>& dW = grad(adapter.base);
+    loraBackward(m_pool, dW, a.value, b.value, m_loraScale, a.grad, b.grad);
+    dW.zero();
+  }
+}
+
+template <typename T>
+Tensor<T> Model<T>::mergedValue(size_t index) const {
+  for (const auto& adapter : m_lora) {
+    if (size_t(adapter.base) != index) continue;
+    Tensor<T> merged;
+    loraMerge(m_pool, m_params[index].value, m_params[size_t(adapter.a)].value,
+              m_params[size_t(adapter.b)].value, m_loraScale, merged);
+    return merged;
+  }
+  return m_params[index].value.clone();
 }
 
 template <typename T>
@@ -153,6 +217,7 @@ int Model<T>::addParam(const std::string& name, const std::vector<int64_t>& shap
   m_params.push_back(std::move(param));
   m_init.push_back(init);
   m_initMixer.push_back(mixer);
+  m_isAdapter.push_back(false);
   // "layers.3.kda.wq" -> "kda.wq": the name the mixer's init looks up.
   m_localName.push_back(name.starts_with("layers.") ? name.substr(name.find('.', 7) + 1) : name);
   return int(m_params.size()) - 1;
@@ -170,6 +235,11 @@ void Model<T>::initialize(uint64_t seed) {
       case Init::kMixer:
         mixerInitializeParameter(m_initMixer[i], m_dims, m_localName[i], value, rng);
         break;
+      case Init::kLoraA: {
+        const double stddev = 1.0 / std::sqrt(double(value.dim(value.rank() - 1)));
+        for (int64_t j = 0; j < value.numel(); ++j) value[j] = T(rng.normal() * stddev);
+        break;
+      }
       case Init::kNormal:
       case Init::kOutput: {
         const double stddev = m_init[i] == Init::kOutput ? outputStd : m_dims.initStd;
@@ -299,6 +369,7 @@ void Model<T>::embedBackward(const Tensor<T>& dh, PhaseRecorder* recorder) {
 template <typename T>
 ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
   MOEWB_CHECK(batch.batchSize == m_dims.batchSize && batch.seqLen == m_dims.seqLen);
+  materializeLora();
   m_inputs = batch.inputs.clone();
   m_targets = batch.targets.clone();
   m_acts.clear();
@@ -411,6 +482,7 @@ void Model<T>::backward(PhaseRecorder* recorder) {
     m_attnRes.reset();
   }
   embedBackward(dh, recorder);
+  convertLoraGrads();
   m_acts.clear();
   m_hasActivations = false;
 }

@@ -13,6 +13,11 @@
 // projections scaled by 1/sqrt(2L), norm gains 1, AttnRes queries 0, op-specific rules for KDA
 // and sparse attention (their headers). forward()/backward() emit one PhaseEvent per phase and
 // layer through the recorder. Not thread-safe; one model per trainer, parallel inside.
+// LoRA (lora.enabled): every base parameter is frozen (no moments) and each targeted weight W
+// gets adapters "<name>.lora_a" (A ~ N(0, 1/in), drawn after all base weights so these match the
+// LoRA-off model of the same seed) and "<name>.lora_b" (B = 0), appended after the base
+// parameters (model/lora.h). forward() materialises W' = W + s B A, which value() hands to the
+// ops; backward() turns the dW' left in W's grad into dA, dB and zeroes W's grad.
 #pragma once
 
 #include <cstdint>
@@ -75,8 +80,15 @@ class Model {
   // (empty when moe.bias_update_rate = 0).
   std::vector<ExpertBias>& expertBiases() { return m_bias; }
 
+  // True for the LoRA adapters ("*.lora_a", "*.lora_b"), false for base parameters.
+  bool isLoraAdapter(size_t index) const { return m_isAdapter[index]; }
+
+  // The weight the forward uses for parameter `index`: W + s B A for an adapted weight (the same
+  // arithmetic as the forward's), a copy of the value otherwise.
+  Tensor<T> mergedValue(size_t index) const;
+
  private:
-  enum class Init : uint8_t { kNormal, kOutput, kOnes, kZeros, kMixer };
+  enum class Init : uint8_t { kNormal, kOutput, kOnes, kZeros, kMixer, kLoraA };
   struct ParamIndex {
     int index = -1;
   };
@@ -103,7 +115,14 @@ class Model {
   int addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay, Init init,
                char mixer = 0);
   void addLayerParams(int64_t layer);
-  const Tensor<T>& value(int index) const { return m_params[size_t(index)].value; }
+  void addLoraAdapters();
+  void materializeLora();
+  void convertLoraGrads();
+  // The weight the ops see: W' while LoRA adapts the parameter, else its value.
+  const Tensor<T>& value(int index) const {
+    const Tensor<T>& effective = m_effective[size_t(index)];
+    return effective.empty() ? m_params[size_t(index)].value : effective;
+  }
   Tensor<T>& grad(int index) { return m_params[size_t(index)].grad; }
   std::vector<const Tensor<T>*> mixerValues(const LayerParams& p) const;
   std::vector<Tensor<T>*> mixerGrads(const LayerParams& p);
@@ -128,6 +147,13 @@ class Model {
   std::vector<Init> m_init;        // [params] how initialize() draws each parameter
   std::vector<char> m_initMixer;   // [params] mixer kind for Init::kMixer
   std::vector<std::string> m_localName;  // [params] name below the layer prefix
+  std::vector<bool> m_isAdapter;         // [params] LoRA adapter
+  struct LoraAdapter {
+    int base = -1, a = -1, b = -1;  // parameter indices of W, A, B
+  };
+  std::vector<LoraAdapter> m_lora;
+  double m_loraScale = 0;            // s = alpha / rank
+  std::vector<Tensor<T>> m_effective;  // [params] W' of adapted weights (empty otherwise)
   int m_embedding = -1, m_patchWeight = -1, m_patchBias = -1;
   int m_finalNorm = -1, m_lmHead = -1, m_finalResQuery = -1, m_finalResGain = -1;
   std::vector<LayerParams> m_layers;

@@ -1,6 +1,8 @@
-// Parameter<T>: one trainable tensor with its gradient and AdamW moments, plus ModelDims, the
-// model sizes taken from a RunConfig. Weight decay applies to matrices only (decay = true for
-// rank >= 2 tensors, false for RMSNorm gains).
+// Parameter<T>: one tensor with its gradient and AdamW moments, plus ModelDims, the model sizes
+// taken from a RunConfig. Weight decay applies to matrices only (decay = true for rank >= 2
+// tensors, false for RMSNorm gains and LoRA adapters). A frozen parameter (trainable = false, the
+// base weights under lora.enabled) has empty moments; the optimizer skips it and its grad is
+// scratch space of the backward.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,10 @@ struct Parameter {
   std::string name;  // "layers.0.attn.wq"
   Tensor<T> value;
   Tensor<T> grad;   // same shape, accumulated by backward, zeroed per step
-  Tensor<T> adamM;  // same shape, AdamW first moment
-  Tensor<T> adamV;  // same shape, AdamW second moment
+  Tensor<T> adamM;  // same shape, AdamW first moment; empty when frozen
+  Tensor<T> adamV;  // same shape, AdamW second moment; empty when frozen
   bool decay = true;
+  bool trainable = true;  // false: frozen (no update, no moments, not in the gradient norm)
 };
 
 struct ModelDims {
@@ -43,6 +46,7 @@ struct ModelDims {
   KdaSection kda;
   SparseSection sparse;
   LossSection loss;
+  LoraSection lora;                // LoRA adapters (lora.enabled = false: none)
   int64_t imagePatches = 0;        // image positions at the start of each sequence
   int64_t patchDim = 0;            // features per image patch
 

@@ -17,6 +17,7 @@ template <typename T>
 double globalGradNorm(ThreadPool& pool, const std::vector<Parameter<T>>& params) {
   std::vector<double> sums(params.size(), 0.0);  // [params] sum of squares
   pool.parallelFor(int64_t(params.size()), [&](int64_t i) {
+    if (!params[size_t(i)].trainable) return;
     const Tensor<T>& grad = params[size_t(i)].grad;
     double sum = 0;
     for (int64_t j = 0; j < grad.numel(); ++j) sum += double(grad[j]) * double(grad[j]);
@@ -44,6 +45,7 @@ OptimizerStepResult optimizerStep(ThreadPool& pool, std::vector<Parameter<T>>& p
   hyper.weightDecay = optim.weightDecay;
   hyper.step = step + 1;
   for (auto& param : params) {
+    if (!param.trainable) continue;
     adamwUpdate(pool, param.value.data(), param.grad.data(), param.adamM.data(), param.adamV.data(),
                 param.value.numel(), hyper, param.decay, result.clipScale);
   }

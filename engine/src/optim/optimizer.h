@@ -1,5 +1,6 @@
 // The optimizer step over a model's parameters: linear warm-up learning rate, global L2
-// gradient-norm clipping, and AdamW (ops/adamw) on every parameter.
+// gradient-norm clipping, and AdamW (ops/adamw) on every trainable parameter (frozen ones,
+// trainable = false, are neither updated nor counted in the norm).
 // The global norm is reduced per parameter in parallel and then over parameters in a fixed order
 // (in double), so it does not depend on the thread count. Costs: O(parameters) per step.
 #pragma once
@@ -23,7 +24,7 @@ struct OptimizerStepResult {
 // warmup_steps == 0.
 double learningRate(const OptimSection& optim, int64_t step);
 
-// sqrt(sum over all parameters of sum grad^2).
+// sqrt(sum over the trainable parameters of sum grad^2).
 template <typename T>
 double globalGradNorm(ThreadPool& pool, const std::vector<Parameter<T>>& params);
 

@@ -138,6 +138,15 @@ struct OptimSection {
   bool operator==(const OptimSection&) const = default;
 };
 
+struct LoraSection {
+  bool enabled = false;           // freeze every base weight and train low-rank adapters only
+  int32_t rank = 8;               // adapter rank r
+  double alpha = 32.0;            // adapter scale s = alpha / rank
+  std::string targets = "all";    // adapted weights: "experts", "attention" or "all"
+
+  bool operator==(const LoraSection&) const = default;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -148,6 +157,7 @@ struct RunConfig {
   SparseSection sparse;
   LossSection loss;
   FusionSection fusion;
+  LoraSection lora;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
   bool operator==(const RunConfig&) const = default;

@@ -80,6 +80,21 @@ class Trainer {
   // Errors: kNotFound, kDataLoss (not a checkpoint / truncated), kInvalidArgument (other model).
   Status loadCheckpoint(const std::string& path);
 
+  // Loads only the base weights (every parameter that is not a LoRA adapter) by name from a
+  // checkpoint or a merged export of a model with the same base shapes, e.g. a full-training
+  // checkpoint to start LoRA fine-tuning from. Moments, adapters and the step in the file are
+  // ignored; the expert bias state is loaded when the file has it. Nothing changes on error.
+  // Errors: kNotFound, kDataLoss (not a checkpoint / weights file), kInvalidArgument naming the
+  // missing or mis-shaped tensor.
+  Status loadWeights(const std::string& path);
+
+  // Writes every base parameter under its plain name, with W + (alpha / rank) B A merged in where
+  // LoRA adapts it, plus the expert bias state, to `path` (safetensors, atomically; metadata
+  // format = "moewb-weights", config = this run's TOML with lora.enabled = false). No adapters,
+  // no moments. loadWeights() of a LoRA-off model of the same config accepts the file.
+  // Errors: kInternal naming the path.
+  Status exportMergedWeights(const std::string& path) const;
+
   // After every `everySteps`-th completed step, run() saves `dir`/step-<NNNNNNNN>.safetensors
   // (the number is the next step to run). everySteps <= 0 disables. A failed save ends the run
   // with that error.

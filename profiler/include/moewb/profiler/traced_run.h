@@ -37,6 +37,8 @@ struct TracedRunOptions {
   int64_t dumpFirstStep = 0;    // alignment dumps for steps in [dumpFirstStep, dumpEndStep)
   int64_t dumpEndStep = 0;
   std::string dumpDir;          // where the dumps go
+  std::string initWeightsPath;  // base weights to start from (Trainer::loadWeights; "" = init)
+  std::string exportMergedPath; // after training, write merged weights here ("" = none)
 };
 
 struct RunSummary {
@@ -55,15 +57,17 @@ class TracedRun {
   // Validates `config` (kInvalidArgument naming the key, nothing created), then creates the
   // trace at options.outPath and the trainer, and loads options.resumePath if given (a bad
   // checkpoint gives its error and removes the new trace again). Training then runs from the
-  // checkpoint's step up to options.steps in total. `observer` (may be null, must outlive the run)
+  // checkpoint's step up to options.steps in total. options.initWeightsPath is loaded before the
+  // checkpoint (Trainer::loadWeights; a bad file fails create the same way). `observer` (may be null, must outlive the run)
   // receives every engine event after the tracer, e.g. a progress printer.
   static Result<std::unique_ptr<TracedRun>> create(const engine::RunConfig& config,
                                                    const TracedRunOptions& options,
                                                    engine::EventSink* observer = nullptr);
   ~TracedRun();
 
-  // Trains options.steps steps on the calling thread and closes the trace. Errors from the
-  // engine or the writer are returned; steps committed before the error stay in the file.
+  // Trains options.steps steps on the calling thread and closes the trace, then writes
+  // options.exportMergedPath (Trainer::exportMergedWeights) when set. Errors from the engine,
+  // the writer or the export are returned; steps committed before the error stay in the file.
   Result<RunSummary> run();
 
   // Thread-safe; the run ends after the step in progress with status "stopped".
@@ -88,6 +92,7 @@ class TracedRun {
 
   engine::RunConfig m_config;
   int64_t m_steps = 0;
+  std::string m_exportMergedPath;
   std::unique_ptr<storage::TraceWriter> m_writer;
   std::unique_ptr<HostTracer> m_tracer;
   std::unique_ptr<SummarySink> m_summary;
