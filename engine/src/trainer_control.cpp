@@ -5,6 +5,7 @@
 
 #include "config_keys.h"
 #include "data/synthetic_data.h"
+#include "model/model.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/trainer.h"
 
@@ -15,7 +16,11 @@ namespace {
 const std::vector<std::string> kLiveKeys = {
     "optim.lr",       "optim.beta1",        "optim.beta2",       "optim.eps",
     "optim.weight_decay", "optim.warmup_steps", "optim.grad_clip", "data.skew",
-    "data.noise",
+    "data.noise",      "moe.top_k",          "moe.aux_loss_coef", "moe.seq_aux_loss_coef",
+    "moe.z_loss_coef", "moe.route_scale",    "moe.capacity_factor", "moe.drop_policy",
+    "fusion.permute_into_experts", "fusion.combine_into_experts", "loss.kind", "loss.chunk_tokens",
+    "loss.cce_vocab_block", "loss.cce_filter_eps", "sparse.top_k", "sparse.indexer_loss_coef",
+    "kda.chunk_size",
 };
 
 // "key=value" -> key (the text before the first '=').
@@ -61,6 +66,7 @@ Status Trainer::applyPatch(const TrainerCommand& command) {
   const RunConfig before = m_config;
   const bool dataChanged = !(patched.data == m_config.data);
   m_config = patched;
+  m_model->applyLiveDims(ModelDims::fromConfig(m_config));
   if (dataChanged) {
     m_data = std::make_unique<SyntheticData>(m_config.data, m_config.model.vocabSize,
                                              m_config.model.seqLen, m_config.run.seed);

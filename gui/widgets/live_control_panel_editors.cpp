@@ -189,6 +189,7 @@ std::string LiveControlPanel::editedToml(const KeyEditor& e) const {
     const qlonglong value = typed.toLongLong(&ok);
     return ok ? std::to_string(value) : typed.toStdString();
   }
+  if (e.type == QLatin1String("boolean")) return typed.toLower().toStdString();  // true | false
   return tomlString(e.line->text());
 }
 

@@ -103,3 +103,69 @@ TEST(TrainerControl, CommandsAfterTheRunEndAreAnswered) {
 
 }  // namespace
 }  // namespace moewb::engine
+
+namespace moewb::engine {
+namespace {
+
+RunConfig hybridConfig() {
+  RunConfig config;
+  config.model.numLayers = 2;
+  config.model.seqLen = 16;
+  config.model.mixerPattern = "KS";
+  config.sparse.warmupSteps = 1;
+  config.moe.latentDim = 32;
+  config.moe.numSharedExperts = 1;
+  config.data.batchSize = 2;
+  config.run.threads = 1;
+  return config;
+}
+
+// Runs 3 steps, applies `patch` through the command queue, runs 3 more; returns the 6 losses.
+std::vector<double> lossesWithPatch(const std::vector<std::string>& patch,
+                                    test::RecordingSink* sink = nullptr) {
+  auto trainer = Trainer::create(hybridConfig(), sink);
+  EXPECT_TRUE(trainer.isOk());
+  std::vector<double> out;
+  for (int i = 0; i < 6; ++i) {
+    if (i == 3 && !patch.empty()) {
+      auto applied = (*trainer)->post({Kind::kApplyPatch, patch, "test"});
+      EXPECT_TRUE((*trainer)->run(1).isOk());
+      EXPECT_TRUE(applied.get().isOk());
+      out.push_back(sink ? sink->steps.back().loss : 0);
+      continue;
+    }
+    auto step = (*trainer)->step();
+    EXPECT_TRUE(step.isOk());
+    out.push_back(step.isOk() ? step->loss : -1);
+  }
+  return out;
+}
+
+TEST(TrainerControl, FusionAndLossHeadChangeLiveWithoutChangingTheMath) {
+  test::RecordingSink plainSink, fusedSink, cceSink;
+  const std::vector<double> plain = lossesWithPatch({"optim.lr=0.003"}, &plainSink);
+  const std::vector<double> fused = lossesWithPatch(
+      {"fusion.permute_into_experts=true", "fusion.combine_into_experts=true"}, &fusedSink);
+  const std::vector<double> cce = lossesWithPatch({"loss.kind=\"cce\""}, &cceSink);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(fused[i], plain[i]) << "step " << i;  // fused stages are bitwise the unfused ones
+    EXPECT_NEAR(cce[i], plain[i], 1e-5 * plain[i]) << "step " << i;
+  }
+  ASSERT_EQ(fusedSink.configChanges.size(), 2u);
+  EXPECT_EQ(fusedSink.configChanges[0].key, "fusion.permute_into_experts");
+  EXPECT_EQ(cceSink.configChanges[0].newValue, "\"cce\"");
+}
+
+TEST(TrainerControl, TopKChangesLiveAndRoutesFewerAssignments) {
+  test::RecordingSink sink;
+  lossesWithPatch({"moe.top_k=1"}, &sink);
+  const int64_t tokens = hybridConfig().tokensPerStep();
+  for (const ExpertLoadEvent& load : sink.loads) {
+    int64_t total = 0;
+    for (int64_t c : load.tokensPerExpert) total += c;
+    EXPECT_EQ(total, tokens * (load.step < 3 ? 2 : 1)) << "step " << load.step;
+  }
+}
+
+}  // namespace
+}  // namespace moewb::engine

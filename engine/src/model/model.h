@@ -61,6 +61,12 @@ class Model {
   int64_t parameterCount() const;
   void zeroGrads();
 
+  // Takes the settings that change only the computation, not the shape of any parameter or
+  // state, from `dims` (see Trainer::liveKeys): MoE top-k, balancing coefficients, route scale,
+  // capacity and drop policy, fusion flags, the loss head, sparse top-k and indexer loss weight,
+  // KDA chunk size. Used for live patches between steps.
+  void applyLiveDims(const ModelDims& dims);
+
   // The optimizer step about to run (selects the sparse layers' stage).
   void setStep(int64_t step) { m_step = step; }
 
