@@ -14,13 +14,7 @@ namespace {
 
 using moewb::engine::RunConfig;
 
-RunConfig tinyConfig(int threads) {
-  RunConfig config;  // the defaults are the tiny model (samples/configs/tiny.toml)
-  config.run.threads = threads;
-  return config;
-}
-
-// samples/configs/<name>.toml with run.threads set; aborts the benchmark on a bad file.
+// samples/configs/<name>.toml with run.threads set (defaults when the file cannot be read).
 RunConfig sampleConfig(const char* name, int threads) {
   auto config = moewb::engine::loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/" +
                                               name + ".toml");
@@ -28,6 +22,8 @@ RunConfig sampleConfig(const char* name, int threads) {
   config->run.threads = threads;
   return config.value();
 }
+
+RunConfig tinyConfig(int threads) { return sampleConfig("tiny", threads); }
 
 // The full hybrid model (KDA + sparse attention + latent MoE with a shared expert + CCE).
 void BM_SmallTrainStep(benchmark::State& state) {

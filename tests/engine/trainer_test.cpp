@@ -86,12 +86,14 @@ TEST(Trainer, EmitsTheSinkContract) {
     if (e.phase == Phase::kForward || e.phase == Phase::kBackward) passRange[{e.step, e.pass}] = e;
     EXPECT_LE(e.startNs, e.endNs);
   }
-  const Phase layerPhases[] = {Phase::kAttention, Phase::kRouter, Phase::kPermute, Phase::kExperts,
+  // The default pattern "KKKS" makes both layers of this 2-layer model KDA layers.
+  const Phase layerPhases[] = {Phase::kKda, Phase::kRouter, Phase::kPermute, Phase::kExperts,
                                Phase::kCombine};
   for (int64_t s = 0; s < 3; ++s) {
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
       for (int32_t layer = 0; layer < 2; ++layer) {
         for (Phase phase : layerPhases) EXPECT_EQ((seen[{s, layer, phase, pass}]), 1);
+        EXPECT_EQ((seen[{s, layer, Phase::kAttention, pass}]), 0);
       }
       EXPECT_EQ((seen[{s, -1, Phase::kEmbedding, pass}]), 1);
       EXPECT_EQ((seen[{s, -1, Phase::kLoss, pass}]), 1);

@@ -16,7 +16,7 @@ namespace {
 using test::RecordingSink;
 
 TEST(Training, TinyDefaultConfigHalvesItsLossIn200Steps) {
-  RunConfig config;  // the defaults are the tiny model
+  RunConfig config;  // the tiny sizes with the default hybrid mixer pattern (2 KDA layers)
   RecordingSink sink;
   auto trainer = Trainer::create(config, &sink);
   ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();

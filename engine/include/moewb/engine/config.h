@@ -34,7 +34,7 @@ struct ModelSection {
   int32_t seqLen = 64;            // tokens per sequence T
   double normEps = 1e-5;          // RMSNorm epsilon
   double initStd = 0.02;          // std of the normal weight init
-  std::string mixerPattern = "A"; // token mixer per layer, cycled: A = softmax attention,
+  std::string mixerPattern = "KKKS";  // token mixer per layer, cycled: A = softmax attention,
                                   // K = KDA linear attention, S = gated sparse attention
   std::string residual = "plain"; // "plain" pre-norm residuals or "attnres" block attention residuals
   int32_t attnresBlockSize = 2;   // AttnRes block size in sublayers (2 = one block per layer)
