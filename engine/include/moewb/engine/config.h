@@ -3,7 +3,7 @@
 // Operations: parse a TOML file or string into a RunConfig, apply `key=value` overrides (the CLI's
 // --set and, later, live patches), validate the whole config in one function, and print it back as
 // TOML (what the trace stores in `run.config`). Every key has a default, so an empty file is a valid
-// config of the tiny model. Unknown keys, wrong types and invalid combinations are rejected with a
+// config (tiny sizes, the hybrid default mixer pattern). Unknown keys, wrong types and invalid combinations are rejected with a
 // message naming the key, the value and what is accepted. Pure value type; no threads, no I/O except
 // loadConfigFile.
 #pragma once
