@@ -25,15 +25,15 @@ RunConfig sampleConfig(const char* name, int threads) {
 
 RunConfig tinyConfig(int threads) { return sampleConfig("tiny", threads); }
 
-// The full hybrid model (KDA + sparse attention + latent MoE with a shared expert + CCE).
-void BM_SmallTrainStep(benchmark::State& state) {
-  const RunConfig config = sampleConfig("small", int(state.range(0)));
+// Times trainer steps of `config` after `warmupSteps` untimed ones; reports tokens/s and the
+// peak bytes of engine tensors in a step.
+void benchmarkTrainSteps(benchmark::State& state, const RunConfig& config, int warmupSteps) {
   auto trainer = moewb::engine::Trainer::create(config, nullptr);
   if (!trainer.isOk()) {
     state.SkipWithError(trainer.status().toString().c_str());
     return;
   }
-  for (int i = 0; i < 60; ++i) (void)(*trainer)->step();  // past the sparse warm-up (50 steps)
+  for (int i = 0; i < warmupSteps; ++i) (void)(*trainer)->step();
   int64_t peak = 0;
   for (auto _ : state) {
     auto step = (*trainer)->step();
@@ -47,27 +47,17 @@ void BM_SmallTrainStep(benchmark::State& state) {
       double(state.iterations()) * double(config.tokensPerStep()), benchmark::Counter::kIsRate);
   state.counters["peak_MiB"] = double(peak) / (1024.0 * 1024.0);
 }
+
+// The full hybrid model (KDA + sparse attention + latent MoE with a shared expert + CCE), timed
+// past the sparse layers' 50-step dense warm-up.
+void BM_SmallTrainStep(benchmark::State& state) {
+  benchmarkTrainSteps(state, sampleConfig("small", int(state.range(0))), 60);
+}
 BENCHMARK(BM_SmallTrainStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The walking-skeleton model (softmax attention); one untimed step for first-touch allocations.
 void BM_TinyTrainStep(benchmark::State& state) {
-  auto trainer = moewb::engine::Trainer::create(tinyConfig(int(state.range(0))), nullptr);
-  if (!trainer.isOk()) {
-    state.SkipWithError(trainer.status().toString().c_str());
-    return;
-  }
-  (void)(*trainer)->step();  // warm-up: first-touch allocations
-  int64_t peak = 0;
-  for (auto _ : state) {
-    auto step = (*trainer)->step();
-    if (!step.isOk()) {
-      state.SkipWithError(step.status().toString().c_str());
-      return;
-    }
-    peak = std::max(peak, step->peakBytes);
-  }
-  state.counters["tokens/s"] = benchmark::Counter(
-      double(state.iterations()) * double(tinyConfig(1).tokensPerStep()), benchmark::Counter::kIsRate);
-  state.counters["peak_MiB"] = double(peak) / (1024.0 * 1024.0);
+  benchmarkTrainSteps(state, tinyConfig(int(state.range(0))), 1);
 }
 BENCHMARK(BM_TinyTrainStep)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -9,6 +9,7 @@
 
 #include "data/synthetic_data.h"
 #include "grad_check.h"
+#include "hybrid_dims.h"
 #include "model/model.h"
 #include "moewb/engine/trainer.h"
 
@@ -29,19 +30,7 @@ struct HybridCase {
 };
 
 ModelDims hybridDims(const HybridCase& c) {
-  ModelDims d;
-  d.vocabSize = 11;
-  d.dModel = 8;
-  d.numLayers = 3;
-  d.numHeads = 2;
-  d.seqLen = 5;
-  d.batchSize = 2;
-  d.numExperts = 4;
-  d.topK = 2;
-  d.dFf = 6;
-  d.initStd = 0.5;
-  d.auxLossCoef = 0.05;
-  d.mixerPattern = c.pattern;
+  ModelDims d = test::tinyHybridDims(c.pattern);
   d.attnRes = c.attnRes;
   d.attnResBlockSize = 2;
   d.moe.routerScore = std::string(c.router) == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
@@ -52,14 +41,6 @@ ModelDims hybridDims(const HybridCase& c) {
   d.moe.seqAuxLossCoef = 0.03;
   d.moe.zLossCoef = 0.01;
   d.moe.capacityFactor = c.capacityFactor;
-  d.kda.headDim = 4;
-  d.kda.chunkSize = 4;  // T = 5: one full and one partial chunk
-  d.sparse.kvHeads = 1;
-  d.sparse.topK = 3;
-  d.sparse.indexerHeads = 2;
-  d.sparse.indexerDim = 4;
-  d.sparse.warmupSteps = 0;      // sparse selection from step 0
-  d.sparse.indexerLossCoef = 0;  // its target is detached: keep the total loss differentiable
   d.loss.kind = c.loss;
   d.loss.chunkTokens = 3;
   d.loss.cceVocabBlock = 4;

@@ -17,36 +17,17 @@
 #include "data/synthetic_data.h"
 #include "grad_check.h"
 #include "model/model.h"
+#include "hybrid_dims.h"
 #include "moewb/engine/trainer.h"
 
 namespace moewb::engine {
 namespace {
 
 ModelDims loraDims(const std::string& targets, bool enabled = true) {
-  ModelDims d;
-  d.vocabSize = 11;
-  d.dModel = 8;
-  d.numLayers = 3;
-  d.numHeads = 2;
-  d.seqLen = 5;
-  d.batchSize = 2;
-  d.numExperts = 4;
-  d.topK = 2;
-  d.dFf = 6;
-  d.initStd = 0.5;
-  d.auxLossCoef = 0.05;
-  d.mixerPattern = "KSA";
+  ModelDims d = test::tinyHybridDims("KSA");
   d.moe.latentDim = 4;
   d.moe.numSharedExperts = 1;
   d.moe.sharedDFf = 5;
-  d.kda.headDim = 4;
-  d.kda.chunkSize = 4;
-  d.sparse.kvHeads = 1;
-  d.sparse.topK = 3;
-  d.sparse.indexerHeads = 2;
-  d.sparse.indexerDim = 4;
-  d.sparse.warmupSteps = 0;
-  d.sparse.indexerLossCoef = 0;  // its target is detached: keep the total loss differentiable
   d.lora.enabled = enabled;
   d.lora.rank = 3;
   d.lora.alpha = 4.5;
