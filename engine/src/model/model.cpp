@@ -345,11 +345,10 @@ Tensor<T> Model<T>::embedForward(const Batch& batch, PhaseRecorder* recorder) {
   if (m_patchWeight < 0) return h;
   MOEWB_CHECK(batch.imagePatches == m_dims.imagePatches);
   const int64_t b = m_dims.batchSize, p = m_dims.imagePatches, d = m_dims.dModel;
-  m_patches = batch.patches.clone();
-  Tensor<T> patches({b * p, m_dims.patchDim});
-  for (int64_t i = 0; i < patches.numel(); ++i) patches[i] = T(m_patches[i]);
+  m_patches = Tensor<T>({b * p, m_dims.patchDim});  // kept in T for the weight gradient
+  for (int64_t i = 0; i < m_patches.numel(); ++i) m_patches[i] = T(batch.patches[i]);
   Tensor<T> projected({b * p, d});  // [B*P, D]
-  linearForward(m_pool, patches.data(), value(m_patchWeight).data(), projected.data(), b * p,
+  linearForward(m_pool, m_patches.data(), value(m_patchWeight).data(), projected.data(), b * p,
                 m_dims.patchDim, d);
   const Tensor<T>& bias = value(m_patchBias);
   for (int64_t s = 0; s < b; ++s) {
@@ -377,9 +376,7 @@ void Model<T>::embedBackward(const Tensor<T>& dh, PhaseRecorder* recorder) {
       for (int64_t j = 0; j < d; ++j) dBias[j] += src[j];
     }
   }
-  Tensor<T> patches({b * p, m_dims.patchDim});
-  for (int64_t i = 0; i < patches.numel(); ++i) patches[i] = T(m_patches[i]);
-  linearBackwardWeight(m_pool, dProjected.data(), patches.data(), grad(m_patchWeight).data(), b * p,
+  linearBackwardWeight(m_pool, dProjected.data(), m_patches.data(), grad(m_patchWeight).data(), b * p,
                        m_dims.patchDim, d);
 }
 

@@ -170,7 +170,7 @@ class Model {
   bool m_hasActivations = false;
   Tensor<int32_t> m_inputs;   // [N]
   Tensor<int32_t> m_targets;  // [N]
-  Tensor<float> m_patches;    // [B*P, patch_dim]
+  Tensor<T> m_patches;        // [B*P, patch_dim] image patches of the last forward
   std::vector<LayerActs> m_acts;
   std::unique_ptr<AttnResState<T>> m_attnRes;
   Tensor<T> m_finalInput;    // [N, D]
