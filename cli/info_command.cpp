@@ -1,6 +1,7 @@
 // `moewb info`: what a trace holds: run and config, steps and loss, top phases by total time,
 // expert-load imbalance per layer, data-quality stats.
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -53,6 +54,25 @@ void printSteps(const std::vector<storage::StepRow>& steps) {
               formatDurationNs(durs.back()).c_str(), formatBytes(peak).c_str());
 }
 
+// The memory account of the last step (the memory.* counters the trainer reports per step).
+void printMemory(storage::TraceReader& reader) {
+  auto bounds = reader.timeBounds();
+  if (!bounds.isOk()) return;
+  auto counters = reader.counters({bounds->startNs, bounds->endNs + 1});
+  if (!counters.isOk()) return;
+  std::map<std::string, double> last;
+  for (const auto& c : *counters) {
+    if (c.name.starts_with("memory.") && c.name != "memory.tensor_bytes") last[c.name] = c.value;
+  }
+  if (last.empty()) return;
+  std::printf("memory  ");
+  for (const char* category : {"weights", "grads", "optimizer", "activations"}) {
+    auto it = last.find(std::string("memory.") + category + "_bytes");
+    if (it != last.end()) std::printf(" %s %s", category, formatBytes(int64_t(it->second)).c_str());
+  }
+  std::printf("   (last step)\n");
+}
+
 void printPhases(const std::vector<storage::PhaseTotal>& totals, int top) {
   int64_t stepNs = 0;
   for (const auto& t : totals) {
@@ -103,6 +123,7 @@ int infoCommand(const InfoArgs& args) {
     if (!steps.isOk()) return fail(steps.status());
     printSteps(*steps);
   }
+  printMemory(reader);
   auto totals = reader.phaseTotals();
   if (!totals.isOk()) return fail(totals.status());
   printPhases(*totals, args.topPhases);
