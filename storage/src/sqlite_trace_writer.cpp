@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 
 #include "schema.h"
@@ -97,6 +98,10 @@ Status SqliteTraceWriter::openAndInitialize() {
   MOEWB_ASSIGN_OR_RETURN(m_db, Database::open(m_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX));
   MOEWB_SQLITE_CHECK(m_db.handle(), m_path,
                      sqlite3_busy_timeout(m_db.handle(), kWriterBusyTimeoutMs));
+  // No fsync while the file is set up (switch to WAL, schema, meta): until create() returns the
+  // file holds nothing worth keeping, and the first checkpoint syncs the WAL before it copies.
+  // This saves about 1 ms per trace file; from then on commits run with synchronous=NORMAL.
+  MOEWB_RETURN_IF_ERROR(m_db.exec("PRAGMA synchronous=OFF"));
   {
     MOEWB_ASSIGN_OR_RETURN(Statement journal, Statement::prepare(m_db, "PRAGMA journal_mode=WAL"));
     MOEWB_ASSIGN_OR_RETURN(bool hasRow, journal.step());
@@ -106,15 +111,29 @@ Status SqliteTraceWriter::openAndInitialize() {
           m_path));
     }
   }
-  MOEWB_RETURN_IF_ERROR(m_db.exec("PRAGMA synchronous=NORMAL"));
   MOEWB_RETURN_IF_ERROR(m_db.exec("BEGIN"));
   MOEWB_RETURN_IF_ERROR(createSchema(m_db));
   MOEWB_RETURN_IF_ERROR(writeInitialMeta(m_db));
   MOEWB_RETURN_IF_ERROR(m_db.exec("COMMIT"));
+  MOEWB_RETURN_IF_ERROR(m_db.exec("PRAGMA synchronous=NORMAL"));
   return prepareStatements();
 }
 
+namespace {
+std::string multiRowSliceInsertSql(int rows) {
+  std::string sql =
+      "INSERT INTO slice(track, start_ns, dur_ns, name, category, step, layer, correlation_id, "
+      "depth) VALUES ";
+  for (int i = 0; i < rows; ++i) sql += i == 0 ? "(?,?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?,?)";
+  return sql;
+}
+}  // namespace
+
 Status SqliteTraceWriter::prepareStatements() {
+  for (size_t k = 0; k < std::size(m_stmts.insertSlices); ++k) {
+    MOEWB_ASSIGN_OR_RETURN(m_stmts.insertSlices[k],
+                           Statement::prepare(m_db, multiRowSliceInsertSql(2 << k)));
+  }
   const std::pair<Statement*, const char*> statements[] = {
       {&m_stmts.insertRun,
        "INSERT INTO run(id, name, config_toml, backend, world_size, start_ns, start_unix_ns, "
@@ -155,16 +174,12 @@ Status SqliteTraceWriter::prepareStatements() {
 
 // ---- caller side -------------------------------------------------------------------------
 
-void SqliteTraceWriter::push(WriteOp op) {
-  if (!m_queue.push(std::move(op))) m_droppedRows.fetch_add(1);
-}
-
 RunId SqliteTraceWriter::addRun(const RunRow& run) {
   RunRow row = run;
   row.id = RunId(m_nextRunId.fetch_add(1));
   if (row.status.empty()) row.status = "running";
   const RunId id = row.id;
-  push(std::move(row));
+  push(std::make_unique<RunRow>(std::move(row)));
   return id;
 }
 
@@ -191,7 +206,7 @@ void SqliteTraceWriter::addExpertLoad(const ExpertLoadRow& load) {
   push(load);
 }
 void SqliteTraceWriter::addConfigChange(RunId run, const ConfigChangeRow& change) {
-  push(ConfigChangeOp{run, change});
+  push(std::make_unique<ConfigChangeOp>(ConfigChangeOp{run, change}));
 }
 void SqliteTraceWriter::addStat(const StatRow& stat) {
   push(stat);
@@ -253,10 +268,12 @@ Status SqliteTraceWriter::currentError() const {
 // ---- writer thread -----------------------------------------------------------------------
 
 void SqliteTraceWriter::writerLoop() {
-  std::vector<WriteOp> batch;
+  std::vector<WriterQueue::Chunk> batch;
   while (m_queue.popAll(batch)) {
-    for (WriteOp& op : batch) applyOp(op);
-    batch.clear();
+    for (WriterQueue::Chunk& chunk : batch) {
+      for (WriteOp& op : chunk) applyOp(op);
+    }
+    m_queue.recycle(batch);
   }
   if (!m_failed) {
     if (Status status = commit(); !status.isOk()) fail(status);
@@ -265,6 +282,27 @@ void SqliteTraceWriter::writerLoop() {
 }
 
 void SqliteTraceWriter::applyOp(WriteOp& op) {
+  if (auto* slice = std::get_if<SliceRow>(&op)) {
+    if (m_failed) {
+      m_droppedRows.fetch_add(1);
+      return;
+    }
+    Status status = beginIfNeeded();
+    if (status.isOk()) status = applyRow(*slice);
+    if (!status.isOk()) {
+      m_droppedRows.fetch_add(1);
+      fail(status);
+      return;
+    }
+    ++m_pendingRows;
+    if (m_pendingRows >= m_options.maxBatchRows) {
+      if (Status committed = commit(); !committed.isOk()) fail(committed);
+    }
+    return;
+  }
+  if (m_bufferedSlices > 0 && !m_failed) {
+    if (Status status = flushSlices(); !status.isOk()) fail(status);
+  }
   if (const auto* sync = std::get_if<SyncOp>(&op)) {
     if (sync->commit && !m_failed) {
       if (Status status = commit(); !status.isOk()) fail(status);
@@ -292,6 +330,7 @@ void SqliteTraceWriter::applyOp(WriteOp& op) {
 void SqliteTraceWriter::fail(const Status& status) {
   recordError(status);
   m_failed = true;
+  m_bufferedSlices = 0;  // counted in m_pendingRows; dropped with the transaction
   if (m_inTransaction) {
     // The rolled-back rows are lost too; a failing ROLLBACK leaves nothing more to report.
     (void)m_stmts.rollback.run();
@@ -310,6 +349,7 @@ Status SqliteTraceWriter::beginIfNeeded() {
 
 Status SqliteTraceWriter::commit() {
   if (!m_inTransaction) return Status::ok();
+  MOEWB_RETURN_IF_ERROR(flushSlices());
   if (m_maxSliceDurDirty) {
     MOEWB_RETURN_IF_ERROR(
         m_stmts.upsertMeta.bindAll(kMetaMaxSliceDurNs, std::to_string(m_maxSliceDurNs)));
@@ -349,16 +389,64 @@ Status SqliteTraceWriter::applyRow(const TrackRow& row) {
   return m_stmts.insertTrack.run();
 }
 
+// Buffers the slice (see m_sliceValues); a full buffer is inserted at once.
 Status SqliteTraceWriter::applyRow(const SliceRow& row) {
   MOEWB_ASSIGN_OR_RETURN(const int64_t nameId, internString(row.name));
   MOEWB_ASSIGN_OR_RETURN(const int64_t categoryId, internString(row.category));
-  MOEWB_RETURN_IF_ERROR(m_stmts.insertSlice.bindAll(row.track.value, row.startNs, row.durNs, nameId,
-                                                    categoryId, row.step, row.layer,
-                                                    row.correlationId, row.depth));
-  MOEWB_RETURN_IF_ERROR(m_stmts.insertSlice.run());
+  int64_t* values = m_sliceValues + m_bufferedSlices * kSliceColumns;
+  values[0] = row.track.value;
+  values[1] = row.startNs;
+  values[2] = row.durNs;
+  values[3] = nameId;
+  values[4] = categoryId;
+  values[5] = row.step;
+  values[6] = row.layer;
+  values[7] = row.correlationId;
+  values[8] = row.depth;
   if (row.durNs > m_maxSliceDurNs) {
     m_maxSliceDurNs = row.durNs;
     m_maxSliceDurDirty = true;
+  }
+  if (++m_bufferedSlices == kSliceBatchRows) return flushSlices();
+  return Status::ok();
+}
+
+// Binds `rows` slices' values to `statement` (rows * kSliceColumns parameters) and runs it.
+Status SqliteTraceWriter::insertSliceValues(Statement& statement, const int64_t* values,
+                                            int rows) {
+  sqlite3_stmt* stmt = statement.handle();
+  const int count = rows * kSliceColumns;
+  int rc = SQLITE_OK;
+  for (int i = 0; i < count && rc == SQLITE_OK; ++i) {
+    rc = sqlite3_bind_int64(stmt, i + 1, values[i]);
+  }
+  if (rc != SQLITE_OK) return statement.error(rc, "sqlite3_bind_int64", __FILE__, __LINE__);
+  rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) {
+    Status status = statement.error(rc, "sqlite3_step", __FILE__, __LINE__);
+    statement.resetKeepBindings();
+    return status;
+  }
+  statement.resetKeepBindings();
+  return Status::ok();
+}
+
+Status SqliteTraceWriter::flushSlices() {
+  const int rows = m_bufferedSlices;
+  m_bufferedSlices = 0;
+  // A partial buffer goes in as power-of-two chunks, largest first (rows stay in order).
+  int done = 0;
+  for (int k = int(std::size(m_stmts.insertSlices)) - 1; k >= 0; --k) {
+    const int chunk = 2 << k;
+    if (rows - done >= chunk) {
+      MOEWB_RETURN_IF_ERROR(insertSliceValues(m_stmts.insertSlices[k],
+                                              m_sliceValues + done * kSliceColumns, chunk));
+      done += chunk;
+    }
+  }
+  if (done < rows) {
+    MOEWB_RETURN_IF_ERROR(
+        insertSliceValues(m_stmts.insertSlice, m_sliceValues + done * kSliceColumns, 1));
   }
   return Status::ok();
 }

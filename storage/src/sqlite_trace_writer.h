@@ -3,9 +3,10 @@
 // Threads: callers only build a WriteOp and push it on a WriterQueue (ids come from atomics, so
 // no call waits for the database). One writer thread owns the SQLite connection: it drains the
 // queue in batches, interns strings through an in-memory cache, inserts rows with prepared
-// statements inside one open transaction and commits on a step row, on flush() and every
-// maxBatchRows rows. After the first failed SQLite call the transaction is rolled back, the
-// error is kept for flush()/close() and every later row is dropped and counted.
+// statements (slices by multi-row INSERTs of up to 64 rows) inside one open transaction and
+// commits on a step row, on flush() and every maxBatchRows rows. After the first failed SQLite
+// call the transaction is rolled back, the error is kept for flush()/close() and every later
+// row is dropped and counted.
 // Costs: add* O(1) plus a row copy; a commit is one WAL append + (synchronous=NORMAL) no fsync.
 #pragma once
 
@@ -52,16 +53,29 @@ class SqliteTraceWriter final : public TraceWriter {
   int64_t droppedRows() const { return m_droppedRows.load(); }
 
  private:
+  // Slices are inserted kSliceBatchRows at a time by one multi-row INSERT (a statement
+  // execution costs about as much as a few rows); the buffered slices (their column values,
+  // strings already interned) are flushed before any other op, a sync op or a commit, so rows
+  // still reach the database in the order they were added.
+  static constexpr int kSliceColumns = 9;
+  static constexpr int kSliceStatements = 6;  // multi-row statements for 2, 4, .. 64 rows
+  static constexpr int kSliceBatchRows = 2 << (kSliceStatements - 1);
+
   struct Statements {
     Statement insertRun, finishRun, insertTrack, insertSlice, insertCounter, insertExpertLoad,
         insertConfigChange, upsertStat, upsertStep, upsertMeta, insertString, begin, commit,
         rollback;
+    // insertSlices[k] inserts 2^(k+1) slices (2 .. kSliceBatchRows); one slice: insertSlice.
+    Statement insertSlices[kSliceStatements];
   };
 
   SqliteTraceWriter(std::string path, WriterOptions options);
   Status openAndInitialize();
   Status prepareStatements();
-  void push(WriteOp op);
+  template <typename T>
+  void push(T&& op) {
+    if (!m_queue.push(std::forward<T>(op))) m_droppedRows.fetch_add(1);
+  }
 
   // Writer thread.
   void writerLoop();
@@ -77,7 +91,13 @@ class SqliteTraceWriter final : public TraceWriter {
   Status applyRow(const StepRow& row);
   Status applyRow(const MetaOp& op);
   Status applyRow(const SyncOp& op);
+  template <typename T>
+  Status applyRow(const std::unique_ptr<T>& boxed) {
+    return applyRow(*boxed);
+  }
   Result<int64_t> internString(const std::string& text);
+  Status insertSliceValues(Statement& statement, const int64_t* values, int rows);
+  Status flushSlices();
   Status beginIfNeeded();
   Status commit();
   void fail(const Status& status);
@@ -98,6 +118,8 @@ class SqliteTraceWriter final : public TraceWriter {
   std::atomic<int64_t> m_droppedRows{0};
 
   // Owned by the writer thread.
+  int64_t m_sliceValues[kSliceBatchRows * kSliceColumns] = {};
+  int m_bufferedSlices = 0;
   std::unordered_map<std::string, int64_t> m_stringIds;
   bool m_inTransaction = false;
   bool m_failed = false;

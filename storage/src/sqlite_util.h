@@ -22,6 +22,10 @@ namespace moewb::storage::detail {
 // database, kResourceExhausted for a full disk or no memory, kInternal otherwise.
 StatusCode statusCodeForSqlite(int rc);
 
+// Process-wide SQLite settings that must precede sqlite3_initialize (memory statistics off).
+// Called by Database::open; later calls do nothing.
+void configureSqliteOnce();
+
 // The Status for a failed SQLite call `call` made at file:line on the connection `db` (may be
 // null) of the trace at `path`. The message names all of these plus sqlite3_errmsg.
 Status sqliteError(sqlite3* db, int rc, const char* call, const char* file, int line,
@@ -102,6 +106,14 @@ class Statement {
   std::string columnText(int column) const;
 
   bool isPrepared() const { return m_stmt != nullptr; }
+  // The raw statement, for hot paths that bind with sqlite3_bind_* directly (writer thread).
+  sqlite3_stmt* handle() const { return m_stmt; }
+  // Resets the statement for the next use but keeps its bindings (they are all rebound).
+  void resetKeepBindings() { sqlite3_reset(m_stmt); }
+  // The SQLite error of this statement's connection for a failed call `call` (see sqliteError).
+  Status error(int rc, const char* call, const char* file, int line) const {
+    return sqliteError(m_db->handle(), rc, call, file, line, m_db->path());
+  }
 
  private:
   template <typename T>

@@ -5,17 +5,13 @@
 
 namespace moewb::storage::detail {
 
-bool WriterQueue::push(WriteOp op) {
-  bool wasEmpty = false;
-  {
-    std::lock_guard lock(m_mutex);
-    if (m_closed) return false;
-    wasEmpty = m_pending.empty();
-    m_pending.push_back(std::move(op));
+void WriterQueue::addChunkLocked() {
+  if (!m_pool.empty()) {
+    m_pending.push_back(std::move(m_pool.back()));
+    m_pool.pop_back();
+    return;
   }
-  // The writer only sleeps when it found the queue empty, so one notify per burst is enough.
-  if (wasEmpty) m_ready.notify_one();
-  return true;
+  m_pending.emplace_back().reserve(kChunkOps);
 }
 
 uint64_t WriterQueue::pushSync(bool commit) {
@@ -24,18 +20,31 @@ uint64_t WriterQueue::pushSync(bool commit) {
     std::lock_guard lock(m_mutex);
     if (m_closed) return 0;
     ticket = ++m_lastTicket;
-    m_pending.push_back(SyncOp{ticket, commit});
+    if (m_pending.empty() || m_pending.back().size() == kChunkOps) addChunkLocked();
+    m_pending.back().emplace_back(SyncOp{ticket, commit});
   }
   m_ready.notify_one();
   return ticket;
 }
 
-bool WriterQueue::popAll(std::vector<WriteOp>& out) {
+bool WriterQueue::popAll(std::vector<Chunk>& out) {
   std::unique_lock lock(m_mutex);
   m_ready.wait(lock, [&] { return !m_pending.empty() || m_closed; });
   if (m_pending.empty()) return false;
   std::swap(out, m_pending);
   return true;
+}
+
+void WriterQueue::recycle(std::vector<Chunk>& chunks) {
+  for (Chunk& chunk : chunks) chunk.clear();  // destroys the ops outside the lock
+  {
+    std::lock_guard lock(m_mutex);
+    for (Chunk& chunk : chunks) {
+      if (m_pool.size() >= kPooledChunks) break;
+      if (chunk.capacity() == kChunkOps) m_pool.push_back(std::move(chunk));
+    }
+  }
+  chunks.clear();  // frees the chunks the pool did not take
 }
 
 void WriterQueue::close() {

@@ -1,14 +1,17 @@
 // WriterQueue: the hand-off between threads that add rows and the trace writer's thread.
 //
-// Producers push WriteOps under a mutex; the writer thread takes everything pending at once by
-// swapping vectors (so both sides reuse their capacity and the lock is held for O(1)). Sync
+// Producers construct WriteOps in place, under a mutex, in fixed-size chunks; the writer thread
+// takes every pending chunk at once by swapping the chunk lists (the lock is held for O(1)) and
+// hands the emptied chunks back to a small pool, so steady-state pushes neither allocate nor
+// move earlier ops (a growing vector would move every queued op and touch fresh pages). Sync
 // tickets let flush() wait until the writer has applied (and committed) every op queued before
-// it. Ordering: ops are applied in push order. Costs: push is one lock, a move and, when the
-// queue was empty, one notify. The queue is unbounded: the hot path never blocks on the disk.
+// it. Ordering: ops are applied in push order. Costs: push is one lock, one row copy and, when
+// the queue was empty, one notify. The queue is unbounded: the hot path never blocks on the disk.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <variant>
@@ -41,18 +44,30 @@ struct SyncOp {
   bool commit = true;
 };
 
-using WriteOp = std::variant<RunRow, FinishRunOp, TrackRow, SliceRow, CounterRow, ExpertLoadRow,
-                             ConfigChangeOp, StatRow, StepRow, MetaOp, SyncOp>;
+// Rare, large rows are boxed so that a WriteOp is only as large as a SliceRow (the common op).
+using WriteOp = std::variant<std::unique_ptr<RunRow>, FinishRunOp, TrackRow, SliceRow, CounterRow,
+                             ExpertLoadRow, std::unique_ptr<ConfigChangeOp>, StatRow, StepRow,
+                             MetaOp, SyncOp>;
 
 class WriterQueue {
  public:
-  // Appends `op`; returns false (op dropped) once close() was called. Any thread.
-  bool push(WriteOp op);
+  using Chunk = std::vector<WriteOp>;
+  static constexpr size_t kChunkOps = 512;   // ~70 KB: below malloc's mmap threshold
+  static constexpr size_t kPooledChunks = 64;
+
+  // Appends a WriteOp built from `op` (one of its alternatives); returns false (op dropped) once
+  // close() was called. Any thread.
+  template <typename T>
+  bool push(T&& op);
   // Appends a SyncOp and returns its ticket, or 0 once closed. Any thread.
   uint64_t pushSync(bool commit);
   // Writer thread: blocks until ops are pending or the queue is closed, then swaps the pending
-  // ops into `out` (which must be empty). Returns false when closed and nothing is pending.
-  bool popAll(std::vector<WriteOp>& out);
+  // chunks (ops in order) into `out` (which must be empty). Returns false when closed and
+  // nothing is pending.
+  bool popAll(std::vector<Chunk>& out);
+  // Writer thread: destroys the ops in `chunks`, keeps a few emptied chunks for later pushes and
+  // leaves `chunks` empty.
+  void recycle(std::vector<Chunk>& chunks);
   // Refuses further pushes and wakes the writer thread. Any thread; idempotent.
   void close();
 
@@ -64,14 +79,33 @@ class WriterQueue {
   void waitDone(uint64_t ticket);
 
  private:
+  // Appends an empty chunk (from the pool when it has one) to m_pending. Holds m_mutex.
+  void addChunkLocked();
+
   std::mutex m_mutex;
   std::condition_variable m_ready;  // ops pending or closed
   std::condition_variable m_done;   // m_doneTicket advanced
-  std::vector<WriteOp> m_pending;
+  std::vector<Chunk> m_pending;  // pending ops in order; only the last chunk may be part-full
+  std::vector<Chunk> m_pool;     // empty chunks with capacity kChunkOps
   bool m_closed = false;
   bool m_writerExited = false;
   uint64_t m_lastTicket = 0;
   uint64_t m_doneTicket = 0;
 };
+
+template <typename T>
+bool WriterQueue::push(T&& op) {
+  bool wasEmpty = false;
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_closed) return false;
+    wasEmpty = m_pending.empty();
+    if (wasEmpty || m_pending.back().size() == kChunkOps) addChunkLocked();
+    m_pending.back().emplace_back(std::in_place_type<std::decay_t<T>>, std::forward<T>(op));
+  }
+  // The writer only sleeps when it found the queue empty, so one notify per burst is enough.
+  if (wasEmpty) m_ready.notify_one();
+  return true;
+}
 
 }  // namespace moewb::storage::detail
