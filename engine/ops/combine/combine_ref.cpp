@@ -5,12 +5,12 @@
 namespace moewb::engine {
 namespace {
 constexpr int64_t kTokenGrain = 128;
-}  // namespace
 
+// y[t] = sum_j w[t, j] rows[slotRow(t, j)] over kept slots; w = 1 when topWeight is null.
 template <typename T>
-Tensor<T> combineForward(ThreadPool& pool, const Tensor<T>& yPerm, const Tensor<T>& topWeight,
-                         const Dispatch& plan) {
-  const int64_t d = yPerm.dim(1);
+Tensor<T> combineRows(ThreadPool& pool, const Tensor<T>& rows, const Tensor<T>* topWeight,
+                      const Dispatch& plan) {
+  const int64_t d = rows.dim(1);
   Tensor<T> y({plan.numTokens, d});  // [N, D]
   pool.parallelForRange(plan.numTokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -18,13 +18,25 @@ Tensor<T> combineForward(ThreadPool& pool, const Tensor<T>& yPerm, const Tensor<
       for (int64_t j = 0; j < plan.topK; ++j) {
         const int32_t row = plan.slotRow.at(t, j);
         if (row < 0) continue;
-        const T w = topWeight.at(t, j);
-        const T* src = yPerm.row(row);
+        const T* src = rows.row(row);
+        if (topWeight == nullptr) {
+          for (int64_t c = 0; c < d; ++c) dst[c] += src[c];
+          continue;
+        }
+        const T w = topWeight->at(t, j);
         for (int64_t c = 0; c < d; ++c) dst[c] += w * src[c];
       }
     }
   });
   return y;
+}
+
+}  // namespace
+
+template <typename T>
+Tensor<T> combineForward(ThreadPool& pool, const Tensor<T>& yPerm, const Tensor<T>& topWeight,
+                         const Dispatch& plan) {
+  return combineRows(pool, yPerm, &topWeight, plan);
 }
 
 template <typename T>
@@ -57,20 +69,7 @@ void combineBackward(ThreadPool& pool, const Tensor<T>& dy, const Tensor<T>& yPe
 template <typename T>
 Tensor<T> combineSumForward(ThreadPool& pool, const Tensor<T>& yPermWeighted,
                             const Dispatch& plan) {
-  const int64_t d = yPermWeighted.dim(1);
-  Tensor<T> y({plan.numTokens, d});  // [N, D]
-  pool.parallelForRange(plan.numTokens, kTokenGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      T* dst = y.row(t);
-      for (int64_t j = 0; j < plan.topK; ++j) {
-        const int32_t row = plan.slotRow.at(t, j);
-        if (row < 0) continue;
-        const T* src = yPermWeighted.row(row);
-        for (int64_t c = 0; c < d; ++c) dst[c] += src[c];
-      }
-    }
-  });
-  return y;
+  return combineRows<T>(pool, yPermWeighted, nullptr, plan);
 }
 
 template <typename T>
