@@ -1,7 +1,6 @@
 // The KDA mixer layer: finite-difference gradients of dx and every weight in double (both gate
 // variants), bitwise determinism across thread counts, causality and sequence independence,
-// float vs double, the parameter list and the init. DISABLED_Timing prints the forward+backward
-// time at the reference shape (run with --gtest_also_run_disabled_tests; not an assertion).
+// float vs double, the parameter list and the init.  Timings live in bench/kda_bench.cpp.
 #include "ops/kda/kda_layer.h"
 
 #include <gtest/gtest.h>
@@ -239,39 +238,6 @@ TEST(KdaLayer, ParameterShapesAndInit) {
     for (int64_t d = 0; d < dims.headDim; ++d) EXPECT_EQ(w.normWeight[d], 1.0);
     for (size_t i = 0; i < p.tensors.size(); ++i)
       test::expectBitwiseEqual("init", p.tensors[i], again.tensors[i]);
-  }
-}
-
-TEST(KdaLayer, DISABLED_Timing) {
-  KdaDims dims;
-  dims.batch = 8;
-  dims.seqLen = 64;
-  dims.dModel = 64;
-  dims.numHeads = 4;
-  dims.headDim = 16;
-  for (int64_t chunk : {64, 16}) {
-    dims.chunk = chunk;
-    ThreadPool pool(1);
-    Rng rng(8);
-    KdaParameterSet<float> params(dims), grads(dims);
-    kdaInitialize(dims, rng, 0.02, 4, params.refs());
-    Tensor<float> x = test::randomTensor<float>({dims.tokens(), dims.dModel}, rng);
-    Tensor<float> dy = test::randomTensor<float>({dims.tokens(), dims.dModel}, rng);
-    double bestFwd = 1e30, bestTotal = 1e30;
-    for (int rep = 0; rep < 20; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      KdaSaved<float> saved;
-      Tensor<float> y = kdaForward(pool, dims, x, params.weights(), saved);
-      const auto t1 = std::chrono::steady_clock::now();
-      Tensor<float> dx = kdaBackward(pool, dims, dy, x, params.weights(), saved, grads.refs());
-      const auto t2 = std::chrono::steady_clock::now();
-      bestFwd = std::min(bestFwd, std::chrono::duration<double, std::milli>(t1 - t0).count());
-      bestTotal = std::min(bestTotal, std::chrono::duration<double, std::milli>(t2 - t0).count());
-    }
-    std::printf(
-        "KDA layer B=8 T=64 D=64 H=4 K=16 C=%lld, 1 thread: forward %.3f ms, "
-        "forward+backward %.3f ms (best of 20)\n",
-        static_cast<long long>(chunk), bestFwd, bestTotal);
   }
 }
 
