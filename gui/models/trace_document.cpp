@@ -2,6 +2,7 @@
 #include "moewb/gui/trace_document.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace moewb::gui {
@@ -11,7 +12,23 @@ constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min() / 4;
 constexpr int64_t kLastStep = std::numeric_limits<int64_t>::max() / 4;
 }  // namespace
 
-TraceDocument::TraceDocument(QObject* parent) : QObject(parent) {}
+MemorySample::MemorySample() {
+  std::fill(std::begin(bytes), std::end(bytes), std::nan(""));
+}
+
+const char* MemorySample::categoryName(int category) {
+  static const char* kNames[] = {"weights", "grads", "optimizer", "activations"};
+  return category >= 0 && category < kCategoryCount ? kNames[category] : "";
+}
+
+int MemorySample::categoryOf(const std::string& name) {
+  for (int c = 0; c < kCategoryCount; ++c) {
+    if (name == std::string("memory.") + categoryName(c) + "_bytes") return c;
+  }
+  return -1;
+}
+
+TraceDocument::TraceDocument(QObject* parent) : QObject(parent), m_memoryCursorNs(kNoTime) {}
 
 TraceDocument::~TraceDocument() = default;
 
@@ -49,6 +66,9 @@ void TraceDocument::close() {
   m_stepsEndNs = 0;
   m_lastExpertStep = -1;
   m_lastNewSlices = 0;
+  m_memory.clear();
+  m_memoryCursorNs = kNoTime;
+  std::fill(std::begin(m_memoryByOrder), std::end(m_memoryByOrder), 0);
   if (wasOpen) emit closed();
 }
 
@@ -63,10 +83,11 @@ Status TraceDocument::loadRunInfo() {
 
 Status TraceDocument::loadAll() {
   MOEWB_RETURN_IF_ERROR(loadRunInfo());
-  int steps = 0, loads = 0, changes = 0;
+  int steps = 0, loads = 0, changes = 0, memory = 0;
   MOEWB_RETURN_IF_ERROR(loadNewSteps(&steps));
   MOEWB_RETURN_IF_ERROR(loadNewSlices(kNoTime));
   MOEWB_RETURN_IF_ERROR(loadConfigChanges(&changes));
+  MOEWB_RETURN_IF_ERROR(loadNewMemory(&memory));
   return loadNewExpertLoads(&loads);
 }
 
@@ -75,15 +96,16 @@ Status TraceDocument::refresh() {
   const std::string oldStatus = m_run ? m_run->status : std::string();
   // Slices before the end of the last committed step held are complete; read from there on.
   const int64_t sliceCursor = m_steps.rows().empty() ? m_timeline.bounds().endNs : m_stepsEndNs;
-  int steps = 0, loads = 0, changes = 0;
+  int steps = 0, loads = 0, changes = 0, memory = 0;
   Status status = loadRunInfo();
   if (status.isOk()) status = loadNewSteps(&steps);
   if (status.isOk()) status = loadNewSlices(m_timeline.sliceCount() ? sliceCursor : kNoTime);
   if (status.isOk()) status = loadNewExpertLoads(&loads);
   if (status.isOk()) status = loadConfigChanges(&changes);
+  if (status.isOk()) status = loadNewMemory(&memory);
   if (!status.isOk()) return fail(status.withContext(m_path.toStdString()));
   const bool runChanged = m_run && m_run->status != oldStatus;
-  if (steps || m_lastNewSlices || loads || changes || runChanged) {
+  if (steps || m_lastNewSlices || loads || changes || memory || runChanged) {
     emit refreshed(steps, m_lastNewSlices, loads);
   }
   return Status::ok();
@@ -141,6 +163,43 @@ Status TraceDocument::loadNewExpertLoads(int* added) {
 Status TraceDocument::loadConfigChanges(int* added) {
   MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->configChanges());
   *added = m_configChanges.syncRows(std::move(rows));
+  return Status::ok();
+}
+
+Status TraceDocument::loadNewMemory(int* added) {
+  *added = 0;
+  const auto& steps = m_steps.rows();
+  // With step rows, only counters up to the end of the last committed step are complete.
+  const int64_t endNs = steps.empty() ? std::numeric_limits<int64_t>::max() : m_stepsEndNs + 1;
+  if (endNs <= m_memoryCursorNs) return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->counters({m_memoryCursorNs, endNs}));
+  for (const storage::CounterRow& r : rows) {
+    m_memoryCursorNs = std::max(m_memoryCursorNs, r.tsNs + 1);
+    const int category = MemorySample::categoryOf(r.name);
+    if (category < 0) continue;
+    int64_t step = -1;
+    if (steps.empty()) {
+      step = m_memoryByOrder[category]++;
+    } else {
+      // The first step (in step order) whose end is at or after the sample and that holds it.
+      auto it =
+          std::lower_bound(steps.begin(), steps.end(), r.tsNs,
+                           [](const storage::StepRow& s, int64_t ts) { return s.endNs < ts; });
+      if (it == steps.end() || it->startNs > r.tsNs) continue;
+      step = it->step;
+    }
+    auto at = std::lower_bound(m_memory.begin(), m_memory.end(), step,
+                               [](const MemorySample& m, int64_t s) { return m.step < s; });
+    if (at == m_memory.end() || at->step != step) {
+      MemorySample fresh;
+      fresh.step = step;
+      at = m_memory.insert(at, fresh);
+    }
+    if (std::isnan(at->bytes[category])) {
+      at->bytes[category] = r.value;
+      ++*added;
+    }
+  }
   return Status::ok();
 }
 

@@ -1,4 +1,4 @@
-// ChartView: axes, ticks, one line series and a hover readout.
+// ChartView: axes, ticks, line series with a legend and a hover readout.
 #include "chart_view.h"
 
 #include <QHelpEvent>
@@ -18,10 +18,12 @@ constexpr double kLeftPx = 62, kRightPx = 14, kTopPx = 28, kBottomPx = 38;
 constexpr double kMarkerHitPx = 5;  // hover distance that picks a marker
 }  // namespace
 
-ChartView::ChartView(QWidget* parent) : QWidget(parent), m_color(theme::series(0)) {
+ChartView::ChartView(QWidget* parent)
+    : QWidget(parent), m_color(theme::series(0)), m_plotTop(kTopPx) {
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
   m_format = [](double v) { return QString::number(v, 'g', 3); };
+  m_emptyText = tr("no steps yet");
   setPoints({});
 }
 
@@ -38,6 +40,7 @@ void ChartView::setAxisTitles(const QString& x, const QString& y) {
 
 void ChartView::setColor(const QColor& color) {
   m_color = color;
+  if (m_series.size() == 1 && m_series.front().name.isEmpty()) m_series.front().color = color;
   update();
 }
 
@@ -47,22 +50,65 @@ void ChartView::setValueFormat(std::function<QString(double)> format) {
 }
 
 void ChartView::setPoints(std::vector<QPointF> points) {
-  m_points = std::move(points);
+  std::vector<ChartSeries> one;
+  one.push_back({QString(), m_color, std::move(points)});
+  setSeries(std::move(one));
+}
+
+const std::vector<QPointF>& ChartView::points() const {
+  static const std::vector<QPointF> kNone;
+  return m_series.empty() ? kNone : m_series.front().points;
+}
+
+void ChartView::setSeries(std::vector<ChartSeries> series) {
+  m_series = std::move(series);
+  recomputeAxes();
+  const std::vector<QRectF> legend = legendItems();
+  m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
+  if (!hasPoints()) m_hasHover = false;
+  update();
+}
+
+void ChartView::setYFromZero(bool on) {
+  m_yFromZero = on;
+  recomputeAxes();
+  update();
+}
+
+void ChartView::setEmptyText(const QString& text) {
+  m_emptyText = text;
+  update();
+}
+
+bool ChartView::hasPoints() const {
+  for (const ChartSeries& s : m_series) {
+    if (!s.points.empty()) return true;
+  }
+  return false;
+}
+
+void ChartView::recomputeAxes() {
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  if (!m_points.empty()) {
-    x0 = x1 = m_points.front().x();
-    y0 = y1 = m_points.front().y();
-    for (const QPointF& pt : m_points) {
+  bool first = true;
+  for (const ChartSeries& s : m_series) {
+    for (const QPointF& pt : s.points) {
+      if (first) {
+        x0 = x1 = pt.x();
+        y0 = y1 = pt.y();
+        first = false;
+      }
       x0 = std::min(x0, pt.x());
       x1 = std::max(x1, pt.x());
       y0 = std::min(y0, pt.y());
       y1 = std::max(y1, pt.y());
     }
   }
+  if (m_yFromZero) {
+    y0 = std::min(y0, 0.0);
+    y1 = std::max(y1, 0.0);
+  }
   m_x = niceAxis(x0, x1 > x0 ? x1 : x0 + 1, 6);
   m_y = niceAxis(y0, y1, 4);
-  if (m_hover >= int(m_points.size())) m_hover = -1;
-  update();
 }
 
 void ChartView::setMarkers(std::vector<ChartMarker> markers) {
@@ -94,8 +140,8 @@ QSize ChartView::minimumSizeHint() const {
 }
 
 QRectF ChartView::plotRect() const {
-  return QRectF(kLeftPx, kTopPx, std::max(10.0, width() - kLeftPx - kRightPx),
-                std::max(10.0, height() - kTopPx - kBottomPx));
+  return QRectF(kLeftPx, m_plotTop, std::max(10.0, width() - kLeftPx - kRightPx),
+                std::max(10.0, height() - m_plotTop - kBottomPx));
 }
 
 QPointF ChartView::toScreen(const QPointF& v) const {
@@ -116,16 +162,63 @@ void ChartView::paintEvent(QPaintEvent*) {
   p.drawText(QRectF(kLeftPx, 4, width() - kLeftPx - kRightPx, kTopPx - 8),
              Qt::AlignLeft | Qt::AlignVCenter, m_title);
   p.setFont(font());
+  paintLegend(p);
   const QRectF plot = plotRect();
   paintAxes(p, plot);
-  if (m_points.empty()) {
+  if (!hasPoints()) {
     p.setPen(theme::dimText());
-    p.drawText(plot, Qt::AlignCenter, tr("no steps yet"));
+    p.drawText(plot, Qt::AlignCenter, m_emptyText);
     return;
   }
   paintMarkers(p, plot);
   paintSeries(p, plot);
   paintHover(p, plot);
+}
+
+namespace {
+constexpr double kSwatchPx = 14, kSwatchGapPx = 5, kItemGapPx = 14;
+
+QPen seriesPen(const ChartSeries& s, double width) {
+  QPen pen(s.color, width);
+  if (s.dashed) pen.setDashPattern({3, 2});
+  return pen;
+}
+}  // namespace
+
+std::vector<QRectF> ChartView::legendItems() const {
+  std::vector<QRectF> items;
+  int named = 0;
+  for (const ChartSeries& s : m_series) named += s.name.isEmpty() ? 0 : 1;
+  if (named < 2) return items;
+  const QFontMetrics fm(font());
+  const double right = std::max(kLeftPx + 40, width() - kRightPx);
+  double x = kLeftPx, y = kTopPx - 4;
+  for (const ChartSeries& s : m_series) {
+    const double w = kSwatchPx + kSwatchGapPx + fm.horizontalAdvance(s.name) + 2;
+    if (x > kLeftPx && x + w > right) {
+      x = kLeftPx;
+      y += fm.height();
+    }
+    items.emplace_back(x, y, w, fm.height());
+    x += w + kItemGapPx;
+  }
+  return items;
+}
+
+void ChartView::paintLegend(QPainter& p) const {
+  const std::vector<QRectF> items = legendItems();
+  p.save();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ChartSeries& s = m_series[i];
+    const QRectF& box = items[i];
+    const double y = std::round(box.center().y()) + 0.5;
+    p.setPen(seriesPen(s, 3));
+    p.drawLine(QPointF(box.left(), y), QPointF(box.left() + kSwatchPx, y));
+    p.setPen(theme::dimText());
+    p.drawText(box.adjusted(kSwatchPx + kSwatchGapPx, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
+               s.name);
+  }
+  p.restore();
 }
 
 void ChartView::paintMarkers(QPainter& p, const QRectF& plot) const {
@@ -185,61 +278,113 @@ void ChartView::paintSeries(QPainter& p, const QRectF& plot) const {
   p.save();
   p.setClipRect(plot.adjusted(-3, -3, 3, 3));
   p.setRenderHint(QPainter::Antialiasing, true);
-  QPainterPath path(toScreen(m_points.front()));
-  for (size_t i = 1; i < m_points.size(); ++i) path.lineTo(toScreen(m_points[i]));
-  p.setPen(QPen(m_color, 2));
-  p.drawPath(path);
-  if (plot.width() / double(m_points.size()) >= 8) {
-    p.setBrush(m_color);
-    for (const QPointF& pt : m_points) p.drawEllipse(toScreen(pt), 2.5, 2.5);
+  for (const ChartSeries& s : m_series) {
+    if (s.points.empty()) continue;
+    QPainterPath path(toScreen(s.points.front()));
+    for (size_t i = 1; i < s.points.size(); ++i) path.lineTo(toScreen(s.points[i]));
+    p.setPen(seriesPen(s, 2));
+    p.setBrush(Qt::NoBrush);
+    p.drawPath(path);
+    if (plot.width() / double(s.points.size()) >= 8) {
+      p.setBrush(s.color);
+      for (const QPointF& pt : s.points) p.drawEllipse(toScreen(pt), 2.5, 2.5);
+    }
   }
   p.restore();
 }
 
+namespace {
+// The point of `points` (x ascending) at exactly x, or nullptr.
+const QPointF* pointAt(const std::vector<QPointF>& points, double x) {
+  auto it = std::lower_bound(points.begin(), points.end(), x,
+                             [](const QPointF& pt, double v) { return pt.x() < v; });
+  return it != points.end() && it->x() == x ? &*it : nullptr;
+}
+}  // namespace
+
 void ChartView::paintHover(QPainter& p, const QRectF& plot) const {
-  if (m_hover < 0) return;
-  const QPointF v = m_points[size_t(m_hover)];
-  const QPointF s = toScreen(v);
+  if (!m_hasHover) return;
+  const double sx = toScreen({m_hoverX, m_y.min}).x();
   p.setPen(QPen(theme::axisLine(), 1, Qt::DashLine));
-  p.drawLine(QPointF(s.x(), plot.top()), QPointF(s.x(), plot.bottom()));
+  p.drawLine(QPointF(sx, plot.top()), QPointF(sx, plot.bottom()));
   p.setRenderHint(QPainter::Antialiasing, true);
-  p.setPen(QPen(Qt::white, 1.5));
-  p.setBrush(m_color);
-  p.drawEllipse(s, 4, 4);
-  const QString text = QStringLiteral("%1 %2: %3").arg(m_xTitle).arg(v.x()).arg(m_format(v.y()));
+  // One line per series that has a point here ("name: value"), under an "x: <x>" header when
+  // there are several; a single unnamed series reads "<x title> <x>: <value>" as one line.
+  QStringList lines;
+  std::vector<QColor> colors;
+  const bool several = m_series.size() > 1;
+  if (several) {
+    lines << QStringLiteral("%1 %2").arg(m_xTitle).arg(m_hoverX);
+    colors.push_back(QColor());
+  }
+  for (const ChartSeries& s : m_series) {
+    const QPointF* pt = pointAt(s.points, m_hoverX);
+    if (!pt) continue;
+    p.setPen(QPen(Qt::white, 1.5));
+    p.setBrush(s.color);
+    p.drawEllipse(toScreen(*pt), 4, 4);
+    if (several) {
+      lines << QStringLiteral("%1: %2").arg(s.name, m_format(pt->y()));
+    } else {
+      lines << QStringLiteral("%1 %2: %3").arg(m_xTitle).arg(pt->x()).arg(m_format(pt->y()));
+    }
+    colors.push_back(s.color);
+  }
   const QFontMetrics fm(font());
-  QRectF box(0, 0, fm.horizontalAdvance(text) + 12, fm.height() + 6);
-  box.moveTopLeft(QPointF(std::min(s.x() + 8, plot.right() - box.width()), plot.top() + 4));
+  int textPx = 0;
+  for (const QString& line : lines) textPx = std::max(textPx, fm.horizontalAdvance(line));
+  const double swatchPx = several ? 14 : 0;
+  QRectF box(0, 0, textPx + swatchPx + 12, fm.height() * double(lines.size()) + 6);
+  box.moveTopLeft(QPointF(std::min(sx + 8, plot.right() - box.width()), plot.top() + 4));
   p.setPen(theme::axisLine());
   p.setBrush(theme::window());
   p.drawRect(box);
-  p.setPen(theme::text());
-  p.drawText(box, Qt::AlignCenter, text);
+  for (qsizetype i = 0; i < lines.size(); ++i) {
+    const QRectF row(box.left() + 6, box.top() + 3 + double(i) * fm.height(), box.width() - 12,
+                     fm.height());
+    if (colors[size_t(i)].isValid()) {
+      p.fillRect(QRectF(row.left(), row.center().y() - 1.5, 10, 3), colors[size_t(i)]);
+    }
+    p.setPen(theme::text());
+    p.drawText(row.adjusted(several ? swatchPx : 0, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
+               lines[i]);
+  }
 }
 
 void ChartView::mouseMoveEvent(QMouseEvent* event) {
-  int best = -1;
+  bool found = false;
+  double bestX = 0;
   double bestDist = 1e30;
   const double x = event->position().x();
-  for (size_t i = 0; i < m_points.size(); ++i) {
-    const double d = std::fabs(toScreen(m_points[i]).x() - x);
-    if (d < bestDist) {
-      bestDist = d;
-      best = int(i);
+  for (const ChartSeries& s : m_series) {
+    for (const QPointF& pt : s.points) {
+      const double d = std::fabs(toScreen(pt).x() - x);
+      if (d < bestDist) {
+        bestDist = d;
+        bestX = pt.x();
+        found = true;
+      }
     }
   }
-  if (!plotRect().adjusted(-8, 0, 8, 0).contains(event->position())) best = -1;
+  if (!plotRect().adjusted(-8, 0, 8, 0).contains(event->position())) found = false;
   const int marker = markerAt(x);
-  if (best != m_hover || marker != m_hoverMarker) {
-    m_hover = best;
+  if (found != m_hasHover || (found && bestX != m_hoverX) || marker != m_hoverMarker) {
+    m_hasHover = found;
+    m_hoverX = bestX;
     m_hoverMarker = marker;
     update();
   }
   QWidget::mouseMoveEvent(event);
 }
 
+void ChartView::resizeEvent(QResizeEvent* event) {
+  const std::vector<QRectF> legend = legendItems();
+  m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
+  QWidget::resizeEvent(event);
+}
+
 void ChartView::leaveEvent(QEvent* event) {
-  m_hover = -1;
+  m_hasHover = false;
   m_hoverMarker = -1;
   update();
   QWidget::leaveEvent(event);

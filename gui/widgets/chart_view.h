@@ -1,7 +1,8 @@
-// ChartView: a small line chart (one series) painted with QPainter: title, axes with round tick
-// labels (niceAxis), axis titles, the line with point markers when sparse, vertical event markers
-// (config changes: a dashed line with a flag and a tooltip) and a hover readout of the nearest
-// point. Used for loss per step and step time per step. Painting is O(points + markers);
+// ChartView: a small line chart painted with QPainter: title, axes with round tick labels
+// (niceAxis), axis titles, one or more line series (point markers when sparse; a legend in rows
+// under the title when there are several), vertical event markers (config changes: a dashed line
+// with a flag and a tooltip) and a hover readout of the nearest x (every series' value there).
+// Used for loss, step time and the memory account per step. Painting is O(points + markers);
 // GUI thread only. Qt Charts is deliberately not a dependency.
 #pragma once
 
@@ -22,6 +23,14 @@ struct ChartMarker {
   QString text;  // tooltip, one line per event
 };
 
+// One line of a chart; `name` labels it in the legend and the hover readout.
+struct ChartSeries {
+  QString name;
+  QColor color;
+  std::vector<QPointF> points;  // x ascending
+  bool dashed = false;          // dashed line, for a series that often lies on another one
+};
+
 class ChartView : public QWidget {
   Q_OBJECT
 
@@ -33,9 +42,19 @@ class ChartView : public QWidget {
   void setColor(const QColor& color);
   // Formats y values for tick labels and the hover readout (default: 3 significant digits).
   void setValueFormat(std::function<QString(double)> format);
-  // Replaces the series (x ascending); recomputes the axes.
+  // Replaces the series with one unnamed series in the chart's colour (x ascending); recomputes
+  // the axes.
   void setPoints(std::vector<QPointF> points);
-  const std::vector<QPointF>& points() const { return m_points; }
+  // The first series' points (empty when there is none).
+  const std::vector<QPointF>& points() const;
+  // Replaces all series; recomputes the axes over all of them.
+  void setSeries(std::vector<ChartSeries> series);
+  const std::vector<ChartSeries>& series() const { return m_series; }
+  // Keeps 0 on the y axis (for quantities such as bytes). Default off.
+  void setYFromZero(bool on);
+  // Text shown in the plot when no series has a point (default "no steps yet").
+  void setEmptyText(const QString& text);
+  QString emptyText() const { return m_emptyText; }
   // Replaces the markers (x ascending); markers outside the x axis are not drawn.
   void setMarkers(std::vector<ChartMarker> markers);
   const std::vector<ChartMarker>& markers() const { return m_markers; }
@@ -49,6 +68,7 @@ class ChartView : public QWidget {
   void paintEvent(QPaintEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;
   void leaveEvent(QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
   bool event(QEvent* event) override;
 
  private:
@@ -58,17 +78,27 @@ class ChartView : public QWidget {
   void paintSeries(QPainter& p, const QRectF& plot) const;
   void paintHover(QPainter& p, const QRectF& plot) const;
   void paintMarkers(QPainter& p, const QRectF& plot) const;
+  void paintLegend(QPainter& p) const;
+  // Boxes of the legend items (swatch and name), flowed in rows under the title; empty unless
+  // two or more series are named.
+  std::vector<QRectF> legendItems() const;
+  void recomputeAxes();
+  bool hasPoints() const;
 
   QString m_title;
   QString m_xTitle;
   QString m_yTitle;
   QColor m_color;
   std::function<QString(double)> m_format;
-  std::vector<QPointF> m_points;
+  QString m_emptyText;
+  std::vector<ChartSeries> m_series;
   std::vector<ChartMarker> m_markers;
   AxisTicks m_x;
   AxisTicks m_y;
-  int m_hover = -1;        // index of the hovered point
+  bool m_yFromZero = false;
+  double m_plotTop;         // top of the plot: below the title and the legend rows
+  bool m_hasHover = false;  // whether m_hoverX is a hovered point's x
+  double m_hoverX = 0;
   int m_hoverMarker = -1;  // index of the hovered marker
 };
 

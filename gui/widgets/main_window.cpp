@@ -19,6 +19,7 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "chart_view.h"
@@ -70,9 +71,17 @@ void MainWindow::createCentralArea() {
   m_stepTimeChart->setAxisTitles(tr("step"), tr("ms"));
   m_stepTimeChart->setColor(theme::series(1));
   m_stepTimeChart->setValueFormat([](double v) { return QString::number(v, 'g', 4); });
+  m_memoryChart = new ChartView;
+  m_memoryChart->setTitle(tr("Memory per step"));
+  m_memoryChart->setAxisTitles(tr("step"), tr("MiB"));
+  m_memoryChart->setYFromZero(true);
+  m_memoryChart->setValueFormat([](double mib) {
+    return std::fabs(mib) >= 1000 ? QString::number(mib, 'f', 0) : QString::number(mib, 'g', 4);
+  });
   auto* charts = new QSplitter(Qt::Vertical);
   charts->addWidget(m_lossChart);
   charts->addWidget(m_stepTimeChart);
+  charts->addWidget(m_memoryChart);
 
   auto* bottom = new QSplitter(Qt::Horizontal);
   bottom->addWidget(m_heatmap);
@@ -94,6 +103,10 @@ void MainWindow::createCentralArea() {
   ConfigChangeModel* changes = m_document.configChangeModel();
   connect(changes, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateChartMarkers);
   connect(changes, &QAbstractItemModel::modelReset, this, &MainWindow::updateChartMarkers);
+  // The memory account is loaded after the step rows, so follow the document's signals.
+  connect(&m_document, &TraceDocument::opened, this, &MainWindow::updateMemoryChart);
+  connect(&m_document, &TraceDocument::refreshed, this, &MainWindow::updateMemoryChart);
+  connect(&m_document, &TraceDocument::closed, this, &MainWindow::updateMemoryChart);
 }
 
 void MainWindow::createDocks() {
@@ -269,7 +282,28 @@ void MainWindow::updateChartMarkers() {
   std::vector<ChartMarker> markers;
   for (const ConfigMarker& m : stepMarkers(rows)) markers.push_back({m.x, markerText(m, rows)});
   m_lossChart->setMarkers(markers);
-  m_stepTimeChart->setMarkers(std::move(markers));
+  m_stepTimeChart->setMarkers(markers);
+  m_memoryChart->setMarkers(std::move(markers));
+}
+
+void MainWindow::updateMemoryChart() {
+  const auto& samples = m_document.memory();
+  std::vector<ChartSeries> series;
+  for (int c = 0; c < MemorySample::kCategoryCount; ++c) {
+    ChartSeries s;
+    s.name = QString::fromLatin1(MemorySample::categoryName(c));
+    s.color = theme::series(c);
+    s.dashed = c == MemorySample::kGrads;  // grads usually equal the weights: keep both visible
+    s.points.reserve(samples.size());
+    for (const MemorySample& m : samples) {
+      if (!std::isnan(m.bytes[c])) s.points.emplace_back(double(m.step), m.bytes[c] / 1048576.0);
+    }
+    series.push_back(std::move(s));
+  }
+  m_memoryChart->setSeries(std::move(series));
+  m_memoryChart->setEmptyText(m_document.isOpen() && !m_document.stepModel()->rows().empty()
+                                  ? tr("no memory counters in this trace")
+                                  : tr("no steps yet"));
 }
 
 void MainWindow::showConfigChange(const QModelIndex& index) {

@@ -1,5 +1,5 @@
-// MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss
-// and step-time charts, all three marking the trace's config changes; docks: Live control (steers
+// MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss,
+// step-time and memory charts, all marking the trace's config changes; docks: Live control (steers
 // a run started here: pause / resume / step / stop and live config patches), the step table, the
 // phase summary and the config changes; a status bar with file, steps, last loss and tokens/s.
 // Actions: File>Open, Run>Start run (config + output file; the run trains on a worker thread and
@@ -53,6 +53,7 @@ class MainWindow : public QMainWindow {
   HeatmapPanel* heatmapPanel() const { return m_heatmap; }
   ChartView* lossChart() const { return m_lossChart; }
   ChartView* stepTimeChart() const { return m_stepTimeChart; }
+  ChartView* memoryChart() const { return m_memoryChart; }
   RunController* runController() const { return m_runner; }
   LiveControlPanel* liveControlPanel() const { return m_livePanel; }
   QTableView* configChangeTable() const { return m_changeTable; }
@@ -79,6 +80,7 @@ class MainWindow : public QMainWindow {
   void onDocumentChanged();
   void updateCharts();
   void updateChartMarkers();
+  void updateMemoryChart();
   void showConfigChange(const QModelIndex& index);
   void updateStatus();
   void updateActions();
@@ -91,6 +93,7 @@ class MainWindow : public QMainWindow {
   HeatmapPanel* m_heatmap = nullptr;
   ChartView* m_lossChart = nullptr;
   ChartView* m_stepTimeChart = nullptr;
+  ChartView* m_memoryChart = nullptr;
   QTableView* m_stepTable = nullptr;
   QTableView* m_phaseTable = nullptr;
   QTableView* m_changeTable = nullptr;

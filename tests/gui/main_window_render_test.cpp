@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QFileInfo>
 #include <QImage>
+#include <QMouseEvent>
 #include <QSet>
 #include <QSignalSpy>
 #include <QStatusBar>
@@ -156,6 +157,60 @@ TEST_F(MainWindowRenderTest, StopEndsARunEarly) {
       << finished.at(0).at(1).toString().toStdString();
   EXPECT_EQ(window.document()->run()->status, "stopped");
   EXPECT_LT(window.document()->stepModel()->rowCount(), 100'000);
+}
+
+TEST_F(MainWindowRenderTest, MemoryChartDrawsFourSeriesOrSaysThereAreNone) {
+  const QString file = m_dir.filePath(QStringLiteral("memory.sqlite"));
+  {
+    auto trace = testing::TestTrace::create(file.toStdString(), 2, 4);
+    ASSERT_TRUE(trace.isOk()) << trace.status().toString();
+    trace.value()->setMemoryCounters(true);
+    for (int s = 0; s < 8; ++s) ASSERT_TRUE(trace.value()->addStep(s).isOk());
+    trace.value()->addConfigChange(4, "optim.lr", "0.003", "0.001");
+    ASSERT_TRUE(trace.value()->finish().isOk());
+  }
+  MainWindow window;
+  window.setErrorDialogsEnabled(false);
+  window.resize(1600, 1000);
+  window.show();
+  // A trace without memory counters: an empty chart with a note.
+  ASSERT_TRUE(window.openFile(m_file).isOk());
+  ChartView* chart = window.memoryChart();
+  EXPECT_TRUE(chart->points().empty());
+  EXPECT_EQ(chart->emptyText(), QStringLiteral("no memory counters in this trace"));
+  const ImageStats empty = imageStats(chart->grab().toImage(), theme::base());
+
+  ASSERT_TRUE(window.openFile(file).isOk());
+  QApplication::processEvents();
+  ASSERT_EQ(chart->series().size(), 4u);
+  for (const ChartSeries& s : chart->series()) {
+    ASSERT_EQ(s.points.size(), 8u) << s.name.toStdString();
+  }
+  EXPECT_EQ(chart->series()[0].name, QStringLiteral("weights"));
+  EXPECT_DOUBLE_EQ(chart->series()[2].points[0].y(), 16.0);  // optimizer, MiB
+  EXPECT_DOUBLE_EQ(chart->series()[3].points[4].y(), 4.0);   // activations at step 4
+  EXPECT_EQ(chart->markers().size(), 1u);
+  const QImage image = chart->grab().toImage();
+  ASSERT_FALSE(image.isNull());
+  const ImageStats drawn = imageStats(image, theme::base());
+  EXPECT_GT(drawn.distinctColors, empty.distinctColors + 4) << "memory chart looks blank";
+  EXPECT_GT(drawn.nonBackgroundFraction, empty.nonBackgroundFraction);
+  // Every series colour appears in the picture.
+  for (const ChartSeries& s : chart->series()) {
+    bool found = false;
+    const QImage rgb = image.convertToFormat(QImage::Format_RGB32);
+    for (int y = 0; y < rgb.height() && !found; ++y) {
+      for (int x = 0; x < rgb.width() && !found; ++x) found = rgb.pixel(x, y) == s.color.rgb();
+    }
+    EXPECT_TRUE(found) << s.name.toStdString();
+  }
+  // Hovering the plot draws the readout of every series at the nearest step.
+  QMouseEvent move(QEvent::MouseMove, QPointF(chart->width() * 0.6, chart->height() * 0.6),
+                   chart->mapToGlobal(QPointF(chart->width() * 0.6, chart->height() * 0.6)),
+                   Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+  QApplication::sendEvent(chart, &move);
+  const QImage hovered = chart->grab().toImage();
+  EXPECT_NE(hovered, image) << "no hover readout";
 }
 
 TEST_F(MainWindowRenderTest, HeatmapDescribesCells) {

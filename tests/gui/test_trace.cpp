@@ -54,6 +54,19 @@ Status TestTrace::addStep(int64_t step) {
   row.tokens = 512;
   row.tokensPerSecond = 512.0 / (double(kStepNs) * 1e-9);
   row.peakBytes = 64 << 20;
+  if (m_memory) {
+    if (!m_counters.isValid()) {
+      storage::TrackRow track;
+      track.name = "counters";
+      track.kind = "counter";
+      m_counters = m_writer->addTrack(track);
+    }
+    static const char* kNames[] = {"memory.weights_bytes", "memory.grads_bytes",
+                                   "memory.optimizer_bytes", "memory.activations_bytes"};
+    for (int c = 0; c < 4; ++c) {
+      m_writer->addCounter({m_counters, kNames[c], row.endNs, memoryBytes(step, c)});
+    }
+  }
   m_writer->addStep(row);
   return m_writer->flush();
 }
@@ -110,6 +123,21 @@ void TestTrace::addConfigChange(int64_t step, const std::string& key, const std:
   row.newValue = newValue;
   row.source = source;
   m_writer->addConfigChange(m_run, row);
+}
+
+double TestTrace::memoryBytes(int64_t step, int category) {
+  // Weights fixed at 8 MiB, grads = weights, optimizer state twice that (Adam), activations
+  // growing a little with the step.
+  constexpr double kMiB = 1 << 20;
+  switch (category) {
+    case 0:
+    case 1:
+      return 8 * kMiB;
+    case 2:
+      return 16 * kMiB;
+    default:
+      return 3 * kMiB + double(step) * 0.25 * kMiB;
+  }
 }
 
 Status TestTrace::flush() {

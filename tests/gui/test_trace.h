@@ -1,7 +1,8 @@
 // TestTrace: writes small, deterministic traces for the GUI tests through storage::TraceWriter,
 // shaped like the engine's: per step a depth-0 "step" slice, depth-1 forward/backward/optimizer
-// ranges, depth-2 per-layer phases, expert loads per (layer, expert) and one step row. Steps can
-// be added after a reader opened the file, to test live refreshes.
+// ranges, depth-2 per-layer phases, expert loads per (layer, expert), optionally the memory
+// account counters (memory.*_bytes at the step end) and one step row. Steps can be added after a
+// reader opened the file, to test live refreshes.
 #pragma once
 
 #include <memory>
@@ -23,6 +24,12 @@ class TestTrace {
   // committed with the next addStep, flush or finish.
   void addConfigChange(int64_t step, const std::string& key, const std::string& oldValue,
                        const std::string& newValue, const std::string& source = "gui");
+  // From now on addStep also writes the four memory counters (memoryBytes) on a counter track,
+  // created on first use; off by default (traces from before the memory account).
+  void setMemoryCounters(bool on) { m_memory = on; }
+  // Bytes addStep reports for memory category `category` (0 weights, 1 grads, 2 optimizer,
+  // 3 activations) at `step`.
+  static double memoryBytes(int64_t step, int category);
   // Commits everything queued so far (e.g. config changes without a step).
   Status flush();
   // Marks the run completed and closes the file.
@@ -44,6 +51,8 @@ class TestTrace {
   std::unique_ptr<storage::TraceWriter> m_writer;
   RunId m_run;
   TrackId m_track;
+  TrackId m_counters;
+  bool m_memory = false;
   int m_layers = 0;
   int m_experts = 0;
 };

@@ -170,6 +170,58 @@ TEST_F(TraceDocumentTest, ConfigChangesLoadAndGrowIncrementally) {
   EXPECT_TRUE(check.failures().isEmpty()) << check.failures().join('\n').toStdString();
 }
 
+TEST_F(TraceDocumentTest, MemoryCountersLoadAndGrowIncrementally) {
+  const std::string file = path("memory.sqlite");
+  auto created = TestTrace::create(file, 1, 2);
+  ASSERT_TRUE(created.isOk()) << created.status().toString();
+  TestTrace& trace = *created.value();
+  ASSERT_TRUE(trace.addStep(0).isOk());  // an older-style step without memory counters
+  trace.setMemoryCounters(true);
+  ASSERT_TRUE(trace.addStep(1).isOk());
+  ASSERT_TRUE(trace.addStep(2).isOk());
+
+  TraceDocument doc;
+  ASSERT_TRUE(doc.open(QString::fromStdString(file)).isOk());
+  ASSERT_EQ(doc.memory().size(), 2u);
+  EXPECT_EQ(doc.memory()[0].step, 1);
+  EXPECT_EQ(doc.memory()[1].step, 2);
+  for (int c = 0; c < MemorySample::kCategoryCount; ++c) {
+    EXPECT_DOUBLE_EQ(doc.memory()[1].bytes[c], TestTrace::memoryBytes(2, c)) << c;
+  }
+
+  QSignalSpy refreshed(&doc, &TraceDocument::refreshed);
+  ASSERT_TRUE(doc.refresh().isOk());  // nothing new
+  EXPECT_EQ(refreshed.count(), 0);
+  ASSERT_TRUE(trace.addStep(3).isOk());
+  ASSERT_TRUE(trace.addStep(4).isOk());
+  ASSERT_TRUE(doc.refresh().isOk());
+  EXPECT_EQ(refreshed.count(), 1);
+  ASSERT_EQ(doc.memory().size(), 4u);  // appended, no duplicates
+  EXPECT_EQ(doc.memory()[3].step, 4);
+  EXPECT_DOUBLE_EQ(doc.memory()[3].bytes[MemorySample::kActivations],
+                   TestTrace::memoryBytes(4, MemorySample::kActivations));
+  EXPECT_DOUBLE_EQ(doc.memory()[2].bytes[MemorySample::kOptimizer],
+                   TestTrace::memoryBytes(3, MemorySample::kOptimizer));
+  ASSERT_TRUE(trace.finish().isOk());
+  ASSERT_TRUE(doc.refresh().isOk());
+  EXPECT_EQ(doc.memory().size(), 4u);
+  doc.close();
+  EXPECT_TRUE(doc.memory().empty());
+}
+
+TEST_F(TraceDocumentTest, TracesWithoutMemoryCountersHaveNoMemory) {
+  const std::string file = path("old.sqlite");
+  auto created = TestTrace::create(file, 1, 2);
+  ASSERT_TRUE(created.isOk());
+  ASSERT_TRUE(created.value()->addStep(0).isOk());
+  ASSERT_TRUE(created.value()->finish().isOk());
+  TraceDocument doc;
+  ASSERT_TRUE(doc.open(QString::fromStdString(file)).isOk());
+  EXPECT_TRUE(doc.memory().empty());
+  EXPECT_EQ(MemorySample::categoryOf("memory.tensor_bytes"), -1);
+  EXPECT_EQ(MemorySample::categoryOf("memory.grads_bytes"), MemorySample::kGrads);
+}
+
 TEST_F(TraceDocumentTest, UnreadableFilesAreErrorsNotCrashes) {
   TraceDocument doc;
   QSignalSpy failed(&doc, &TraceDocument::failed);

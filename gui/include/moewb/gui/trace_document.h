@@ -4,10 +4,11 @@
 // the expert loads and the tracks into the models and the timeline store. refresh() reads only
 // what is new since the last load, for a trace that a run is still writing (WAL): steps after the
 // last step held, slices from the end of the last committed step on (duplicates are skipped) and
-// expert loads of newly committed steps; the models grow with insert signals, so views keep
-// their state. A refresh costs O(new rows) plus the reader's indexed queries.
-// Errors come back as Status (the reader's message names the file) and through failed(); the
-// document is left as it was. GUI thread only (the reader's connection belongs to this thread).
+// expert loads of newly committed steps and the memory counters up to the last committed step;
+// the models grow with insert signals, so views keep their state. A refresh costs O(new rows) plus
+// the reader's indexed queries. Errors come back as Status (the reader's message names the file)
+// and through failed(); the document is left as it was. GUI thread only (the reader's connection
+// belongs to this thread).
 #pragma once
 
 #include <QObject>
@@ -24,6 +25,19 @@
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::gui {
+
+// The engine's memory account of one step (counters "memory.<category>_bytes", one sample each
+// per step, stamped at the step end). A category the trace has no sample for is NaN.
+struct MemorySample {
+  enum Category { kWeights, kGrads, kOptimizer, kActivations, kCategoryCount };
+  int64_t step = 0;
+  double bytes[kCategoryCount];  // indexed by Category
+  MemorySample();
+  // "weights", "grads", "optimizer", "activations".
+  static const char* categoryName(int category);
+  // The category of counter `name` ("memory.grads_bytes" -> kGrads), or -1.
+  static int categoryOf(const std::string& name);
+};
 
 class TraceDocument : public QObject {
   Q_OBJECT
@@ -56,6 +70,10 @@ class TraceDocument : public QObject {
   // The trace's config_change rows (live setting changes), in step and time order.
   ConfigChangeModel* configChangeModel() { return &m_configChanges; }
   const TimelineData& timeline() const { return m_timeline; }
+  // Memory account per step, in step order; empty for traces without memory counters. Samples
+  // are mapped to the step row whose [start, end] holds their timestamp (by order of arrival
+  // when the run has no step rows); with several ranks the first sample of a step is kept.
+  const std::vector<MemorySample>& memory() const { return m_memory; }
 
  signals:
   // A file was opened and loaded.
@@ -73,6 +91,7 @@ class TraceDocument : public QObject {
   Status loadNewSteps(int* added);
   Status loadNewExpertLoads(int* added);
   Status loadConfigChanges(int* added);
+  Status loadNewMemory(int* added);
   Status loadRunInfo();
   Status fail(const Status& status);
 
@@ -88,6 +107,9 @@ class TraceDocument : public QObject {
   int64_t m_stepsEndNs = 0;       // latest end of a committed step held, ns
   int64_t m_lastExpertStep = -1;  // highest step whose expert loads are held
   int m_lastNewSlices = 0;        // slices added by the last loadNewSlices
+  std::vector<MemorySample> m_memory;
+  int64_t m_memoryCursorNs;                                    // counters before this time are held
+  int64_t m_memoryByOrder[MemorySample::kCategoryCount] = {};  // samples seen, without steps
 };
 
 }  // namespace moewb::gui
