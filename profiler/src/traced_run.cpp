@@ -7,30 +7,20 @@
 #include "moewb/base/units.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/host_tracer.h"
+#include "moewb/storage/trace_reader.h"
 #include "moewb/storage/trace_writer.h"
 
 namespace moewb::profiler {
 
-// Keeps what the end-of-run summary needs: first/last loss, throughput, imbalance per layer.
+// Keeps what the end-of-run summary needs from the events: first/last loss and throughput. The
+// imbalance per layer is read back from the finished trace (TraceReader::layerImbalance), so the
+// summary and `moewb info` share one definition.
 class TracedRun::SummarySink final : public engine::EventSink {
  public:
-  void onRunStart(const engine::RunStartEvent& e) override {
-    m_imbalanceSum.assign(size_t(std::max(e.numLayers, 0)), 0.0);
-    m_startNs = e.startNs;
-  }
+  void onRunStart(const engine::RunStartEvent& e) override { m_startNs = e.startNs; }
   void onPhase(const engine::PhaseEvent&) override {}
   void onCounter(const engine::CounterEvent&) override {}
-  void onExpertLoad(const engine::ExpertLoadEvent& e) override {
-    if (e.layer < 0 || e.tokensPerExpert.empty()) return;
-    if (size_t(e.layer) >= m_imbalanceSum.size()) m_imbalanceSum.resize(size_t(e.layer) + 1, 0.0);
-    int64_t total = 0, maxTokens = 0;
-    for (int64_t t : e.tokensPerExpert) {
-      total += t;
-      maxTokens = std::max(maxTokens, t);
-    }
-    double mean = double(total) / double(e.tokensPerExpert.size());
-    if (mean > 0) m_imbalanceSum[size_t(e.layer)] += double(maxTokens) / mean;
-  }
+  void onExpertLoad(const engine::ExpertLoadEvent&) override {}
   void onStep(const engine::StepEvent& e) override {
     if (m_summary.stepsDone == 0) m_summary.firstLoss = e.loss;
     m_summary.lastLoss = e.loss;
@@ -47,17 +37,14 @@ class TracedRun::SummarySink final : public engine::EventSink {
 
   RunSummary summary() const {
     RunSummary s = m_summary;
-    if (m_nsAfterFirst > 0) s.meanTokensPerSecond = double(m_tokensAfterFirst) * 1e9 / double(m_nsAfterFirst);
+    if (m_nsAfterFirst > 0)
+      s.meanTokensPerSecond = double(m_tokensAfterFirst) * 1e9 / double(m_nsAfterFirst);
     s.wallSeconds = double(m_lastEndNs - m_startNs) / 1e9;
-    for (double sum : m_imbalanceSum) {
-      s.meanImbalancePerLayer.push_back(s.stepsDone ? sum / double(s.stepsDone) : 0.0);
-    }
     return s;
   }
 
  private:
   RunSummary m_summary;
-  std::vector<double> m_imbalanceSum;  // [layers] sum over steps of max/mean
   int64_t m_startNs = 0;
   int64_t m_lastEndNs = 0;
   int64_t m_tokensAfterFirst = 0;
@@ -80,7 +67,8 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
 
   storage::WriterOptions writerOptions;
   writerOptions.overwrite = options.overwrite;
-  MOEWB_ASSIGN_OR_RETURN(run->m_writer, storage::TraceWriter::create(options.outPath, writerOptions));
+  MOEWB_ASSIGN_OR_RETURN(run->m_writer,
+                         storage::TraceWriter::create(options.outPath, writerOptions));
   run->m_tracer = std::make_unique<HostTracer>(run->m_writer.get());
   run->m_summary = std::make_unique<SummarySink>();
   std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
@@ -111,8 +99,9 @@ Status TracedRun::createTrainer(const TracedRunOptions& options) {
     MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
     if (m_trainer->stepsDone() >= m_steps) {
       return invalidArgument("checkpoint '" + options.resumePath + "' is at step " +
-                             std::to_string(m_trainer->stepsDone()) + ", not before the last step (" +
-                             std::to_string(m_steps) + "); raise --steps / run.steps");
+                             std::to_string(m_trainer->stepsDone()) +
+                             ", not before the last step (" + std::to_string(m_steps) +
+                             "); raise --steps / run.steps");
     }
   }
   m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
@@ -131,17 +120,26 @@ Result<RunSummary> TracedRun::run() {
   }
   RunSummary summary = m_summary->summary();
   summary.tracePath = m_writer->path();
+  MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));
+  MOEWB_ASSIGN_OR_RETURN(auto layers, reader->layerImbalance());
+  for (const auto& layer : layers) summary.meanImbalancePerLayer.push_back(layer.meanMaxOverMean);
   return summary;
 }
 
-void TracedRun::requestStop() { m_trainer->requestStop(); }
+void TracedRun::requestStop() {
+  m_trainer->requestStop();
+}
 
 std::future<Status> TracedRun::post(engine::TrainerCommand command) {
   return m_trainer->post(std::move(command));
 }
 
-const std::vector<std::string>& TracedRun::liveKeys() { return engine::Trainer::liveKeys(); }
+const std::vector<std::string>& TracedRun::liveKeys() {
+  return engine::Trainer::liveKeys();
+}
 
-bool TracedRun::paused() const { return m_trainer->paused(); }
+bool TracedRun::paused() const {
+  return m_trainer->paused();
+}
 
 }  // namespace moewb::profiler
