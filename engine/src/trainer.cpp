@@ -89,9 +89,7 @@ int64_t Trainer::parameterCount() const {
 std::vector<Trainer::ParameterInfo> Trainer::parameterInfos() const {
   std::vector<ParameterInfo> infos;
   for (const auto& p : m_model->parameters()) {
-    ParameterInfo info{p.name, {}};
-    for (int axis = 0; axis < p.value.rank(); ++axis) info.shape.push_back(p.value.dim(axis));
-    infos.push_back(std::move(info));
+    infos.push_back({p.name, p.value.shape()});
   }
   return infos;
 }

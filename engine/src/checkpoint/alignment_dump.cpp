@@ -11,12 +11,6 @@
 namespace moewb::engine {
 namespace {
 
-std::vector<int64_t> shapeOf(const Tensor<float>& t) {
-  std::vector<int64_t> shape;
-  for (int axis = 0; axis < t.rank(); ++axis) shape.push_back(t.dim(axis));
-  return shape;
-}
-
 std::string exact(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -52,8 +46,8 @@ Status writeAlignmentDump(const std::string& dir, int64_t step,
   writer.setMetadata("loss_ce", exact(loss.ce));
   writer.setMetadata("loss_aux", exact(loss.aux));
   writer.setMetadata("loss_total", exact(loss.total()));
-  for (const auto& p : params) writer.addF32("weights." + p.name, shapeOf(p.value), p.value.data());
-  for (const auto& p : params) writer.addF32("grads." + p.name, shapeOf(p.grad), p.grad.data());
+  for (const auto& p : params) writer.addF32("weights." + p.name, p.value.shape(), p.value.data());
+  for (const auto& p : params) writer.addF32("grads." + p.name, p.grad.shape(), p.grad.data());
   writer.addI32("batch.tokens", {batch.batchSize, batch.seqLen}, batch.inputs.data());
   writer.addI32("batch.targets", {batch.batchSize, batch.seqLen}, batch.targets.data());
   if (batch.imagePatches > 0) {
@@ -82,7 +76,7 @@ Result<AlignmentDump> readAlignmentDump(const std::string& path,
   }
   for (const auto& p : params) {
     const SafetensorsEntry* entry = file.find("weights." + p.name);
-    if (!entry || entry->dtype != SafetensorsDtype::kF32 || entry->shape != shapeOf(p.value)) {
+    if (!entry || entry->dtype != SafetensorsDtype::kF32 || entry->shape != p.value.shape()) {
       return invalidArgument(path + ": tensor 'weights." + p.name +
                              "' is missing or has another shape than this model's");
     }

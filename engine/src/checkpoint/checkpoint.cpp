@@ -8,12 +8,6 @@
 namespace moewb::engine {
 namespace {
 
-std::vector<int64_t> shapeOf(const Tensor<float>& t) {
-  std::vector<int64_t> shape;
-  for (int axis = 0; axis < t.rank(); ++axis) shape.push_back(t.dim(axis));
-  return shape;
-}
-
 std::string shapeText(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -41,9 +35,9 @@ Status checkTensor(const std::string& path, const SafetensorsFile& file, const s
     return invalidArgument(path + ": " + what + " lacks tensor '" + name +
                            "'; it was written for a different model config");
   }
-  if (entry->dtype != SafetensorsDtype::kF32 || entry->shape != shapeOf(tensor)) {
+  if (entry->dtype != SafetensorsDtype::kF32 || entry->shape != tensor.shape()) {
     return invalidArgument(path + ": tensor '" + name + "' has shape " + shapeText(entry->shape) +
-                           " but this model needs " + shapeText(shapeOf(tensor)));
+                           " but this model needs " + shapeText(tensor.shape()));
   }
   return Status::ok();
 }
@@ -60,7 +54,7 @@ Status saveCheckpoint(const std::string& path, const std::vector<Parameter<float
   writer.setMetadata("config", configToml);
   for (const auto& param : params) {
     for (const auto& part : partsOf(param)) {
-      writer.addF32(part.name, shapeOf(*part.tensor), part.tensor->data());
+      writer.addF32(part.name, part.tensor->shape(), part.tensor->data());
     }
   }
   for (const auto& entry : state) {
@@ -124,7 +118,7 @@ Status saveWeights(const std::string& path, const std::vector<NamedWeight>& weig
   writer.setMetadata("format_version", "1");
   writer.setMetadata("config", configToml);
   for (const auto& weight : weights) {
-    writer.addF32(weight.name, shapeOf(*weight.tensor), weight.tensor->data());
+    writer.addF32(weight.name, weight.tensor->shape(), weight.tensor->data());
   }
   for (const auto& entry : state) {
     writer.addF32("state." + entry.name, {int64_t(entry.values->size())}, entry.values->data());

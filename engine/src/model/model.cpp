@@ -120,10 +120,7 @@ void Model<T>::addLoraAdapters() {
   for (size_t i = 0; i < numBase; ++i) {
     if (!loraTargets(m_localName[i], m_dims.lora.targets)) continue;
     const std::string name = m_params[i].name;
-    std::vector<int64_t> shape;
-    for (int axis = 0; axis < m_params[i].value.rank(); ++axis) {
-      shape.push_back(m_params[i].value.dim(axis));
-    }
+    const std::vector<int64_t> shape = m_params[i].value.shape();
     LoraAdapter adapter;
     adapter.base = int(i);
     const int64_t rank = m_dims.lora.rank;

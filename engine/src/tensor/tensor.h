@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <vector>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "moewb/base/check.h"
 
@@ -69,6 +69,10 @@ class Tensor {
   }
 
   int rank() const { return m_rank; }
+  // The extents as a vector ([dim(0), ..., dim(rank-1)]).
+  std::vector<int64_t> shape() const {
+    return std::vector<int64_t>(m_shape.begin(), m_shape.begin() + m_rank);
+  }
   int64_t dim(int axis) const {
     MOEWB_CHECK(axis >= 0 && axis < m_rank);
     return m_shape[axis];
