@@ -29,6 +29,7 @@ struct RunArgs {
   std::string dumpDir;
   std::string initWeightsPath;
   std::string exportMergedPath;
+  int32_t ranks = 0;  // --ranks: parallel.world_size (0 = from the config)
 };
 
 // Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
@@ -78,6 +79,10 @@ void printSummary(const profiler::RunSummary& s) {
 
 Result<engine::RunConfig> buildConfig(const RunArgs& args) {
   MOEWB_ASSIGN_OR_RETURN(engine::RunConfig config, engine::loadConfigFile(args.configPath));
+  if (args.ranks > 0) {  // the same as --set parallel.world_size=N, before the other overrides
+    MOEWB_RETURN_IF_ERROR(
+        engine::applyOverride(config, "parallel.world_size=" + std::to_string(args.ranks)));
+  }
   for (const auto& assignment : args.overrides) {
     MOEWB_RETURN_IF_ERROR(engine::applyOverride(config, assignment));
   }
@@ -128,6 +133,11 @@ int runCommand(const RunArgs& args) {
   }
   std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", config->run.name.c_str(),
                config->run.backend.c_str(), (long long)planned, outPath.c_str());
+  if (config->parallel.worldSize > 1) {
+    const engine::ParallelSection& p = config->parallel;
+    std::fprintf(stderr, "  %d in-process ranks: ep = %d, fsdp = %d, replicate = %d\n",
+                 p.worldSize, p.ep, p.fsdpDegree(), p.replicateDegree());
+  }
   g_activeRun = run->get();
   std::signal(SIGINT, onInterrupt);
   auto summary = (*run)->run();
@@ -159,6 +169,10 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set moe.top_k=2")
       ->type_name("KEY=VALUE");
   cmd->add_flag("--force,-f", args->force, "replace the output file if it exists");
+  cmd->add_option("--ranks", args->ranks,
+                  "train on N in-process ranks (threads) = --set parallel.world_size=N; with "
+                  "parallel.ep / parallel.fsdp / parallel.replicate, all ranks trace into --out")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--resume", args->resumePath,
                   "continue from a checkpoint (its step up to --steps in total)")
       ->check(CLI::ExistingFile);

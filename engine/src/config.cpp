@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "config_keys.h"
+#include "parallel/parallel_config.h"
 
 namespace moewb::engine {
 namespace {
@@ -289,7 +290,7 @@ Status validateConfig(const RunConfig& config) {
                                                 std::to_string(tokens) +
                                                 " tokens per step exceeds 67108864");
   }
-  return Status::ok();
+  return validateParallelConfig(config);
 }
 
 std::string toToml(const RunConfig& config) {

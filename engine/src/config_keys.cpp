@@ -19,8 +19,8 @@ std::vector<KeySpec> buildSpecs() {
       {"run", "name", MOEWB_FIELD(run.name), 0, 0, false, {}, "run name shown in the workbench"},
       {"run", "seed", MOEWB_FIELD(run.seed), 0, kMaxInt64, false, {}, "seed of weights and data"},
       {"run", "steps", MOEWB_FIELD(run.steps), 1, kMaxInt64, false, {}, "optimizer steps to run"},
-      {"run", "backend", MOEWB_FIELD(run.backend), 0, 0, false, {"cpu", "auto"},
-       "compute backend (auto picks the best one built in)"},
+      {"run", "backend", MOEWB_FIELD(run.backend), 0, 0, false, {"cpu", "cuda", "auto"},
+       "compute backend: cpu (reference), cuda (GPU, bf16 mixed precision), auto (cuda when it can run the model, else cpu)"},
       {"run", "threads", MOEWB_FIELD(run.threads), 0, 1024, false, {},
        "CPU worker threads, 0 = all hardware threads"},
       {"model", "vocab_size", MOEWB_FIELD(model.vocabSize), 2, 16'777'216, false, {}, "vocabulary size"},
@@ -142,6 +142,16 @@ std::vector<KeySpec> buildSpecs() {
        "adapter scale numerator: W' = W + (alpha / rank) B A"},
       {"lora", "targets", MOEWB_FIELD(lora.targets), 0, 0, false, {"experts", "attention", "all"},
        "adapted weights: expert (and shared expert) projections, mixer projections, or both"},
+      {"parallel", "world_size", MOEWB_FIELD(parallel.worldSize), 1, 1024, false, {},
+       "in-process ranks (threads) sharing each step's global batch; --ranks sets it"},
+      {"parallel", "ep", MOEWB_FIELD(parallel.ep), 1, 1024, false, {},
+       "expert-parallel degree (must divide world_size and moe.num_experts)"},
+      {"parallel", "fsdp", MOEWB_FIELD(parallel.fsdp), 0, 1024, false, {},
+       "dense parameter shard degree (0 = world_size / replicate, all ranks when both are 0)"},
+      {"parallel", "replicate", MOEWB_FIELD(parallel.replicate), 0, 1024, false, {},
+       "replicas of each dense shard (0 = world_size / fsdp; fsdp * replicate = world_size)"},
+      {"parallel", "timeout_ms", MOEWB_FIELD(parallel.timeoutMs), 1, 3'600'000, false, {},
+       "ms a collective waits for a missing rank before the run fails naming it"},
   };
 }
 

@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <string>
+
 #include "moewb/base/units.h"
 
 namespace moewb::profiler {
@@ -19,7 +21,8 @@ const char* outcomeName(engine::RunOutcome outcome) {
 }
 }  // namespace
 
-HostTracer::HostTracer(storage::TraceWriter* writer, int32_t rank) : m_writer(writer), m_rank(rank) {}
+HostTracer::HostTracer(storage::TraceWriter* writer, int32_t rank, const HostTracer* leader)
+    : m_writer(writer), m_rank(rank), m_leader(leader) {}
 
 void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   storage::RunRow run;
@@ -30,7 +33,7 @@ void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   run.startNs = event.startNs;
   run.startUnixNs = unixNowNs();
   run.status = "running";
-  m_run = m_writer->addRun(run);
+  m_run = m_leader != nullptr ? m_leader->runId() : m_writer->addRun(run);
 
   storage::TrackRow thread;
   thread.name = "trainer thread";
@@ -38,6 +41,14 @@ void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   thread.rank = m_rank;
   thread.threadId = int64_t(syscall(SYS_gettid));
   m_thread = m_writer->addTrack(thread);
+  if (event.worldSize > 1) {
+    storage::TrackRow comm;
+    comm.name = "collectives";
+    comm.kind = "comm";
+    comm.rank = m_rank;
+    comm.threadId = thread.threadId;
+    m_comm = m_writer->addTrack(comm);
+  }
 }
 
 void HostTracer::onPhase(const engine::PhaseEvent& event) {
@@ -125,7 +136,54 @@ void HostTracer::onConfigChange(const engine::ConfigChangeEvent& event) {
   m_writer->addConfigChange(m_run, row);
 }
 
+void HostTracer::onCollective(const engine::CollectiveEvent& event) {
+  if (!m_comm.isValid()) return;
+  storage::SliceRow slice;
+  slice.track = m_comm;
+  slice.startNs = event.startNs;
+  slice.durNs = event.endNs - event.startNs;
+  slice.name = event.op;
+  slice.category = storage::kCategoryCollective;
+  slice.step = event.step;
+  slice.layer = event.layer;
+  slice.correlationId = int64_t(event.seq);
+  m_writer->addSlice(slice);
+  storage::CollectiveRow row;
+  row.track = m_comm;
+  row.startNs = slice.startNs;
+  row.durNs = slice.durNs;
+  row.step = event.step;
+  row.layer = event.layer;
+  row.rank = event.rank;
+  row.op = event.op;
+  row.commGroup = event.group;
+  row.phase = event.phase;
+  row.seq = int64_t(event.seq);
+  row.bytesSent = event.bytesSent;
+  row.bytesReceived = event.bytesReceived;
+  for (int32_t peer : event.peers) {
+    if (!row.peers.empty()) row.peers.push_back(',');
+    row.peers.append(std::to_string(peer));
+  }
+  row.ok = event.ok;
+  m_writer->addCollective(row);
+}
+
+void HostTracer::onA2aTraffic(const engine::A2aTrafficEvent& event) {
+  for (size_t j = 0; j < event.dstRanks.size() && j < event.bytes.size(); ++j) {
+    storage::A2aTrafficRow row;
+    row.step = event.step;
+    row.layer = event.layer;
+    row.srcRank = event.srcRank;
+    row.dstRank = event.dstRanks[j];
+    row.bytes = event.bytes[j];
+    row.phase = event.phase;
+    m_writer->addA2aTraffic(row);
+  }
+}
+
 void HostTracer::onRunEnd(const engine::RunEndEvent& event) {
+  if (m_leader != nullptr) return;  // the leader finishes the shared run
   m_writer->finishRun(m_run, outcomeName(event.outcome), event.message, event.endNs);
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "moewb/base/units.h"
+#include "moewb/engine/parallel_trainer.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/host_tracer.h"
 #include "moewb/storage/trace_reader.h"
@@ -53,6 +54,7 @@ class TracedRun::SummarySink final : public engine::EventSink {
 
 TracedRun::~TracedRun() {
   m_trainer.reset();
+  m_parallel.reset();
   if (m_writer) (void)m_writer->close();
 }
 
@@ -75,9 +77,11 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
   if (observer) sinks.push_back(observer);
   run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
 
-  Status ready = run->createTrainer(options);
+  Status ready = config.parallel.worldSize > 1 ? run->createParallelTrainer(options)
+                                               : run->createTrainer(options);
   if (!ready.isOk()) {
     run->m_trainer.reset();
+    run->m_parallel.reset();
     (void)run->m_writer->close();
     run->m_writer.reset();
     std::error_code ignored;
@@ -109,16 +113,40 @@ Status TracedRun::createTrainer(const TracedRunOptions& options) {
   return Status::ok();
 }
 
+Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
+  const char* single = !options.resumePath.empty()            ? "--resume"
+                       : !options.initWeightsPath.empty()     ? "--init-weights"
+                       : !options.exportMergedPath.empty()    ? "--export-merged"
+                       : options.checkpointEverySteps > 0     ? "--checkpoint-every"
+                       : options.dumpEndStep > options.dumpFirstStep ? "--dump-steps"
+                                                              : nullptr;
+  if (single != nullptr) {
+    return invalidArgument(std::string(single) + " is not accepted with parallel.world_size = " +
+                           std::to_string(m_config.parallel.worldSize) +
+                           "; accepted: only with one rank (parallel.world_size = 1)");
+  }
+  std::vector<engine::EventSink*> sinks{m_fanOut.get()};
+  for (int32_t r = 1; r < m_config.parallel.worldSize; ++r) {
+    m_rankTracers.push_back(std::make_unique<HostTracer>(m_writer.get(), r, m_tracer.get()));
+    sinks.push_back(m_rankTracers.back().get());
+  }
+  MOEWB_ASSIGN_OR_RETURN(m_parallel, engine::ParallelTrainer::create(m_config, sinks));
+  return Status::ok();
+}
+
 Result<RunSummary> TracedRun::run() {
-  Status trained = m_trainer->run(m_steps - m_trainer->stepsDone());
+  Status trained = m_parallel ? m_parallel->run(m_steps)
+                              : m_trainer->run(m_steps - m_trainer->stepsDone());
   Status closed = m_writer->close();
   if (!trained.isOk()) return trained;
   if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());
-  if (!m_exportMergedPath.empty()) {
+  if (!m_exportMergedPath.empty() && m_trainer) {
     Status exported = m_trainer->exportMergedWeights(m_exportMergedPath);
     if (!exported.isOk()) return exported.withContext("exporting merged weights");
   }
   RunSummary summary = m_summary->summary();
+  // The summary sink sees rank 0's steps, which hold 1 / world_size of each step's tokens.
+  if (m_parallel) summary.meanTokensPerSecond *= double(m_config.parallel.worldSize);
   summary.tracePath = m_writer->path();
   MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));
   MOEWB_ASSIGN_OR_RETURN(auto layers, reader->layerImbalance());
@@ -127,10 +155,21 @@ Result<RunSummary> TracedRun::run() {
 }
 
 void TracedRun::requestStop() {
-  m_trainer->requestStop();
+  if (m_parallel) {
+    m_parallel->requestStop();
+  } else {
+    m_trainer->requestStop();
+  }
 }
 
 std::future<Status> TracedRun::post(engine::TrainerCommand command) {
+  if (m_parallel) {
+    std::promise<Status> refused;
+    refused.set_value(failedPrecondition(
+        "live commands need a single-rank run; this run has parallel.world_size = " +
+        std::to_string(m_config.parallel.worldSize)));
+    return refused.get_future();
+  }
   return m_trainer->post(std::move(command));
 }
 
@@ -139,7 +178,7 @@ const std::vector<std::string>& TracedRun::liveKeys() {
 }
 
 bool TracedRun::paused() const {
-  return m_trainer->paused();
+  return m_trainer ? m_trainer->paused() : false;
 }
 
 }  // namespace moewb::profiler

@@ -116,6 +116,24 @@ CREATE TABLE a2a_traffic (
   phase TEXT NOT NULL            -- dispatch, combine
 );
 CREATE INDEX a2a_traffic_step_layer_idx ON a2a_traffic(step, layer);
+CREATE TABLE collective (
+  id INTEGER PRIMARY KEY,
+  track INTEGER NOT NULL,        -- track.id of the rank's comm track (slice at the same start_ns)
+  start_ns INTEGER NOT NULL,
+  dur_ns INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  layer INTEGER NOT NULL,        -- -1 outside the layers
+  rank INTEGER NOT NULL,         -- global rank that ran it
+  op TEXT NOT NULL,              -- all_gather, reduce_scatter, all_reduce, all_to_all_v, ...
+  comm_group TEXT NOT NULL,      -- world, ep, expert_dp, fsdp, replicate
+  phase TEXT NOT NULL,           -- EP all-to-all: dispatch, combine, combine.bwd, dispatch.bwd
+  seq INTEGER NOT NULL,          -- per-group sequence number, equal on every peer
+  bytes_sent INTEGER NOT NULL,
+  bytes_received INTEGER NOT NULL,
+  peers TEXT NOT NULL,           -- global ranks of the group, comma-separated, in group order
+  ok INTEGER NOT NULL            -- 0 when the collective failed
+);
+CREATE INDEX collective_step_rank_idx ON collective(step, rank);
 CREATE TABLE swap_event (
   id INTEGER PRIMARY KEY,
   tensor TEXT NOT NULL,

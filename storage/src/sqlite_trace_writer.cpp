@@ -149,6 +149,13 @@ Status SqliteTraceWriter::prepareStatements() {
       {&m_stmts.insertExpertLoad,
        "INSERT INTO expert_load(step, layer, expert, rank, tokens, dropped, bias) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+      {&m_stmts.insertA2aTraffic,
+       "INSERT INTO a2a_traffic(step, layer, src_rank, dst_rank, bytes, phase) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+      {&m_stmts.insertCollective,
+       "INSERT INTO collective(track, start_ns, dur_ns, step, layer, rank, op, comm_group, phase, "
+       "seq, bytes_sent, bytes_received, peers, ok) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"},
       {&m_stmts.insertConfigChange,
        "INSERT INTO config_change(run, step, ts_ns, key, old_value, new_value, source) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
@@ -204,6 +211,12 @@ void SqliteTraceWriter::addCounter(const CounterRow& counter) {
 }
 void SqliteTraceWriter::addExpertLoad(const ExpertLoadRow& load) {
   push(load);
+}
+void SqliteTraceWriter::addA2aTraffic(const A2aTrafficRow& traffic) {
+  push(std::make_unique<A2aTrafficRow>(traffic));
+}
+void SqliteTraceWriter::addCollective(const CollectiveRow& collective) {
+  push(std::make_unique<CollectiveRow>(collective));
 }
 void SqliteTraceWriter::addConfigChange(RunId run, const ConfigChangeRow& change) {
   push(std::make_unique<ConfigChangeOp>(ConfigChangeOp{run, change}));
@@ -462,6 +475,20 @@ Status SqliteTraceWriter::applyRow(const ExpertLoadRow& row) {
   MOEWB_RETURN_IF_ERROR(m_stmts.insertExpertLoad.bindAll(row.step, row.layer, row.expert, row.rank,
                                                          row.tokens, row.dropped, row.bias));
   return m_stmts.insertExpertLoad.run();
+}
+
+Status SqliteTraceWriter::applyRow(const A2aTrafficRow& row) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertA2aTraffic.bindAll(row.step, row.layer, row.srcRank,
+                                                         row.dstRank, row.bytes, row.phase));
+  return m_stmts.insertA2aTraffic.run();
+}
+
+Status SqliteTraceWriter::applyRow(const CollectiveRow& row) {
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertCollective.bindAll(
+      row.track.value, row.startNs, row.durNs, row.step, row.layer, row.rank, row.op,
+      row.commGroup, row.phase, row.seq, row.bytesSent, row.bytesReceived, row.peers,
+      int64_t(row.ok ? 1 : 0)));
+  return m_stmts.insertCollective.run();
 }
 
 Status SqliteTraceWriter::applyRow(const ConfigChangeOp& op) {

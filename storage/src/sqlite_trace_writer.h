@@ -38,6 +38,8 @@ class SqliteTraceWriter final : public TraceWriter {
   void addSlice(const SliceRow& slice) override;
   void addCounter(const CounterRow& counter) override;
   void addExpertLoad(const ExpertLoadRow& load) override;
+  void addA2aTraffic(const A2aTrafficRow& traffic) override;
+  void addCollective(const CollectiveRow& collective) override;
   void addConfigChange(RunId run, const ConfigChangeRow& change) override;
   void addStat(const StatRow& stat) override;
   void addStep(const StepRow& step) override;
@@ -63,6 +65,7 @@ class SqliteTraceWriter final : public TraceWriter {
 
   struct Statements {
     Statement insertRun, finishRun, insertTrack, insertSlice, insertCounter, insertExpertLoad,
+        insertA2aTraffic, insertCollective,
         insertConfigChange, upsertStat, upsertStep, upsertMeta, insertString, begin, commit,
         rollback;
     // insertSlices[k] inserts 2^(k+1) slices (2 .. kSliceBatchRows); one slice: insertSlice.
@@ -86,6 +89,8 @@ class SqliteTraceWriter final : public TraceWriter {
   Status applyRow(const SliceRow& row);
   Status applyRow(const CounterRow& row);
   Status applyRow(const ExpertLoadRow& row);
+  Status applyRow(const A2aTrafficRow& row);
+  Status applyRow(const CollectiveRow& row);
   Status applyRow(const ConfigChangeOp& op);
   Status applyRow(const StatRow& row);
   Status applyRow(const StepRow& row);

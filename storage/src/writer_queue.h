@@ -47,7 +47,8 @@ struct SyncOp {
 // Rare, large rows are boxed so that a WriteOp is only as large as a SliceRow (the common op).
 using WriteOp = std::variant<std::unique_ptr<RunRow>, FinishRunOp, TrackRow, SliceRow, CounterRow,
                              ExpertLoadRow, std::unique_ptr<ConfigChangeOp>, StatRow, StepRow,
-                             MetaOp, SyncOp>;
+                             MetaOp, SyncOp, std::unique_ptr<A2aTrafficRow>,
+                             std::unique_ptr<CollectiveRow>>;
 
 class WriterQueue {
  public:

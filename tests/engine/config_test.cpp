@@ -75,7 +75,7 @@ TEST(Config, ValidationNamesTheKeyAndRange) {
 
   c = RunConfig{};
   c.run.backend = "tpu";
-  EXPECT_NE(validateConfig(c).message().find("\"cpu\" | \"auto\""), std::string::npos);
+  EXPECT_NE(validateConfig(c).message().find("\"cpu\" | \"cuda\" | \"auto\""), std::string::npos);
 
   c = RunConfig{};
   c.optim.lr = 0;

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "model/lora.h"
+#include "parallel/collective_error.h"
+#include "parallel/global_router_stats.h"
 #include "ops/embedding/embedding.h"
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -128,6 +132,8 @@ void Model<T>::addLoraAdapters() {
     adapter.b = addParam(name + ".lora_b", loraBShape(shape, rank), false, Init::kZeros);
     m_isAdapter[size_t(adapter.a)] = true;
     m_isAdapter[size_t(adapter.b)] = true;
+    m_expertSharded[size_t(adapter.a)] = m_expertSharded[i];
+    m_expertSharded[size_t(adapter.b)] = m_expertSharded[i];
     m_lora.push_back(adapter);
   }
 }
@@ -186,7 +192,11 @@ void Model<T>::addLayerParams(int64_t l) {
     const Init init = spec.init == MoeParamInit::kOnes     ? Init::kOnes
                       : spec.init == MoeParamInit::kOutput ? Init::kOutput
                                                            : Init::kNormal;
-    const int index = addParam(prefix + spec.name, spec.shape, spec.decay, init);
+    const bool routed = spec.name == "moe.gate" || spec.name == "moe.up" || spec.name == "moe.down";
+    std::vector<int64_t> shape = spec.shape;
+    if (routed) shape[0] = m_dims.localExperts();
+    const int index = addParam(prefix + spec.name, shape, spec.decay, init);
+    m_expertSharded[size_t(index)] = routed && m_dims.expertShards > 1;
     if (spec.name == "moe.router") p.router = index;
     else if (spec.name == "moe.gate") p.gate = index;
     else if (spec.name == "moe.up") p.up = index;
@@ -215,6 +225,8 @@ int Model<T>::addParam(const std::string& name, const std::vector<int64_t>& shap
   m_init.push_back(init);
   m_initMixer.push_back(mixer);
   m_isAdapter.push_back(false);
+  m_expertSharded.push_back(false);
+  m_unit.push_back(name.starts_with("layers.") ? int32_t(std::stoll(name.substr(7))) : -1);
   // "layers.3.kda.wq" -> "kda.wq": the name the mixer's init looks up.
   m_localName.push_back(name.starts_with("layers.") ? name.substr(name.find('.', 7) + 1) : name);
   return int(m_params.size()) - 1;
@@ -226,6 +238,20 @@ void Model<T>::initialize(uint64_t seed) {
   const double outputStd = m_dims.initStd / std::sqrt(2.0 * double(m_dims.numLayers));
   for (size_t i = 0; i < m_params.size(); ++i) {
     Tensor<T>& value = m_params[i].value;
+    if (m_expertSharded[i]) {  // draw all experts' values (as one rank would), keep this shard's
+      const int64_t shardNumel = value.numel();
+      const int64_t first = m_dims.expertShard * shardNumel;
+      const double stddev = m_init[i] == Init::kOutput ? outputStd
+                            : m_init[i] == Init::kLoraA
+                                ? 1.0 / std::sqrt(double(value.dim(value.rank() - 1)))
+                                : m_dims.initStd;
+      const bool zeros = m_init[i] == Init::kZeros;
+      for (int64_t j = 0; j < shardNumel * m_dims.expertShards; ++j) {
+        const double draw = zeros ? 0.0 : rng.normal() * stddev;
+        if (j >= first && j < first + shardNumel) value[j - first] = T(draw);
+      }
+      continue;
+    }
     switch (m_init[i]) {
       case Init::kOnes: value.fill(T(1)); break;
       case Init::kZeros: value.zero(); break;
@@ -336,6 +362,27 @@ void Model<T>::afterOptimizerStep() {
 
 
 template <typename T>
+void Model<T>::setParallel(const ModelParallel& parallel) {
+  if constexpr (!std::is_same_v<T, float>) {
+    MOEWB_CHECK_MSG(parallel.ep == nullptr && parallel.world == nullptr,
+                    "expert parallelism and global router statistics need Model<float>");
+  }
+  MOEWB_CHECK(parallel.ep == nullptr || parallel.ep->worldSize() == m_dims.expertShards);
+  m_parallel = parallel;
+}
+
+template <typename T>
+void Model<T>::enterUnit(int32_t unit, bool forward) {
+  if (m_parallel.tag != nullptr) m_parallel.tag->layer = unit;
+  if (m_parallel.hooks == nullptr) return;
+  if (forward) {
+    m_parallel.hooks->beforeForward(unit);
+  } else {
+    m_parallel.hooks->afterBackward(unit);
+  }
+}
+
+template <typename T>
 Tensor<T> Model<T>::embedForward(const Batch& batch, PhaseRecorder* recorder) {
   ScopedPhase phase(recorder, Phase::kEmbedding, Pass::kForward, -1);
   Tensor<T> h = embeddingForward(m_pool, m_inputs, value(m_embedding));  // [N, D]
@@ -385,6 +432,7 @@ ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
   m_targets = batch.targets.clone();
   m_acts.clear();
   m_acts.resize(size_t(m_dims.numLayers));
+  enterUnit(-1, true);
   Tensor<T> h = embedForward(batch, recorder);  // [N, D] residual stream
   if (m_dims.attnRes) {
     m_attnRes = std::make_unique<AttnResState<T>>(m_dims.attnResBlockSize,
@@ -393,6 +441,7 @@ ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
   }
   ForwardResult result;
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
+    enterUnit(l, true);
     layerForward(l, h, recorder);
     const LayerActs& a = m_acts[size_t(l)];
     result.auxLoss += a.moe.aux.loss + a.mixer.auxLoss;
@@ -405,6 +454,7 @@ ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
     }
     result.expertBias.push_back(std::move(bias));
   }
+  if (m_parallel.tag != nullptr) m_parallel.tag->layer = -1;
   if (m_dims.attnRes) {
     m_finalInput = m_attnRes->mixFinal(m_pool, value(m_finalResQuery), value(m_finalResGain));
   } else {
@@ -453,6 +503,11 @@ Tensor<T> Model<T>::moeSublayerForward(int32_t layer, PhaseRecorder* recorder) {
     ScopedPhase phase(recorder, Phase::kRouter, Pass::kForward, layer);
     a.norm2 = rmsNormForward(m_pool, a.mid, value(p.moeNorm), m_dims.normEps, a.rstd2);
     moeRouterForward(m_pool, a.norm2, moeW, moeOptions(), a.moe);
+    if constexpr (std::is_same_v<T, float>) {
+      if (m_parallel.world != nullptr && m_dims.auxLossCoef != 0) {
+        globalizeSwitchLoss(*m_parallel.world, m_dims.auxLossCoef, a.moe);
+      }
+    }
   }
   {
     ScopedPhase phase(recorder, Phase::kPermute, Pass::kForward, layer);
@@ -460,12 +515,44 @@ Tensor<T> Model<T>::moeSublayerForward(int32_t layer, PhaseRecorder* recorder) {
   }
   {
     ScopedPhase phase(recorder, Phase::kExperts, Pass::kForward, layer);
-    moeExpertsForward(m_pool, a.norm2, moeW, a.moe);
+    expertsStageForward(layer, moeW);
   }
   ScopedPhase phase(recorder, Phase::kCombine, Pass::kForward, layer);
   Tensor<T> out = moeCombineForward(m_pool, moeW, a.moe);  // [N, D]
   if (moeW.sharedGate) moeSharedForward(m_pool, a.norm2, moeW, a.moe, out);
   return out;
+}
+
+// The experts stage: local grouped experts, or with expert parallelism the all-to-all round trip
+// to the experts' owners (parallel/ep_dispatch.h).
+template <typename T>
+void Model<T>::expertsStageForward(int32_t layer, const MoeWeights<T>& w) {
+  LayerActs& a = m_acts[size_t(layer)];
+  if constexpr (std::is_same_v<T, float>) {
+    if (m_parallel.ep != nullptr) {
+      a.moe.yPerm = epExpertsForward(m_pool, *m_parallel.ep, a.moe.xPerm, a.moe.plan.offsets,
+                                     ExpertWeights<float>{w.gate, w.up, w.down},
+                                     a.moe.options.glu(), a.ep, m_parallel.tag);
+      return;
+    }
+  }
+  moeExpertsForward(m_pool, a.norm2, w, a.moe);
+}
+
+template <typename T>
+void Model<T>::expertsStageBackward(int32_t layer, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                                    MoeBackwardState<T>& state) {
+  LayerActs& a = m_acts[size_t(layer)];
+  if constexpr (std::is_same_v<T, float>) {
+    if (m_parallel.ep != nullptr) {
+      state.dXPerm = epExpertsBackward(m_pool, *m_parallel.ep, state.dYPerm,
+                                       ExpertWeights<float>{w.gate, w.up, w.down},
+                                       ExpertGrads<float>{g.gate, g.up, g.down},
+                                       a.moe.options.glu(), a.ep, m_parallel.tag);
+      return;
+    }
+  }
+  moeExpertsBackward(m_pool, a.norm2, w, a.moe, g, state);
 }
 
 template <typename T>
@@ -485,8 +572,10 @@ void Model<T>::backward(PhaseRecorder* recorder) {
                              grad(m_finalResQuery), grad(m_finalResGain));
   }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
+    if (m_parallel.tag != nullptr) m_parallel.tag->layer = l;
     dh = layerBackward(l, dh, recorder);
     m_acts[size_t(l)] = LayerActs();
+    enterUnit(l, false);
   }
   if (m_dims.attnRes) {
     dh = m_attnRes->takeEmbeddingGrad();
@@ -494,6 +583,7 @@ void Model<T>::backward(PhaseRecorder* recorder) {
   }
   embedBackward(dh, recorder);
   convertLoraGrads();
+  enterUnit(-1, false);
   m_acts.clear();
   m_hasActivations = false;
 }
@@ -547,7 +637,7 @@ Tensor<T> Model<T>::moeSublayerBackward(int32_t layer, const Tensor<T>& dOut,
   }
   {
     ScopedPhase phase(recorder, Phase::kExperts, Pass::kBackward, layer);
-    moeExpertsBackward(m_pool, a.norm2, moeW, a.moe, moeG, state);
+    expertsStageBackward(layer, moeW, moeG, state);
   }
   Tensor<T> dNorm2;  // [N, D]
   {

@@ -18,6 +18,11 @@
 // LoRA-off model of the same seed) and "<name>.lora_b" (B = 0), appended after the base
 // parameters (model/lora.h). forward() materialises W' = W + s B A, which value() hands to the
 // ops; backward() turns the dW' left in W's grad into dA, dB and zeroes W's grad.
+// Parallel runs (engine/src/parallel, model_parallel.h): with dims.expertShards > 1 the routed
+// experts' tensors hold this rank's E / expertShards experts (initialised to the same values as
+// the matching slice of the one-rank model) and the experts stage runs the EP all-to-all round
+// trip; installed hooks run before each unit's forward and after its backward (FSDP), and a
+// world communicator makes the Switch loss use global statistics.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +32,12 @@
 #include "data/batch.h"
 #include "model/lm_loss.h"
 #include "model/mixer.h"
+#include "model/model_parallel.h"
 #include "model/moe_ffn.h"
 #include "model/parameter.h"
 #include "ops/attnres/attnres_state.h"
 #include "ops/moe_variants/expert_bias.h"
+#include "parallel/ep_dispatch.h"
 #include "runtime/thread_pool.h"
 #include "tensor/tensor.h"
 #include "trace/phase_recorder.h"
@@ -93,6 +100,15 @@ class Model {
   // arithmetic as the forward's), a copy of the value otherwise.
   Tensor<T> mergedValue(size_t index) const;
 
+  // Installs the parallel driver's communicators and hooks (model_parallel.h); T = float only
+  // when parallel.ep or parallel.world is set. The EP group's size must be dims().expertShards.
+  void setParallel(const ModelParallel& parallel);
+  // True for the routed experts' gate / up / down (and their adapters): sharded over EP ranks,
+  // holding dims().localExperts() experts.
+  bool isExpertSharded(size_t index) const { return m_expertSharded[index]; }
+  // The unit of parameter `index` for FSDP: its decoder layer, or -1 (embedding and head).
+  int32_t unitOf(size_t index) const { return m_unit[index]; }
+
  private:
   enum class Init : uint8_t { kNormal, kOutput, kOnes, kZeros, kMixer, kLoraA };
   struct ParamIndex {
@@ -116,6 +132,7 @@ class Model {
     Tensor<T> norm2;  // [N, D]
     Tensor<T> rstd2;  // [N]
     MoeSaved<T> moe;
+    EpSaved ep;       // expert-parallel experts stage (parallel.ep > 1)
   };
 
   int addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay, Init init,
@@ -145,6 +162,10 @@ class Model {
   void layerForward(int32_t layer, Tensor<T>& h, PhaseRecorder* recorder);
   Tensor<T> layerBackward(int32_t layer, const Tensor<T>& dOut, PhaseRecorder* recorder);
   double lossForward(PhaseRecorder* recorder);
+  void expertsStageForward(int32_t layer, const MoeWeights<T>& w);
+  void expertsStageBackward(int32_t layer, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                            MoeBackwardState<T>& state);
+  void enterUnit(int32_t unit, bool forward);
   Tensor<T> lossBackward(PhaseRecorder* recorder);
 
   ModelDims m_dims;
@@ -154,6 +175,9 @@ class Model {
   std::vector<char> m_initMixer;   // [params] mixer kind for Init::kMixer
   std::vector<std::string> m_localName;  // [params] name below the layer prefix
   std::vector<bool> m_isAdapter;         // [params] LoRA adapter
+  std::vector<bool> m_expertSharded;     // [params] routed expert weight, sharded over EP
+  std::vector<int32_t> m_unit;           // [params] decoder layer, -1 outside the layers
+  ModelParallel m_parallel;
   struct LoraAdapter {
     int base = -1, a = -1, b = -1;  // parameter indices of W, A, B
   };

@@ -49,6 +49,12 @@ struct ModelDims {
   LoraSection lora;                // LoRA adapters (lora.enabled = false: none)
   int64_t imagePatches = 0;        // image positions at the start of each sequence
   int64_t patchDim = 0;            // features per image patch
+  // Expert parallelism: this model holds experts [expertShard * E / expertShards, ...) of the
+  // E routed experts in its gate / up / down tensors ([E / expertShards, ...]).
+  int64_t expertShards = 1;
+  int64_t expertShard = 0;
+
+  int64_t localExperts() const { return numExperts / expertShards; }
 
   int64_t tokens() const { return batchSize * seqLen; }
   // The mixer of layer l: 'A', 'K' or 'S'.

@@ -20,7 +20,7 @@ struct RunSection {
   std::string name = "run";       // shown in the workbench and stored in the trace
   uint64_t seed = 1234;           // seeds weights and data; same seed + config => same losses
   int64_t steps = 200;            // optimizer steps for `moewb run` unless --steps overrides
-  std::string backend = "cpu";    // "cpu" (reference); "cuda" and "auto" come with the GPU backend
+  std::string backend = "cpu";    // "cpu" (reference), "cuda" (GPU, bf16 mixed precision) or "auto"
   int32_t threads = 0;            // CPU worker threads; 0 = all hardware threads
 
   bool operator==(const RunSection&) const = default;
@@ -147,6 +147,29 @@ struct LoraSection {
   bool operator==(const LoraSection&) const = default;
 };
 
+// Parallelism on in-process ranks (threads): the world of ranks is world_size = fsdp * replicate;
+// experts are sharded over `ep` consecutive ranks, dense parameters over `fsdp` consecutive ranks
+// and replicated `replicate` times (HSDP), expert parameters over the expert-data-parallel group
+// (the world_size / ep ranks that hold the same experts). Every rank reads data.batch_size /
+// world_size sequences of the global batch.
+struct ParallelSection {
+  int32_t worldSize = 1;          // ranks; `moewb run --ranks N` sets it
+  int32_t ep = 1;                 // expert-parallel degree (divides world_size and num_experts)
+  int32_t fsdp = 0;               // dense parameter shard degree; 0 = world_size / replicate
+  int32_t replicate = 0;          // replicas of each dense shard; 0 = world_size / fsdp
+  int32_t timeoutMs = 10000;      // ms a collective waits for a missing rank before failing
+
+  // The degrees in effect: fsdp (0: world_size / replicate, or world_size when both are 0) and
+  // replicate (0: world_size / that fsdp). validateConfig checks fsdp * replicate = world_size.
+  int32_t fsdpDegree() const {
+    return fsdp > 0 ? fsdp : replicate > 0 ? worldSize / replicate : worldSize;
+  }
+  int32_t replicateDegree() const {
+    return replicate > 0 ? replicate : fsdpDegree() > 0 ? worldSize / fsdpDegree() : 0;
+  }
+  bool operator==(const ParallelSection&) const = default;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -158,6 +181,7 @@ struct RunConfig {
   LossSection loss;
   FusionSection fusion;
   LoraSection lora;
+  ParallelSection parallel;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
   bool operator==(const RunConfig&) const = default;

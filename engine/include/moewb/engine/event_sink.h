@@ -97,6 +97,34 @@ struct ConfigChangeEvent {
   std::string source;      // "cli", "gui", "tuner", "test"
 };
 
+// One collective of one rank (parallel runs): an all-gather, reduce-scatter, all-to-all, ...
+struct CollectiveEvent {
+  int64_t step = 0;
+  int32_t layer = -1;           // decoder layer it served, -1 outside the layers
+  int32_t rank = 0;             // global rank that ran it
+  std::string op;               // "all_to_all_v", "all_gather", "reduce_scatter", ...
+  std::string group;            // "world", "ep", "expert_dp", "fsdp", "replicate"
+  std::string phase;            // EP all-to-all: "dispatch", "combine", "combine.bwd", ...; else ""
+  uint64_t seq = 0;             // per-group sequence number, from 1 (equal on every peer)
+  int64_t bytesSent = 0;        // payload to other ranks, bytes
+  int64_t bytesReceived = 0;    // payload from other ranks, bytes
+  std::vector<int32_t> peers;   // global ranks of the group, in group order
+  int64_t startNs = 0;          // steady clock
+  int64_t endNs = 0;
+  bool ok = true;               // false when the collective failed
+};
+
+// Bytes one rank sent to each peer in one expert-parallel all-to-all (a row of the traffic
+// matrix of that layer, step and phase).
+struct A2aTrafficEvent {
+  int64_t step = 0;
+  int32_t layer = 0;
+  int32_t srcRank = 0;                // global rank
+  std::vector<int32_t> dstRanks;      // global ranks of the EP group
+  std::vector<int64_t> bytes;         // [dstRanks] bytes sent to each (incl. itself)
+  std::string phase;                  // "dispatch", "combine", "combine.bwd", "dispatch.bwd"
+};
+
 enum class RunOutcome : uint8_t { kCompleted, kStopped, kFailed };
 
 struct RunEndEvent {
@@ -117,6 +145,9 @@ class EventSink {
   virtual void onStep(const StepEvent& event) = 0;
   // A live config patch was applied at a step boundary (one call per changed key).
   virtual void onConfigChange(const ConfigChangeEvent& event) { (void)event; }
+  // Parallel runs: a finished collective, and the traffic row of an EP all-to-all.
+  virtual void onCollective(const CollectiveEvent& event) { (void)event; }
+  virtual void onA2aTraffic(const A2aTrafficEvent& event) { (void)event; }
   virtual void onRunEnd(const RunEndEvent& event) = 0;
 };
 
@@ -131,6 +162,12 @@ class FanOutSink final : public EventSink {
   void onStep(const StepEvent& e) override { for (auto* s : m_sinks) s->onStep(e); }
   void onConfigChange(const ConfigChangeEvent& e) override {
     for (auto* s : m_sinks) s->onConfigChange(e);
+  }
+  void onCollective(const CollectiveEvent& e) override {
+    for (auto* s : m_sinks) s->onCollective(e);
+  }
+  void onA2aTraffic(const A2aTrafficEvent& e) override {
+    for (auto* s : m_sinks) s->onA2aTraffic(e);
   }
   void onRunEnd(const RunEndEvent& e) override { for (auto* s : m_sinks) s->onRunEnd(e); }
 

@@ -5,6 +5,11 @@
 // leaves nothing behind), run() trains on the calling thread and returns a summary, requestStop()
 // (any thread) ends the run after the current step. Every completed step is committed to the file
 // before run() moves on, so the GUI can read the file live.
+// With parallel.world_size > 1 the run trains on that many in-process ranks (engine's
+// ParallelTrainer) and every rank writes into the same file: one run row, per rank a trainer
+// thread track and a "collectives" comm track, step / expert_load rows with the rank column, the
+// collective and a2a_traffic tables. Checkpoints, resume, dumps, initial weights, merged exports
+// and live commands need a single rank (kInvalidArgument / kFailedPrecondition).
 #pragma once
 
 #include <atomic>
@@ -19,6 +24,10 @@
 #include "moewb/engine/event_sink.h"
 
 #include "moewb/engine/trainer.h"
+
+namespace moewb::engine {
+class ParallelTrainer;
+}
 namespace moewb::storage {
 class TraceWriter;
 }
@@ -89,6 +98,7 @@ class TracedRun {
   class SummarySink;
   TracedRun() = default;
   Status createTrainer(const TracedRunOptions& options);
+  Status createParallelTrainer(const TracedRunOptions& options);
 
   engine::RunConfig m_config;
   int64_t m_steps = 0;
@@ -98,6 +108,8 @@ class TracedRun {
   std::unique_ptr<SummarySink> m_summary;
   std::unique_ptr<engine::FanOutSink> m_fanOut;
   std::unique_ptr<engine::Trainer> m_trainer;
+  std::unique_ptr<engine::ParallelTrainer> m_parallel;  // parallel.world_size > 1
+  std::vector<std::unique_ptr<HostTracer>> m_rankTracers;  // ranks 1.. (parallel)
 };
 
 }  // namespace moewb::profiler

@@ -35,6 +35,7 @@ struct TrackRow {
 // Category values used by the writer and the viewers.
 inline constexpr const char* kCategoryStep = "step";
 inline constexpr const char* kCategoryPhase = "phase";
+inline constexpr const char* kCategoryCollective = "collective";
 
 struct SliceRow {
   SliceId id;                 // assigned by the store
@@ -79,6 +80,34 @@ struct ExpertLoadRow {
   int64_t tokens = 0;         // (token, expert) assignments routed to this expert
   int64_t dropped = 0;        // assignments dropped by capacity
   double bias = 0;            // router bias (aux-loss-free balancing), 0 when unused
+};
+
+// One row of the all-to-all traffic matrix of an EP layer, step and phase.
+struct A2aTrafficRow {
+  int64_t step = 0;
+  int32_t layer = 0;
+  int32_t srcRank = 0;
+  int32_t dstRank = 0;
+  int64_t bytes = 0;          // bytes src sent to dst (src == dst: rows that stayed local)
+  std::string phase;          // "dispatch", "combine", "combine.bwd", "dispatch.bwd"
+};
+
+// The details of one collective of one rank (its slice is on `track` at `startNs`).
+struct CollectiveRow {
+  TrackId track;
+  int64_t startNs = 0;
+  int64_t durNs = 0;
+  int64_t step = -1;
+  int32_t layer = -1;
+  int32_t rank = 0;
+  std::string op;             // "all_to_all_v", "all_gather", ...
+  std::string commGroup;      // "world", "ep", "expert_dp", "fsdp", "replicate"
+  std::string phase;          // EP all-to-all phase, "" otherwise
+  int64_t seq = 0;            // per-group sequence number
+  int64_t bytesSent = 0;
+  int64_t bytesReceived = 0;
+  std::string peers;          // "0,1,2,3": global ranks in group order
+  bool ok = true;
 };
 
 struct ConfigChangeRow {

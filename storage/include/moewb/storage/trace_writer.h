@@ -44,6 +44,10 @@ class TraceWriter {
   virtual void addSlice(const SliceRow& slice) = 0;
   virtual void addCounter(const CounterRow& counter) = 0;
   virtual void addExpertLoad(const ExpertLoadRow& load) = 0;
+  // Queues one cell of an EP all-to-all traffic matrix (a2a_traffic table).
+  virtual void addA2aTraffic(const A2aTrafficRow& traffic) = 0;
+  // Queues the details of one collective (collective table); its slice is added separately.
+  virtual void addCollective(const CollectiveRow& collective) = 0;
   virtual void addConfigChange(RunId run, const ConfigChangeRow& change) = 0;
   // Upserts a stats row (same name replaces the value).
   virtual void addStat(const StatRow& stat) = 0;

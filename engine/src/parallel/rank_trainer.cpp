@@ -1,0 +1,296 @@
+// One rank of a parallel run: group split, sharded model, the step with its collectives and the
+// trace events (see rank_trainer.h).
+#include "parallel/rank_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <thread>
+
+#include "moewb/base/units.h"
+#include "optim/optimizer.h"
+#include "parallel/collective_error.h"
+#include "trace/phase_recorder.h"
+
+namespace moewb::engine {
+
+class RankTrainer::Hooks final : public ModelHooks {
+ public:
+  explicit Hooks(FsdpShards& shards) : m_shards(shards) {}
+  void beforeForward(int32_t unit) override { m_shards.gather(unit); }
+  void afterBackward(int32_t unit) override { m_shards.reduce(unit); }
+
+ private:
+  FsdpShards& m_shards;
+};
+
+Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const RunConfig& config,
+                                                         Communicator& world, EventSink* sink) {
+  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  if (config.parallel.worldSize != world.worldSize()) {
+    return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
+                           " but the communicator has " + std::to_string(world.worldSize()) +
+                           " ranks");
+  }
+  std::unique_ptr<RankTrainer> trainer(new RankTrainer(config, world, sink));
+  MOEWB_RETURN_IF_ERROR(trainer->split());
+  const int32_t w = config.parallel.worldSize;
+  ModelDims dims = ModelDims::fromConfig(config);
+  dims.batchSize /= w;
+  dims.expertShards = config.parallel.ep;
+  dims.expertShard = world.rank() % config.parallel.ep;
+  try {
+    trainer->m_model = std::make_unique<Model<float>>(dims, *trainer->m_pool);
+    trainer->m_model->initialize(config.run.seed);
+    FsdpGroups groups{trainer->m_fsdp.get(), trainer->m_replicate.get(), trainer->m_expertDp.get(),
+                      w};
+    trainer->m_shards = std::make_unique<FsdpShards>(*trainer->m_model, groups);
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("rank " + std::to_string(world.rank()) +
+                             ": out of memory while allocating the model");
+  }
+  trainer->m_hooks = std::make_unique<Hooks>(*trainer->m_shards);
+  ModelParallel parallel;
+  parallel.ep = config.parallel.ep > 1 ? trainer->m_ep.get() : nullptr;
+  parallel.world = w > 1 ? &world : nullptr;
+  parallel.hooks = trainer->m_hooks.get();
+  parallel.tag = &trainer->m_tag;
+  trainer->m_model->setParallel(parallel);
+  return trainer;
+}
+
+RankTrainer::RankTrainer(const RunConfig& config, Communicator& world, EventSink* sink)
+    : m_config(config), m_world(world), m_sink(sink) {
+  int32_t threads = config.run.threads;
+  if (threads == 0) {
+    const int32_t hardware = int32_t(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, hardware / config.parallel.worldSize);
+  }
+  m_pool = std::make_unique<ThreadPool>(threads);
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
+                                           config.model.seqLen, config.run.seed);
+}
+
+RankTrainer::~RankTrainer() = default;
+
+Status RankTrainer::split() {
+  const int32_t r = m_world.rank();
+  const int32_t ep = m_config.parallel.ep, fsdp = m_config.parallel.fsdpDegree();
+  observe(m_world, "world");
+  MOEWB_ASSIGN_OR_RETURN(m_ep, m_world.split(r / ep, r));
+  MOEWB_ASSIGN_OR_RETURN(m_expertDp, m_world.split(r % ep, r));
+  MOEWB_ASSIGN_OR_RETURN(m_fsdp, m_world.split(r / fsdp, r));
+  MOEWB_ASSIGN_OR_RETURN(m_replicate, m_world.split(r % fsdp, r));
+  observe(*m_ep, "ep");
+  observe(*m_expertDp, "expert_dp");
+  observe(*m_fsdp, "fsdp");
+  observe(*m_replicate, "replicate");
+  return Status::ok();
+}
+
+void RankTrainer::observe(Communicator& comm, const char* group) {
+  if (m_sink == nullptr) return;
+  comm.setObserver([this, group](const CollectiveRecord& record) {
+    CollectiveEvent event;
+    event.step = m_stepsDone;
+    event.layer = m_tag.layer;
+    event.rank = m_world.rank();
+    event.op = record.op;
+    event.group = group;
+    event.phase = m_tag.phase;
+    event.seq = record.seq;
+    event.bytesSent = record.bytesSent;
+    event.bytesReceived = record.bytesReceived;
+    event.peers = record.peers;
+    event.startNs = record.startNs;
+    event.endNs = record.endNs;
+    event.ok = record.ok;
+    m_sink->onCollective(event);
+    if (record.op != "all_to_all_v" || event.phase.empty() || !record.ok) return;
+    A2aTrafficEvent traffic;
+    traffic.step = m_stepsDone;
+    traffic.layer = m_tag.layer;
+    traffic.srcRank = m_world.rank();
+    traffic.dstRanks = record.peers;
+    traffic.bytes = record.sendBytesByPeer;
+    traffic.phase = event.phase;
+    m_sink->onA2aTraffic(traffic);
+  });
+}
+
+Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
+  Batch local;
+  local.batchSize = global.batchSize / worldSize;
+  local.seqLen = global.seqLen;
+  local.imagePatches = global.imagePatches;
+  const int64_t firstSeq = rank * local.batchSize, tokens = local.batchSize * local.seqLen;
+  local.inputs = Tensor<int32_t>({tokens});
+  local.targets = Tensor<int32_t>({tokens});
+  std::copy_n(global.inputs.data() + firstSeq * local.seqLen, tokens, local.inputs.data());
+  std::copy_n(global.targets.data() + firstSeq * local.seqLen, tokens, local.targets.data());
+  local.topics.assign(global.topics.begin() + firstSeq,
+                      global.topics.begin() + firstSeq + local.batchSize);
+  if (global.imagePatches > 0) {
+    const int64_t rows = local.batchSize * global.imagePatches;
+    const int64_t width = global.patches.numel() / (global.batchSize * global.imagePatches);
+    local.patches = Tensor<float>({rows, width});
+    std::copy_n(global.patches.data() + firstSeq * global.imagePatches * width, rows * width,
+                local.patches.data());
+  }
+  return local;
+}
+
+Result<bool> RankTrainer::agree(bool stop) {
+  std::vector<int64_t> flag{stop ? 1 : 0};
+  MOEWB_RETURN_IF_ERROR(m_world.allReduce(std::span<int64_t>(flag), ReduceOp::kMax));
+  return flag[0] != 0;
+}
+
+// Sum of one double per rank, exact to about 1e-14: each value travels as two floats.
+double RankTrainer::sumOverRanks(double value) {
+  const float hi = float(value);
+  const float lo = std::isfinite(hi) ? float(value - double(hi)) : 0.0f;
+  const std::vector<float> send{hi, lo};
+  std::vector<float> recv(size_t(2 * m_world.worldSize()));
+  throwIfFailed(m_world.allGather(std::span<const float>(send), std::span<float>(recv)));
+  double sum = 0;
+  for (size_t i = 0; i < recv.size(); i += 2) sum += double(recv[i]) + double(recv[i + 1]);
+  return sum;
+}
+
+Result<StepEvent> RankTrainer::step() {
+  if (!m_failure.isOk()) {
+    return failedPrecondition("training already failed: " + m_failure.toString());
+  }
+  try {
+    Result<StepEvent> result = trainStep();
+    if (!result.isOk()) m_failure = result.status();
+    return result;
+  } catch (const CollectiveError& e) {
+    m_failure = e.status();
+  } catch (const std::bad_alloc&) {
+    m_failure = resourceExhausted("rank " + std::to_string(m_world.rank()) +
+                                  ": out of memory in step " + std::to_string(m_stepsDone));
+  }
+  return m_failure;
+}
+
+Result<StepEvent> RankTrainer::trainStep() {
+  const int64_t stepIndex = m_stepsDone;
+  const int32_t w = m_world.worldSize();
+  if (m_world.rank() == 0) TensorMemory::resetPeak();
+  StepEvent event;
+  event.step = stepIndex;
+  event.rank = m_world.rank();
+  event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = slice(m_data->batch(stepIndex), m_world.rank(), w);
+  m_model->zeroGrads();
+  m_model->setStep(stepIndex);
+  ForwardResult forward;
+  {
+    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
+    forward = m_model->forward(batch, &recorder);
+  }
+  // Each rank's loss is the mean over N / W tokens: the global mean is the mean of the ranks'.
+  const double loss = sumOverRanks(forward.loss) / w;
+  const double auxLoss = sumOverRanks(forward.auxLoss) / w;
+  if (!std::isfinite(loss) || !std::isfinite(auxLoss)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": loss = " + std::to_string(loss) +
+                         ", aux loss = " + std::to_string(auxLoss));
+  }
+  {
+    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(&recorder);
+  }
+  OptimizerStepResult optim;
+  {
+    ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
+    m_tag.layer = -1;
+    optim.gradNorm = std::sqrt(sumOverRanks(m_shards->localGradSquares()));
+    if (std::isfinite(optim.gradNorm)) {
+      optim = optimizerStep(*m_pool, m_shards->shards(), m_config.optim, stepIndex,
+                            optim.gradNorm);
+      for (auto& bias : m_model->expertBiases()) {
+        throwIfFailed(m_world.allReduce(std::span<int64_t>(bias.pendingCounts)));
+      }
+      m_model->afterOptimizerStep();
+    }
+  }
+  if (!std::isfinite(optim.gradNorm)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": gradient norm = " + std::to_string(optim.gradNorm));
+  }
+  event.endNs = steadyNowNs();
+  event.loss = loss;
+  event.auxLoss = auxLoss;
+  event.tokens = batch.tokens();
+  const double seconds = double(std::max<int64_t>(1, event.endNs - event.startNs)) / kNsPerSecond;
+  event.tokensPerSecond = double(event.tokens) / seconds;
+  event.peakBytes = TensorMemory::peakBytes();
+  event.gradNorm = optim.gradNorm;
+  event.lr = optim.lr;
+  emitStepEvents(event, forward);
+  ++m_stepsDone;
+  return event;
+}
+
+void RankTrainer::emitStepEvents(const StepEvent& event, const ForwardResult& forward) {
+  if (m_sink == nullptr) return;
+  for (size_t layer = 0; layer < forward.expertCounts.size(); ++layer) {
+    ExpertLoadEvent load;
+    load.step = event.step;
+    load.layer = int32_t(layer);
+    load.rank = event.rank;
+    load.tokensPerExpert = forward.expertCounts[layer];
+    load.droppedPerExpert = forward.expertDropped[layer];
+    load.droppedPerExpert.resize(load.tokensPerExpert.size(), 0);
+    load.biasPerExpert = forward.expertBias[layer];
+    m_sink->onExpertLoad(load);
+  }
+  m_sink->onCounter({"lr", event.endNs, event.lr});
+  m_sink->onCounter({"grad_norm", event.endNs, event.gradNorm});
+  // Per rank: the full (gathered) buffers the model keeps plus this rank's shards.
+  int64_t weights = m_shards->valueBytes(), grads = m_shards->gradBytes();
+  for (const auto& p : m_model->parameters()) {
+    weights += p.value.bytes();
+    grads += p.grad.bytes();
+  }
+  m_sink->onCounter({"memory.weights_bytes", event.endNs, double(weights)});
+  m_sink->onCounter({"memory.grads_bytes", event.endNs, double(grads)});
+  m_sink->onCounter({"memory.optimizer_bytes", event.endNs, double(m_shards->optimizerBytes())});
+  m_sink->onStep(event);
+}
+
+Result<std::vector<Tensor<float>>> RankTrainer::gatherFull(bool grads) {
+  std::vector<Tensor<float>> out;
+  const auto& params = m_model->parameters();
+  size_t shard = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter<float>& p = params[i];
+    MOEWB_CHECK(p.trainable);  // frozen parameters (LoRA) are refused with several ranks
+    const bool expert = m_model->isExpertSharded(i);
+    const Parameter<float>& s = m_shards->shards()[shard++];
+    const Tensor<float>& mine = grads ? s.grad : s.value;
+    Communicator& group = expert ? *m_expertDp : *m_fsdp;
+    std::vector<float> all(size_t(group.worldSize() * mine.numel()));
+    MOEWB_RETURN_IF_ERROR(group.allGather(std::span<const float>(mine.data(), size_t(mine.numel())),
+                                          std::span<float>(all)));
+    std::vector<int64_t> shape = p.value.shape();
+    Tensor<float> local(shape);
+    std::copy_n(all.data(), local.numel(), local.data());
+    if (expert) {
+      shape[0] *= m_ep->worldSize();
+      Tensor<float> full(shape);
+      MOEWB_RETURN_IF_ERROR(m_ep->allGather(
+          std::span<const float>(local.data(), size_t(local.numel())),
+          std::span<float>(full.data(), size_t(full.numel()))));
+      local = std::move(full);
+    }
+    out.push_back(std::move(local));
+  }
+  return out;
+}
+
+}  // namespace moewb::engine
