@@ -16,15 +16,33 @@ else()
   message(FATAL_ERROR "OpenBLAS not found: install the Debian package libopenblas-dev")
 endif()
 
+# CUDA backend: AUTO builds it when nvcc is found, ON insists, OFF skips it. Kernels are compiled
+# for CMAKE_CUDA_ARCHITECTURES (default 90, the H200); the tests of the backend carry the CTest
+# label gpu and skip without a device.
 if(MOEWB_CUDA STREQUAL "AUTO" OR MOEWB_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    message(STATUS "CUDA compiler found at ${CMAKE_CUDA_COMPILER}; the CUDA backend is not part of "
-                   "this version yet, so MOEWB_CUDA stays OFF")
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    # CMake 3.25 does not know nvcc 13's C++20 flag; teach it before asking for CUDA 20.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(MOEWB_CUDA ON)
+  elseif(MOEWB_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MOEWB_CUDA=ON but no CUDA compiler (nvcc) was found; install the CUDA "
+                        "toolkit or configure with -DMOEWB_CUDA=OFF")
   else()
     message(STATUS "CUDA toolkit not found: MOEWB_CUDA=OFF (CPU backend only)")
+    set(MOEWB_CUDA OFF)
   endif()
+else()
   set(MOEWB_CUDA OFF)
 endif()
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <new>
 
+#include "backend/device_backend.h"
 #include "checkpoint/alignment_dump.h"
 #include "checkpoint/checkpoint.h"
 #include "data/synthetic_data.h"
@@ -66,11 +67,40 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, EventS
                              " of memory; reduce model.d_model, moe.num_experts, moe.d_ff, "
                              "model.vocab_size or data.batch_size * model.seq_len");
   }
+  std::unique_ptr<Trainer> trainer;
   try {
-    return std::unique_ptr<Trainer>(new Trainer(config, sink));
+    trainer.reset(new Trainer(config, sink));
   } catch (const std::bad_alloc&) {
     return resourceExhausted("out of memory while allocating the model");
   }
+  MOEWB_RETURN_IF_ERROR(trainer->selectBackend());
+  return trainer;
+}
+
+// run.backend: "cuda" must get the GPU (or fail naming why); "auto" takes it when this build has
+// the CUDA backend, a device is visible and the model's settings run there, else stays on cpu.
+Status Trainer::selectBackend() {
+  const std::string& wanted = m_config.run.backend;
+  if (wanted == "cpu") return Status::ok();
+  if (wanted == "auto" && !cudaDeviceAvailable()) return Status::ok();
+  Result<std::unique_ptr<DeviceBackend>> device = createCudaBackend(m_config, *m_model, 0);
+  if (device.isOk()) {
+    m_device = std::move(device).value();
+    return Status::ok();
+  }
+  if (wanted == "auto" && device.status().code() == StatusCode::kUnimplemented) {
+    m_backendNote = "run.backend = \"auto\" stayed on cpu: " + device.status().message();
+    return Status::ok();
+  }
+  return device.status();
+}
+
+std::string Trainer::backendName() const { return m_device ? m_device->backendName() : "cpu"; }
+
+std::string Trainer::deviceDescription() const {
+  if (m_device) return m_device->deviceDescription();
+  return "CPU, " + std::to_string(threadCount()) + " threads" +
+         (m_backendNote.empty() ? "" : " (" + m_backendNote + ")");
 }
 
 Trainer::Trainer(const RunConfig& config, EventSink* sink) : m_config(config), m_sink(sink) {
@@ -110,6 +140,7 @@ std::vector<CheckpointState> checkpointState(Model<float>& model) {
 }  // namespace
 
 Status Trainer::saveCheckpoint(const std::string& path) const {
+  if (m_device) MOEWB_RETURN_IF_ERROR(m_device->pullState(*m_model));
   return engine::saveCheckpoint(path, m_model->parameters(), checkpointState(*m_model), m_stepsDone,
                                 toToml(m_config));
 }
@@ -118,6 +149,7 @@ Status Trainer::loadCheckpoint(const std::string& path) {
   MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, m_model->parameters(),
                                                                   checkpointState(*m_model)));
   m_stepsDone = nextStep;
+  if (m_device) return m_device->pushState(*m_model);
   return Status::ok();
 }
 
@@ -127,10 +159,14 @@ Status Trainer::loadWeights(const std::string& path) {
   for (size_t i = 0; i < params.size(); ++i) {
     if (!m_model->isLoraAdapter(i)) base.push_back(&params[i]);
   }
-  return engine::loadWeights(path, base, checkpointState(*m_model));
+  if (m_device) MOEWB_RETURN_IF_ERROR(m_device->pullState(*m_model));
+  MOEWB_RETURN_IF_ERROR(engine::loadWeights(path, base, checkpointState(*m_model)));
+  if (m_device) return m_device->pushState(*m_model);
+  return Status::ok();
 }
 
 Status Trainer::exportMergedWeights(const std::string& path) const {
+  if (m_device) MOEWB_RETURN_IF_ERROR(m_device->pullState(*m_model));
   const auto& params = m_model->parameters();
   std::vector<Tensor<float>> merged;  // [base params] kept alive until written
   std::vector<NamedWeight> weights;
@@ -196,7 +232,7 @@ void Trainer::startRunOnce() {
   RunStartEvent event;
   event.name = m_config.run.name;
   event.configToml = toToml(m_config);
-  event.backend = "cpu";
+  event.backend = backendName();
   event.worldSize = 1;
   event.numLayers = m_config.model.numLayers;
   event.numExperts = m_config.moe.numExperts;
@@ -259,6 +295,7 @@ Result<StepEvent> Trainer::trainStep() {
   event.startNs = steadyNowNs();
   PhaseRecorder recorder(m_sink, stepIndex);
   const Batch batch = m_data->batch(stepIndex);
+  if (m_device) return deviceTrainStep(stepIndex, event, recorder, batch);
   m_model->zeroGrads();
   m_model->setStep(stepIndex);
   ForwardResult forward;
@@ -302,12 +339,28 @@ Result<StepEvent> Trainer::trainStep() {
   event.peakBytes = TensorMemory::peakBytes();
   event.gradNorm = optim.gradNorm;
   event.lr = optim.lr;
-  emitStepEvents(event, forward);
+  emitStepEvents(event, forward, hostMemoryAccount(event.peakBytes));
   ++m_stepsDone;
   return event;
 }
 
-void Trainer::emitStepEvents(const StepEvent& event, const ForwardResult& forward) {
+// The CPU memory account: persistent state from the parameters, and the step's activations and
+// workspace as the rest of the step's peak.
+Trainer::MemoryAccount Trainer::hostMemoryAccount(int64_t peakBytes) const {
+  MemoryAccount account;
+  for (const auto& p : m_model->parameters()) {
+    account.weightsBytes += p.value.bytes();
+    account.gradsBytes += p.grad.bytes();
+    account.optimizerBytes += p.adamM.bytes() + p.adamV.bytes();
+  }
+  account.activationsBytes = std::max<int64_t>(
+      0, peakBytes - account.weightsBytes - account.gradsBytes - account.optimizerBytes);
+  account.totalBytes = TensorMemory::currentBytes();
+  return account;
+}
+
+void Trainer::emitStepEvents(const StepEvent& event, const ForwardResult& forward,
+                             const MemoryAccount& memory) {
   if (m_sink == nullptr) return;
   for (size_t layer = 0; layer < forward.expertCounts.size(); ++layer) {
     ExpertLoadEvent load;
@@ -321,20 +374,11 @@ void Trainer::emitStepEvents(const StepEvent& event, const ForwardResult& forwar
   }
   m_sink->onCounter({"lr", event.endNs, event.lr});
   m_sink->onCounter({"grad_norm", event.endNs, event.gradNorm});
-  m_sink->onCounter({"memory.tensor_bytes", event.endNs, double(TensorMemory::currentBytes())});
-  // The memory account per category: persistent state, and the step's activations/workspace as
-  // the rest of the step's peak.
-  int64_t weights = 0, grads = 0, optimizer = 0;
-  for (const auto& p : m_model->parameters()) {
-    weights += p.value.bytes();
-    grads += p.grad.bytes();
-    optimizer += p.adamM.bytes() + p.adamV.bytes();
-  }
-  const int64_t activations = std::max<int64_t>(0, event.peakBytes - weights - grads - optimizer);
-  m_sink->onCounter({"memory.weights_bytes", event.endNs, double(weights)});
-  m_sink->onCounter({"memory.grads_bytes", event.endNs, double(grads)});
-  m_sink->onCounter({"memory.optimizer_bytes", event.endNs, double(optimizer)});
-  m_sink->onCounter({"memory.activations_bytes", event.endNs, double(activations)});
+  m_sink->onCounter({"memory.tensor_bytes", event.endNs, double(memory.totalBytes)});
+  m_sink->onCounter({"memory.weights_bytes", event.endNs, double(memory.weightsBytes)});
+  m_sink->onCounter({"memory.grads_bytes", event.endNs, double(memory.gradsBytes)});
+  m_sink->onCounter({"memory.optimizer_bytes", event.endNs, double(memory.optimizerBytes)});
+  m_sink->onCounter({"memory.activations_bytes", event.endNs, double(memory.activationsBytes)});
   m_sink->onStep(event);
 }
 

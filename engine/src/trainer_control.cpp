@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/device_backend.h"
 #include "config_keys.h"
 #include "data/synthetic_data.h"
 #include "model/model.h"
@@ -67,6 +68,7 @@ Status Trainer::applyPatch(const TrainerCommand& command) {
   const bool dataChanged = !(patched.data == m_config.data);
   m_config = patched;
   m_model->applyLiveDims(ModelDims::fromConfig(m_config));
+  if (m_device) m_device->applyLiveDims(ModelDims::fromConfig(m_config));
   if (dataChanged) {
     m_data = std::make_unique<SyntheticData>(m_config.data, m_config.model.vocabSize,
                                              m_config.model.seqLen, m_config.run.seed);

@@ -13,37 +13,6 @@ AttentionDims attentionDims(const ModelDims& d) {
   return {d.batchSize, d.seqLen, d.numHeads, d.dModel / d.numHeads};
 }
 
-KdaDims kdaDims(const ModelDims& d) {
-  KdaDims k;
-  k.batch = d.batchSize;
-  k.seqLen = d.seqLen;
-  k.dModel = d.dModel;
-  k.numHeads = d.kda.numHeads > 0 ? d.kda.numHeads : d.numHeads;
-  k.headDim = d.kda.headDim > 0 ? d.kda.headDim : d.dModel / k.numHeads;
-  k.chunk = d.kda.chunkSize;
-  k.gateRank = d.kda.gateRank;
-  k.gate = d.kda.gate == "default" ? KdaGateKind::kDefault : KdaGateKind::kLowerBound;
-  k.lowerBound = d.kda.lowerBound;
-  k.normEps = d.normEps;
-  return k;
-}
-
-SparseAttentionDims sparseDims(const ModelDims& d, int64_t step) {
-  SparseAttentionDims s;
-  s.batch = d.batchSize;
-  s.seqLen = d.seqLen;
-  s.dModel = d.dModel;
-  s.numHeads = d.numHeads;
-  s.kvHeads = d.sparse.kvHeads;
-  s.headDim = d.sparse.headDim > 0 ? d.sparse.headDim : d.dModel / d.numHeads;
-  s.indexerHeads = d.sparse.indexerHeads;
-  s.indexerDim = d.sparse.indexerDim;
-  s.topK = d.sparse.topK;
-  s.stage = step < d.sparse.warmupSteps ? SparseStage::kDenseWarmup : SparseStage::kSparse;
-  s.indexerLossCoef = d.sparse.indexerLossCoef;
-  return s;
-}
-
 template <typename T>
 const Tensor<T>& at(const std::vector<const Tensor<T>*>& v, size_t i) {
   MOEWB_CHECK(i < v.size());
@@ -88,6 +57,38 @@ SparseAttentionGrads<T> sparseGradView(const Span& v) {
 
 }  // namespace
 
+KdaDims mixerKdaDims(const ModelDims& d) {
+  KdaDims k;
+  k.batch = d.batchSize;
+  k.seqLen = d.seqLen;
+  k.dModel = d.dModel;
+  k.numHeads = d.kda.numHeads > 0 ? d.kda.numHeads : d.numHeads;
+  k.headDim = d.kda.headDim > 0 ? d.kda.headDim : d.dModel / k.numHeads;
+  k.chunk = d.kda.chunkSize;
+  k.gateRank = d.kda.gateRank;
+  k.gate = d.kda.gate == "default" ? KdaGateKind::kDefault : KdaGateKind::kLowerBound;
+  k.lowerBound = d.kda.lowerBound;
+  k.normEps = d.normEps;
+  return k;
+}
+
+SparseAttentionDims mixerSparseDims(const ModelDims& d, int64_t step) {
+  SparseAttentionDims s;
+  s.batch = d.batchSize;
+  s.seqLen = d.seqLen;
+  s.dModel = d.dModel;
+  s.numHeads = d.numHeads;
+  s.kvHeads = d.sparse.kvHeads;
+  s.headDim = d.sparse.headDim > 0 ? d.sparse.headDim : d.dModel / d.numHeads;
+  s.indexerHeads = d.sparse.indexerHeads;
+  s.indexerDim = d.sparse.indexerDim;
+  s.topK = d.sparse.topK;
+  s.stage = step < d.sparse.warmupSteps ? SparseStage::kDenseWarmup : SparseStage::kSparse;
+  s.indexerLossCoef = d.sparse.indexerLossCoef;
+  return s;
+}
+
+
 std::vector<MixerParamSpec> mixerParameterSpecs(char kind, const ModelDims& dims) {
   std::vector<MixerParamSpec> specs;
   const int64_t d = dims.dModel;
@@ -98,12 +99,12 @@ std::vector<MixerParamSpec> mixerParameterSpecs(char kind, const ModelDims& dims
       }
       break;
     case 'K':
-      for (const auto& s : kdaParameterShapes(kdaDims(dims))) {
+      for (const auto& s : kdaParameterShapes(mixerKdaDims(dims))) {
         specs.push_back({"kda." + s.name, s.shape, s.decay});
       }
       break;
     case 'S':
-      for (const auto& s : sparseAttentionParameterShapes(sparseDims(dims, 0))) {
+      for (const auto& s : sparseAttentionParameterShapes(mixerSparseDims(dims, 0))) {
         specs.push_back({"sparse." + s.name, s.shape, s.decay});
       }
       break;
@@ -118,7 +119,7 @@ void mixerInitializeParameter(char kind, const ModelDims& dims, const std::strin
                               Tensor<T>& value, Rng& rng) {
   const std::string name = localName.substr(localName.find('.') + 1);
   if (kind == 'K') {
-    kdaInitializeParameter(kdaDims(dims), name, rng, dims.initStd, dims.numLayers, value);
+    kdaInitializeParameter(mixerKdaDims(dims), name, rng, dims.initStd, dims.numLayers, value);
   } else if (kind == 'S') {
     initSparseAttentionParameter(name, value, dims.initStd, dims.numLayers, rng);
   } else {
@@ -139,10 +140,10 @@ Tensor<T> mixerForward(ThreadPool& pool, char kind, const ModelDims& dims, int64
   }
   if (kind == 'K') {
     auto& s = saved.state.template emplace<KdaSaved<T>>();
-    return kdaForward(pool, kdaDims(dims), x, kdaView<T>(values), s);
+    return kdaForward(pool, mixerKdaDims(dims), x, kdaView<T>(values), s);
   }
   auto& s = saved.state.template emplace<SparseAttentionSaved<T>>();
-  Tensor<T> y = sparseAttentionForward(pool, sparseDims(dims, step), x, sparseView<T>(values), s);
+  Tensor<T> y = sparseAttentionForward(pool, mixerSparseDims(dims, step), x, sparseView<T>(values), s);
   saved.auxLoss = s.indexerLoss;
   return y;
 }
@@ -157,10 +158,10 @@ Tensor<T> mixerBackward(ThreadPool& pool, char kind, const ModelDims& dims, int6
                              std::get<AttentionSaved<T>>(saved.state), attentionGradView<T>(grads));
   }
   if (kind == 'K') {
-    return kdaBackward(pool, kdaDims(dims), dy, x, kdaView<T>(values),
+    return kdaBackward(pool, mixerKdaDims(dims), dy, x, kdaView<T>(values),
                        std::get<KdaSaved<T>>(saved.state), kdaGradView<T>(grads));
   }
-  return sparseAttentionBackward(pool, sparseDims(dims, step), dy, x, sparseView<T>(values),
+  return sparseAttentionBackward(pool, mixerSparseDims(dims, step), dy, x, sparseView<T>(values),
                                  std::get<SparseAttentionSaved<T>>(saved.state),
                                  sparseGradView<T>(grads));
 }

@@ -35,6 +35,12 @@ struct MixerSaved {
   double auxLoss = 0;  // weighted indexer KL loss (sparse kind), else 0
 };
 
+// The KDA op's dimensions for the model (kda.* with defaults from model.*).
+KdaDims mixerKdaDims(const ModelDims& dims);
+// The sparse-attention op's dimensions at optimizer step `step` (dense warm-up stage while
+// step < sparse.warmup_steps).
+SparseAttentionDims mixerSparseDims(const ModelDims& dims, int64_t step);
+
 // Parameters of a mixer kind, in the order forward/backward expect them.
 std::vector<MixerParamSpec> mixerParameterSpecs(char kind, const ModelDims& dims);
 

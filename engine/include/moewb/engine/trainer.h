@@ -40,6 +40,9 @@ struct TrainerCommand {
 
 template <typename T>
 class Model;
+class DeviceBackend;
+class PhaseRecorder;
+struct Batch;
 struct ForwardResult;
 class SyntheticData;
 class ThreadPool;
@@ -141,6 +144,10 @@ class Trainer {
   std::vector<ParameterInfo> parameterInfos() const;
   // CPU threads the trainer computes with (run.threads, or the hardware threads when 0).
   int32_t threadCount() const;
+  // The backend the steps run on: "cpu" or "cuda" (run.backend = "auto" resolved).
+  std::string backendName() const;
+  // What the backend runs on: "CPU, 8 threads" or the GPU ("NVIDIA H200 (device 0, ...)").
+  std::string deviceDescription() const;
 
  private:
   Trainer(const RunConfig& config, EventSink* sink);
@@ -153,16 +160,33 @@ class Trainer {
   // Answers every queued command with kFailedPrecondition (the run has ended).
   void rejectPendingCommands();
   Status applyPatch(const TrainerCommand& command);
+  // Resolves run.backend and builds the device backend when it is not the CPU.
+  Status selectBackend();
+  // One step on the device backend (trainStep's device half).
+  Result<StepEvent> deviceTrainStep(int64_t stepIndex, StepEvent event, PhaseRecorder& recorder,
+                                    const Batch& batch);
   struct QueuedCommand {
     TrainerCommand command;
     std::promise<Status> done;
   };
-  void emitStepEvents(const StepEvent& event, const ForwardResult& forward);
+  // Bytes per memory category reported with each step (host tensors, or the device's).
+  struct MemoryAccount {
+    int64_t weightsBytes = 0;
+    int64_t gradsBytes = 0;
+    int64_t optimizerBytes = 0;
+    int64_t activationsBytes = 0;  // activations + workspace at the step's peak
+    int64_t totalBytes = 0;        // everything in use at the step's end
+  };
+  MemoryAccount hostMemoryAccount(int64_t peakBytes) const;
+  void emitStepEvents(const StepEvent& event, const ForwardResult& forward,
+                      const MemoryAccount& memory);
 
   RunConfig m_config;
   EventSink* m_sink;
   std::unique_ptr<ThreadPool> m_pool;
-  std::unique_ptr<Model<float>> m_model;
+  std::unique_ptr<Model<float>> m_model;  // the weights' owner on every backend (checkpoints)
+  std::unique_ptr<DeviceBackend> m_device;  // the CUDA backend, or null on the CPU reference
+  std::string m_backendNote;  // why run.backend = "auto" stayed on the CPU (empty otherwise)
   std::unique_ptr<SyntheticData> m_data;
   int64_t m_stepsDone = 0;
   bool m_runStarted = false;

@@ -1,0 +1,141 @@
+// AdamW, gradient-norm, clip-factor and scaling kernels (see adamw_cuda.h).
+#include <cmath>
+
+#include "cuda/cuda_check.h"
+#include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/adamw_cuda_kernels.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kNormElementsPerBlock = 8192;  // target work per norm block
+constexpr int64_t kNormMaxBlocks = 1024;         // per buffer
+constexpr int kFinishThreads = 512;
+
+struct AdamWFactors {
+  float b1, b2, oneMinusB1, oneMinusB2, lr, eps, decayFactor, correction1, correction2;
+};
+
+__global__ void adamw_fwd_kernel(float* param, const float* __restrict__ grad, float* m, float* v,
+                                 bf16* paramBf16, int64_t n, AdamWFactors f,
+                                 const float* __restrict__ gradScale) {
+  const float scale = gradScale != nullptr ? *gradScale : 1.0f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i] * scale;
+    const float mi = f.b1 * m[i] + f.oneMinusB1 * g;
+    const float vi = f.b2 * v[i] + f.oneMinusB2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float p = param[i] * f.decayFactor -
+                    f.lr * (mi / f.correction1) / (sqrtf(vi / f.correction2) + f.eps);
+    param[i] = p;
+    if (paramBf16 != nullptr) paramBf16[i] = __float2bfloat16(p);
+  }
+}
+
+// Block b sums grad^2 over its grid-stride share of [0, n) and writes partial[b].
+__global__ void grad_norm_partial_kernel(const float* __restrict__ grad, int64_t n,
+                                         double* __restrict__ partial) {
+  __shared__ double sums[kThreads];
+  double sum = 0.0;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads) {
+    const double g = double(grad[i]);
+    sum += g * g;
+  }
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+__global__ void grad_norm_finish_kernel(const double* __restrict__ partial, int64_t count,
+                                        double* __restrict__ norm) {
+  __shared__ double sums[kFinishThreads];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += kFinishThreads) sum += partial[i];
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) norm[0] = sqrt(sums[0]);
+}
+
+__global__ void grad_clip_scale_kernel(const double* __restrict__ norm, double gradClip,
+                                       float* __restrict__ scale) {
+  const double value = norm[0];
+  scale[0] = (gradClip > 0.0 && value > gradClip) ? float(gradClip / (value + 1e-6)) : 1.0f;
+}
+
+__global__ void grad_scale_kernel(float* __restrict__ grad, int64_t n,
+                                  const float* __restrict__ scale) {
+  const float s = *scale;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    grad[i] *= s;
+  }
+}
+
+}  // namespace
+
+Status adamwUpdateCuda(cudaStream_t stream, float* param, const float* grad, float* m, float* v,
+                       bf16* paramBf16, int64_t n, const AdamWHyper& hyper, bool decay,
+                       const float* gradScale) {
+  if (n <= 0) return Status::ok();
+  AdamWFactors f;
+  f.b1 = float(hyper.beta1);
+  f.b2 = float(hyper.beta2);
+  f.oneMinusB1 = 1.0f - f.b1;  // as the reference: (T(1) - b1) in fp32
+  f.oneMinusB2 = 1.0f - f.b2;
+  f.lr = float(hyper.lr);
+  f.eps = float(hyper.eps);
+  f.decayFactor = decay ? float(1.0 - hyper.lr * hyper.weightDecay) : 1.0f;
+  f.correction1 = float(1.0 - std::pow(hyper.beta1, double(hyper.step)));
+  f.correction2 = float(1.0 - std::pow(hyper.beta2, double(hyper.step)));
+  adamw_fwd_kernel<<<gridFor(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, paramBf16, n,
+                                                                  f, gradScale);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+int64_t gradNormBlocks(int64_t n) {
+  if (n <= 0) return 0;
+  const int64_t blocks = (n + kNormElementsPerBlock - 1) / kNormElementsPerBlock;
+  return blocks < kNormMaxBlocks ? blocks : kNormMaxBlocks;
+}
+
+Status gradNormPartials(cudaStream_t stream, const float* grad, int64_t n, double* partial) {
+  const int64_t blocks = gradNormBlocks(n);
+  if (blocks == 0) return Status::ok();
+  grad_norm_partial_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(grad, n, partial);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status gradNormFinish(cudaStream_t stream, const double* partial, int64_t count, double* norm) {
+  grad_norm_finish_kernel<<<1, kFinishThreads, 0, stream>>>(partial, count, norm);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status gradClipScaleCuda(cudaStream_t stream, const double* norm, double gradClip, float* scale) {
+  grad_clip_scale_kernel<<<1, 1, 0, stream>>>(norm, gradClip, scale);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status scaleGradsCuda(cudaStream_t stream, float* grad, int64_t n, const float* scale) {
+  if (n <= 0) return Status::ok();
+  grad_scale_kernel<<<gridFor(n, kThreads), kThreads, 0, stream>>>(grad, n, scale);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,56 @@
+// CCE (ops/cce/cce.h) on the GPU: the LM head linear fused with cross-entropy, tiled along the
+// vocabulary (and along tokens) so that the full logits [N, V] never exist. Maths, options and
+// the ignore-index rule as ops/chunk_loss/linear_loss.h (soft-cap, z-loss).
+//
+// Design: the sequence is walked in strips of [groupTokens, vocabBlock]. Forward, per strip:
+// one cuBLAS GEMM z = h_group Wv_block^T (bf16 operands, fp32 strip), then a kernel folds the
+// strip into running fp32 (max, sum) per token (online log-sum-exp) and picks up the target
+// logit when the target falls in the block; a final single-block kernel forms lse, the mean CE and
+// z-loss over the valid tokens (double, fixed order) on the device. Backward, per token group:
+// for each vocabulary block, recompute the strip, turn it into G = dz (bf16), dh_group += G
+// Wv_block (fp32 workspace, rounded to bf16 once per group) and dWv_block += G^T h_group (fp32,
+// added into the gradient). Exact (no gradient filtering: that needs data-dependent skips, later
+// work), and deterministic (cuBLAS GEMMs and fixed-order kernels, no atomics). Memory beyond
+// inputs/outputs: fp32 strip groupTokens*vocabBlock (+ a bf16 one and an fp32 [groupTokens, D] dh
+// accumulator in the backward) and four fp32 [N] vectors; never N*V unless the options ask for
+// strips that large. Costs: forward 2 N V D flops, backward 6 N V D; ceil(N/group) * ceil(V/block)
+// strips, 2 launches per forward strip, 4 per backward strip. No host synchronisation (N_valid
+// stays on the device). Targets equal to loss.ignoreIndex or outside [0, V) are ignored (the CPU
+// reference CHECKs the latter).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/cuda_context.h"
+#include "cuda/elementwise.h"
+#include "moewb/base/status.h"
+#include "ops/chunk_loss/linear_loss.h"
+
+namespace moewb::engine::cuda {
+
+struct CceCudaOptions {
+  int64_t groupTokens = 4096;  // token rows per strip (> 0)
+  int64_t vocabBlock = 4096;   // vocabulary columns per strip (> 0)
+  LinearLossOptions loss;
+};
+
+struct CceSavedCuda {
+  DeviceTensor<float> lse;           // [N] log-sum-exp of the (capped) logits
+  DeviceTensor<int32_t> validCount;  // [1] N_valid of the forward
+};
+
+// From h[n, d], wv[vocab, d] (bf16) and targets[n]: fills `saved` (kActivations) and writes the
+// device scalars loss[0] (mean CE over valid tokens, 0 when none) and, when not null, zLoss[0]
+// (mean lambda lse^2). Errors: kResourceExhausted, kInternal (cuBLAS), launch errors.
+Status cceForwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
+                      int64_t n, int64_t d, int64_t vocab, const CceCudaOptions& options,
+                      CceSavedCuda& saved, float* loss, float* zLoss);
+
+// dh[n, d] (bf16, overwritten) = dLoss * d(objective)/dh and dWv[vocab, d] (fp32) += dLoss *
+// d(objective)/dWv, objective = loss + zLoss. Same inputs and options as the forward that filled
+// `saved`. Errors: kResourceExhausted, kInternal (cuBLAS), launch errors.
+Status cceBackwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
+                       int64_t n, int64_t d, int64_t vocab, const CceCudaOptions& options,
+                       const CceSavedCuda& saved, float dLoss, bf16* dh, float* dWv);
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,140 @@
+// Host side of the grouped GPU experts: shape checks and allocation (see experts_cuda.h); the
+// kernels are in experts_cuda.cu.
+#include "ops/experts/experts_cuda.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/experts/experts_cuda_kernels.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+Result<ExpertsLaunchShape> checkShapes(const char* op, const DeviceTensor<bf16>& x,
+                                       const DeviceTensor<int32_t>& offsets,
+                                       const DeviceExpertWeights& weights,
+                                       const DeviceExpertsIo& io) {
+  ExpertsLaunchShape shape;
+  shape.experts = offsets.numel() - 1;
+  const std::string where = std::string(op) + ": ";
+  if (shape.experts < 1 || weights.gate.rank() != 3 || weights.gate.dim(0) != shape.experts ||
+      x.rank() != 2) {
+    return invalidArgument(where + "offsets " + offsets.shapeString() + ", gate " +
+                           weights.gate.shapeString() + ", x " + x.shapeString());
+  }
+  if (shape.experts > 65535) {
+    return invalidArgument(where + "E = " + std::to_string(shape.experts) +
+                           " exceeds one grid dimension (65535)");
+  }
+  shape.f = weights.gate.dim(1);
+  shape.d = weights.gate.dim(2);
+  const std::vector<int64_t> gateShape{shape.experts, shape.f, shape.d};
+  const std::vector<int64_t> downShape{shape.experts, shape.d, shape.f};
+  if (weights.up.shape() != gateShape || weights.down.shape() != downShape || x.dim(1) != shape.d) {
+    return invalidArgument(where + "gate " + weights.gate.shapeString() + ", up " +
+                           weights.up.shapeString() + ", down " + weights.down.shapeString() +
+                           ", x " + x.shapeString());
+  }
+  shape.maxRows = io.gatherIndex != nullptr ? io.gatherIndex->numel() : x.dim(0);
+  if (io.rowWeight != nullptr &&
+      (io.rowWeight->numel() < shape.maxRows || io.outputIndex == nullptr ||
+       io.outputIndex->numel() < shape.maxRows)) {
+    return invalidArgument(where + "rowWeight needs rowWeight and outputIndex of " +
+                           std::to_string(shape.maxRows) + " rows");
+  }
+  return Result<ExpertsLaunchShape>(shape);
+}
+
+}  // namespace
+
+Result<DeviceTensor<bf16>> expertsForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                                              const DeviceTensor<int32_t>& offsets,
+                                              const DeviceExpertWeights& weights,
+                                              DeviceExpertsSaved& saved,
+                                              const GluParams& activation,
+                                              const DeviceExpertsIo& io) {
+  MOEWB_ASSIGN_OR_RETURN(ExpertsLaunchShape shape,
+                         checkShapes("expertsForwardCuda", x, offsets, weights, io));
+  const int64_t rows = shape.maxRows, d = shape.d, f = shape.f;
+  const MemoryCategory kept = MemoryCategory::kActivations;
+  MOEWB_ASSIGN_OR_RETURN(saved.gatePre, context.newTensor<bf16>({rows, f}, kept));
+  MOEWB_ASSIGN_OR_RETURN(saved.upPre, context.newTensor<bf16>({rows, f}, kept));
+  MOEWB_ASSIGN_OR_RETURN(saved.hidden, context.newTensor<bf16>({rows, f}, kept));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> y, context.newTensor<bf16>({rows, d}, kept));
+  MOEWB_ASSIGN_OR_RETURN(
+      DeviceTensor<int32_t> tileStart,
+      context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
+  ExpertsForwardArgs args;
+  args.x = x.data();
+  args.gatherIndex = io.gatherIndex != nullptr ? io.gatherIndex->data() : nullptr;
+  args.offsets = offsets.data();
+  args.gate = weights.gate.data();
+  args.up = weights.up.data();
+  args.down = weights.down.data();
+  args.rowWeight = io.rowWeight != nullptr ? io.rowWeight->data() : nullptr;
+  args.tileStart = tileStart.data();
+  args.gatePre = saved.gatePre.data();
+  args.upPre = saved.upPre.data();
+  args.hidden = saved.hidden.data();
+  args.y = y.data();
+  MOEWB_RETURN_IF_ERROR(expertsForwardLaunch(context.stream(), shape, args, activation));
+  return Result<DeviceTensor<bf16>>(std::move(y));
+}
+
+Result<DeviceTensor<bf16>> expertsBackwardCuda(
+    CudaContext& context, const DeviceTensor<bf16>& dY, const DeviceTensor<bf16>& x,
+    const DeviceTensor<int32_t>& offsets, const DeviceExpertWeights& weights,
+    const DeviceExpertsSaved& saved, const DeviceExpertGrads& grads, const GluParams& activation,
+    const DeviceExpertsIo& io, DeviceTensor<float>* dRowWeight) {
+  MOEWB_ASSIGN_OR_RETURN(ExpertsLaunchShape shape,
+                         checkShapes("expertsBackwardCuda", x, offsets, weights, io));
+  const int64_t rows = shape.maxRows, d = shape.d, f = shape.f;
+  const bool weighted = io.rowWeight != nullptr;
+  if (saved.hidden.rank() != 2 || saved.hidden.dim(0) != rows || saved.hidden.dim(1) != f ||
+      dY.rank() != 2 || dY.dim(1) != d || (!weighted && dY.dim(0) != rows) ||
+      grads.gate.numel() != weights.gate.numel() || grads.up.numel() != weights.up.numel() ||
+      grads.down.numel() != weights.down.numel()) {
+    return invalidArgument("expertsBackwardCuda: dY " + dY.shapeString() + ", saved hidden " +
+                           saved.hidden.shapeString() + ", grads " + grads.gate.shapeString() +
+                           " for " + std::to_string(rows) + " rows");
+  }
+  if (weighted && (dRowWeight == nullptr || dRowWeight->numel() < rows)) {
+    return invalidArgument("expertsBackwardCuda: rowWeight needs dRowWeight of " +
+                           std::to_string(rows) + " rows");
+  }
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dx,
+                         context.newTensor<bf16>({rows, d}, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dGate,
+                         context.newTensor<bf16>({rows, f}, MemoryCategory::kWorkspace));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dUp,
+                         context.newTensor<bf16>({rows, f}, MemoryCategory::kWorkspace));
+  MOEWB_ASSIGN_OR_RETURN(
+      DeviceTensor<int32_t> tileStart,
+      context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
+  ExpertsBackwardArgs args;
+  args.dY = dY.data();
+  args.x = x.data();
+  args.gatherIndex = io.gatherIndex != nullptr ? io.gatherIndex->data() : nullptr;
+  args.rowWeight = weighted ? io.rowWeight->data() : nullptr;
+  args.outputIndex = weighted ? io.outputIndex->data() : nullptr;
+  args.offsets = offsets.data();
+  args.gate = weights.gate.data();
+  args.up = weights.up.data();
+  args.down = weights.down.data();
+  args.gatePre = saved.gatePre.data();
+  args.upPre = saved.upPre.data();
+  args.hidden = saved.hidden.data();
+  args.tileStart = tileStart.data();
+  args.dGate = dGate.data();
+  args.dUp = dUp.data();
+  args.dx = dx.data();
+  args.gradGate = grads.gate.data();
+  args.gradUp = grads.up.data();
+  args.gradDown = grads.down.data();
+  args.dRowWeight = weighted ? dRowWeight->data() : nullptr;
+  MOEWB_RETURN_IF_ERROR(expertsBackwardLaunch(context.stream(), shape, args, activation));
+  return Result<DeviceTensor<bf16>>(std::move(dx));
+}
+
+}  // namespace moewb::engine::cuda

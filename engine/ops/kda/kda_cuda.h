@@ -1,0 +1,188 @@
+// KDA (Kimi Delta Attention, ENGINE-MATH §2) on the GPU: the chunked core forward and backward
+// (kda.h), the gate / short conv / L2 norm (kda_gate.h) and the whole mixer layer (kda_layer.h).
+//
+// Core (kernels in kda_chunk_cuda.cu, allocation in kda_chunk_cuda.cpp), chunked WY / UT form of
+// §2.3 with every sum accumulated in fp32:
+//   intra-chunk kernel   one CTA per (chunk, b, hv), all chunks in parallel: G = cumsum(g), the
+//                        decayed Aqk and L (exp(G_i - G_j), j <= i, never a positive exponent),
+//                        M = (I + L)^{-1} by forward substitution (one column per thread), and
+//                        the WY factors W = M Diag(beta) (k ⊙ e^G), U = M Diag(beta) v, plus
+//                        q ⊙ e^G, k ⊙ e^{G_C - G} and e^{G_C} (fp32 workspace).
+//   recurrent kernel     one CTA per (b, hv, value tile of 32) walking the chunks in order with
+//                        the [K, 32] state slice in shared memory (fp32): Vn = U - W S,
+//                        O = (q ⊙ e^G) S + Aqk Vn, S <- e^{G_C} S + (k ⊙ e^{G_C - G})^T Vn.
+//   backward             recomputes W, U and the chunk-entry states (forward recurrent kernel),
+//                        runs the reverse state-gradient recurrence per (b, hv, value tile)
+//                        (dVn, dS per chunk), then one CTA per (chunk, b, hv) for the rest of §2.5
+//                        (dAqk, WY / UT backward, pairwise products, reverse cumsum of dG).
+//   Plain fp32 FMA (no tensor cores yet). dq / dk are summed with fp32 atomics: run-to-run
+//   deterministic when HV == H (one CTA per element), not across the value heads of a GVA group.
+//   Limits: keyDim, valueDim <= 128, chunk <= 64 (shared memory, up to ~195 KB per CTA at
+//   K = 128, C = 64; errors are kInvalidArgument). Any T >= 1 (the last chunk may be partial).
+//   Costs per (b, hv) and chunk: forward ~C^2 K exps + (C^2 K + C^3 / 6 + C^2 (K + V) / 2 +
+//   4 C K V) FMAs; the backward about 3x that. Workspace: 5 [B*HV*T', K or V] fp32 rows
+//   (T' = T rounded up to C) and, in the backward, 2 [B*HV, NC, K, V] fp32 (chunk-entry states
+//   and their gradients) plus 3 more [B*HV*T', K or V].
+// Dtypes: q, k, v, o and dq, dk, dv, dO are bf16 (activations); g, beta, dg, dbeta, states and the
+// saved Aqk / M are fp32. Layouts as in kda.h (token n = b * T + t, heads are column blocks).
+//
+// Gate, conv, L2 norm (kda_gate_cuda.cu, workspaces in kda_gate_cuda.cpp): element-wise and
+// per-row kernels; every reduction over tokens (dA_log, dt_bias, conv taps, norm weight, bg) runs
+// as fixed row-split partial sums folded in a fixed order, so results are deterministic. Weights
+// are bf16 compute copies; weight gradients are fp32 and ADDED into.
+//
+// Layer (kda_layer_cuda.cpp, its element-wise kernels in kda_layer_cuda.cu): kda_layer.cpp on the
+// GPU, projections through cuda/gemm.h (bf16 operands, fp32 accumulation, weight gradients
+// accumulated into fp32 by the GEMM with beta = 1, dx accumulated in fp32 and rounded once).
+// Every launcher queues work on `stream` / the context's stream and returns the launch or
+// allocation error; nothing synchronises with the host.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/cuda_context.h"
+#include "cuda/device_tensor.h"
+#include "cuda/elementwise.h"
+#include "ops/kda/kda.h"
+#include "ops/kda/kda_gate.h"
+#include "ops/kda/kda_layer.h"
+
+namespace moewb::engine::cuda {
+
+// Largest key / value head dim and chunk the core kernels take.
+inline constexpr int64_t kKdaCudaMaxHeadDim = 128;
+inline constexpr int64_t kKdaCudaMaxChunk = 64;
+
+// What kdaChunkForwardCuda keeps for kdaChunkBackwardCuda (kActivations), layout of KdaChunkSaved.
+struct KdaChunkSavedCuda {
+  DeviceTensor<float> aqk;  // [B*HV, NC*C, C] Aqk of each chunk (j <= i, else 0)
+  DeviceTensor<float> m;    // [B*HV, NC*C, C] M = (I + L)^{-1} of each chunk (unit lower)
+};
+
+// Gradient outputs of kdaChunkBackwardCuda (device pointers, preallocated by the caller; every
+// element is written). dInitialState may be null (not wanted).
+struct KdaCoreGradsCuda {
+  bf16* dq = nullptr;              // [N, H*K] (summed over the value heads of a group)
+  bf16* dk = nullptr;              // [N, H*K]
+  bf16* dv = nullptr;              // [N, HV*V]
+  float* dg = nullptr;             // [N, HV*K]
+  float* dbeta = nullptr;          // [N, HV]
+  float* dInitialState = nullptr;  // [B, HV, K, V] or null
+};
+
+// The chunked forward of §2.3 (kdaChunkForward). initialState [B, HV, K, V] may be null (zeros);
+// finalState [B, HV, K, V] may be null (not written). Writes o [N, HV*V] and allocates `saved`.
+// Errors: kInvalidArgument (dims out of the limits above), kResourceExhausted, kInternal.
+Status kdaChunkForwardCuda(CudaContext& context, const KdaCoreDims& dims, const bf16* q,
+                           const bf16* k, const bf16* v, const float* g, const float* beta,
+                           const float* initialState, bf16* o, float* finalState,
+                           KdaChunkSavedCuda& saved);
+
+// The backward of kdaChunkForwardCuda (kdaChunkBackward) given dO [N, HV*V] and dFinalState
+// [B, HV, K, V] (null: zero). Inputs are those of the forward and its `saved`.
+Status kdaChunkBackwardCuda(CudaContext& context, const KdaCoreDims& dims, const bf16* dO,
+                            const float* dFinalState, const bf16* q, const bf16* k, const bf16* v,
+                            const float* g, const float* beta, const float* initialState,
+                            const KdaChunkSavedCuda& saved, const KdaCoreGradsCuda& grads);
+
+// g [N, H*K] (fp32) from f [N, H*K], aLog [H], dtBias [H*K] (kdaGateForward). n = rows.
+Status kdaGateForwardCuda(cudaStream_t stream, const KdaGateParams& params, int64_t n,
+                          const bf16* f, const bf16* aLog, const bf16* dtBias, float* g);
+
+// df [N, H*K] from dg [N, H*K] and the forward's f, g; ADDS into dALog [H] and dDtBias [H*K]
+// (fp32). Uses a workspace from `context` (2 x [min(64, N/32+1), H*K] fp32).
+Status kdaGateBackwardCuda(CudaContext& context, const KdaGateParams& params, int64_t n,
+                           const float* dg, const bf16* f, const float* g, const bf16* aLog,
+                           const bf16* dtBias, bf16* df, float* dALog, float* dDtBias);
+
+// Causal depthwise conv (taps w [Ch, W], w[c, W-1] on the current token) + SiLU over
+// x [B*T, Ch]: writes y [N, Ch] and the conv output before SiLU, preActivation [N, Ch].
+Status kdaShortConvForwardCuda(cudaStream_t stream, int64_t batch, int64_t seqLen, int64_t channels,
+                               int64_t width, const bf16* x, const bf16* w, bf16* y,
+                               bf16* preActivation);
+
+// dx [N, Ch] from dy [N, Ch]; ADDS into dw [Ch, W] (fp32). Workspace from `context`.
+Status kdaShortConvBackwardCuda(CudaContext& context, int64_t batch, int64_t seqLen,
+                                int64_t channels, int64_t width, const bf16* dy, const bf16* x,
+                                const bf16* w, const bf16* preActivation, bf16* dx, float* dw);
+
+// y = scale x / sqrt(|x_h|^2 + eps) per (row, head) of x [N, H*K]; rinv [N, H] (fp32).
+Status kdaL2NormForwardCuda(cudaStream_t stream, int64_t n, int64_t numHeads, int64_t headDim,
+                            double scale, double eps, const bf16* x, bf16* y, float* rinv);
+
+// dx = scale (dy - y (y·dy)) rinv per head, y = x rinv.
+Status kdaL2NormBackwardCuda(cudaStream_t stream, int64_t n, int64_t numHeads, int64_t headDim,
+                             double scale, const bf16* dy, const bf16* x, const float* rinv,
+                             bf16* dx);
+
+// Device views of the layer's bf16 compute weights (shapes as KdaWeights).
+struct KdaWeightsCuda {
+  const bf16* wq;          // [P, D]
+  const bf16* wk;          // [P, D]
+  const bf16* wv;          // [P, D]
+  const bf16* convQ;       // [P, W]
+  const bf16* convK;       // [P, W]
+  const bf16* convV;       // [P, W]
+  const bf16* wf1;         // [R, D]
+  const bf16* wf2;         // [P, R]
+  const bf16* aLog;        // [H]
+  const bf16* dtBias;      // [P]
+  const bf16* wb;          // [H, D]
+  const bf16* wg1;         // [R, D]
+  const bf16* wg2;         // [P, R]
+  const bf16* bg;          // [P]
+  const bf16* normWeight;  // [K]
+  const bf16* wo;          // [D, P]
+};
+
+// fp32 weight gradients, same fields and shapes; the backward ADDS into them.
+struct KdaGradsCuda {
+  float* wq;
+  float* wk;
+  float* wv;
+  float* convQ;
+  float* convK;
+  float* convV;
+  float* wf1;
+  float* wf2;
+  float* aLog;
+  float* dtBias;
+  float* wb;
+  float* wg1;
+  float* wg2;
+  float* bg;
+  float* normWeight;
+  float* wo;
+};
+
+// Activations kept by kdaLayerForwardCuda for kdaLayerBackwardCuda (kActivations; bf16 unless
+// noted). Like KdaSaved, except that `gate` is stored without its bias bg.
+struct KdaSavedCuda {
+  DeviceTensor<bf16> qProj, kProj, vProj;  // [N, P] x W^T, inputs of the convs
+  DeviceTensor<bf16> qConv, kConv, vConv;  // [N, P] conv outputs before SiLU
+  DeviceTensor<bf16> qAct, kAct;           // [N, P] after SiLU, inputs of the L2 norms
+  DeviceTensor<float> qRinv, kRinv;        // [N, H] 1 / L2 norms
+  DeviceTensor<bf16> q, k, v;              // [N, P] core inputs (q scaled by K^-1/2)
+  DeviceTensor<bf16> fLow;                 // [N, R] x Wf1^T
+  DeviceTensor<bf16> f;                    // [N, P] gate input
+  DeviceTensor<float> g;                   // [N, P] log decay
+  DeviceTensor<float> beta;                // [N, H] sigmoid(x Wb^T)
+  KdaChunkSavedCuda core;                  // Aqk and M per chunk
+  DeviceTensor<bf16> o;                    // [N, P] core output
+  DeviceTensor<float> oRstd;               // [N, H] output RMSNorm 1/rms
+  DeviceTensor<bf16> gLow;                 // [N, R] x Wg1^T
+  DeviceTensor<bf16> gate;                 // [N, P] gLow Wg2^T (bias bg NOT included)
+  DeviceTensor<bf16> ctx;                  // [N, P] input of Wo
+};
+
+// y [N, D] (preallocated) for x [N, D]; fills `saved` (kdaForward). Zero initial state.
+Status kdaLayerForwardCuda(CudaContext& context, const KdaDims& dims, const bf16* x,
+                           const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved);
+
+// dx [N, D] (preallocated, overwritten) for dy [N, D]; ADDS every weight gradient into `grads`
+// (kdaBackward). `x` and `saved` are those of the matching forward.
+Status kdaLayerBackwardCuda(CudaContext& context, const KdaDims& dims, const bf16* dy,
+                            const bf16* x, const KdaWeightsCuda& weights,
+                            const KdaSavedCuda& saved, const KdaGradsCuda& grads, bf16* dx);
+
+}  // namespace moewb::engine::cuda

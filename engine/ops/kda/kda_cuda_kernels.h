@@ -1,0 +1,121 @@
+// Internal to the KDA CUDA op: the kernel launchers of kda_chunk_cuda.cu, kda_gate_cuda.cu and
+// kda_layer_cuda.cu on raw device pointers (allocation lives in the .cpp files, host code, since
+// DeviceTensor<T>::create does not compile under nvcc). Workspace layouts of the core are
+// described at the top of kda_chunk_cuda.cu. Each launcher queues its kernels on `stream` and
+// returns the launch error.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/elementwise.h"
+#include "moewb/base/status.h"
+#include "ops/kda/kda.h"
+#include "ops/kda/kda_gate.h"
+
+namespace moewb::engine::cuda {
+
+// fp32 workspaces written by the intra-chunk forward kernel (R = B*HV*NC*C padded rows).
+struct KdaWyWorkspace {
+  float* w = nullptr;     // [R, K] W = M Diag(beta) (k ⊙ e^G)
+  float* u = nullptr;     // [R, V] U = M Diag(beta) v
+  float* qg = nullptr;    // [R, K] q ⊙ e^G
+  float* kDec = nullptr;  // [R, K] k ⊙ e^{G_C - G}
+  float* eGC = nullptr;   // [B*HV*NC, K] e^{G_C}
+};
+
+// Inputs, workspaces and outputs of the per-chunk backward kernel.
+struct KdaChunkBackwardArgs {
+  const bf16 *q, *k, *v, *dO;                 // as in kdaChunkBackwardCuda
+  const float *g, *beta, *savedM;             // savedM [B*HV, NC*C, C]
+  const float *states, *dStates;              // [B*HV*NC, K, V] entry states, dS leaving chunks
+  const float *vn, *dvn;                      // [R, V]
+  float *dqAcc, *dkAcc;                       // [N, H*K] fp32, zeroed, added into atomically
+  float* dGWork;                              // [R, K] scratch
+  bf16* dv;                                   // [N, HV*V]
+  float *dg, *dbeta;                          // [N, HV*K], [N, HV]
+};
+
+// Per (chunk, b, hv): with computeM the decayed Aqk and M = (I + L)^{-1} into savedAqk / savedM,
+// else M read from savedM (savedAqk unused); then the workspace.
+Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const bf16* q,
+                             const bf16* k, const bf16* v, const float* g, const float* beta,
+                             bool computeM, float* savedAqk, float* savedM,
+                             const KdaWyWorkspace& work);
+
+// Per (b, hv, value tile): the chunk recurrence. Each output may be null: statesOut
+// [B*HV*NC, K, V] (entry states), vnOut [R, V], o [N, HV*V], finalState [B, HV, K, V].
+Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
+                                 const KdaWyWorkspace& work, const float* aqk,
+                                 const float* initialState, float* statesOut, float* vnOut,
+                                 bf16* o, float* finalState);
+
+// Per (b, hv, value tile): the reverse state-gradient recurrence; writes dStatesOut (dS leaving
+// each chunk), dvnOut [R, V] and dInitialState (may be null).
+Status launchKdaStateBackward(cudaStream_t stream, const KdaCoreDims& dims,
+                              const KdaWyWorkspace& work, const float* aqk, const bf16* dO,
+                              const float* dFinalState, float* dStatesOut, float* dvnOut,
+                              float* dInitialState);
+
+// Per (chunk, b, hv): the rest of the backward (see KdaChunkBackwardArgs).
+Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
+                              const KdaChunkBackwardArgs& in);
+
+// Token reductions (kda_gate_cuda.cu): rows are cut into kdaSplits(n) splits of
+// kdaRowsPerSplit(n) rows (at most kKdaMaxSplits); partial-sum workspaces hold
+// kdaSplits(n) * columns floats.
+inline constexpr int64_t kKdaMaxSplits = 128;
+inline constexpr int kKdaMaxConvWidth = 8;  // most short-conv taps the kernels take
+int64_t kdaRowsPerSplit(int64_t n);
+int64_t kdaSplits(int64_t n);
+
+// Gate forward over n rows (see kdaGateForwardCuda).
+Status launchKdaGateForward(cudaStream_t stream, const KdaGateParams& params, int64_t n,
+                            const bf16* f, const bf16* aLog, const bf16* dtBias, float* g);
+
+// Gate backward; partDf, partDA: [kdaSplits(n), H*K] workspaces.
+Status launchKdaGateBackward(cudaStream_t stream, const KdaGateParams& params, int64_t n,
+                             const float* dg, const bf16* f, const float* g, const bf16* aLog,
+                             const bf16* dtBias, bf16* df, float* dALog, float* dDtBias,
+                             float* partDf, float* partDA);
+
+// out[d] += sum_rows sum_h in[row, h * fold + d] for d < fold (cols a multiple of fold);
+// part: [kdaSplits(n), cols] workspace.
+Status launchKdaColumnSums(cudaStream_t stream, const float* in, int64_t n, int64_t cols,
+                           int64_t fold, float* part, float* out);
+
+Status launchKdaShortConvForward(cudaStream_t stream, int64_t batch, int64_t seqLen,
+                                 int64_t channels, int64_t width, const bf16* x, const bf16* w,
+                                 bf16* y, bf16* pre);
+
+// part: [kdaSplits(B*T), channels * width] workspace.
+Status launchKdaShortConvBackward(cudaStream_t stream, int64_t batch, int64_t seqLen,
+                                  int64_t channels, int64_t width, const bf16* dy, const bf16* x,
+                                  const bf16* w, const bf16* pre, bf16* dx, float* dw,
+                                  float* part);
+
+}  // namespace moewb::engine::cuda
+
+namespace moewb::engine::cuda {
+
+// Layer pieces (kda_layer_cuda.cu).
+// x[i] = sigmoid(x[i]) in place.
+Status launchKdaSigmoid(cudaStream_t stream, float* x, int64_t n);
+
+// out[i] = bf16(dbeta[i] * beta[i] * (1 - beta[i])) (through the sigmoid of beta).
+Status launchKdaBetaBackward(cudaStream_t stream, const float* dbeta, const float* beta, bf16* out,
+                             int64_t n);
+
+// ctx = o rstd normWeight sigmoid(gatePre + bg) per (row, head); rstd [N, H].
+Status launchKdaGatedNormForward(cudaStream_t stream, int64_t n, int64_t numHeads, int64_t headDim,
+                                 float eps, const bf16* o, const bf16* gatePre, const bf16* bg,
+                                 const bf16* normWeight, bf16* ctx, float* rstd);
+
+// Backward of the gated norm: dO, dGate (bf16) and, for the weight reductions, dGate and the
+// norm-weight terms dCtx s (o rstd) in fp32 ([N, H*K] each).
+Status launchKdaGatedNormBackward(cudaStream_t stream, int64_t n, int64_t numHeads,
+                                  int64_t headDim, const bf16* dCtx, const bf16* o,
+                                  const bf16* gatePre, const bf16* bg, const bf16* normWeight,
+                                  const float* rstd, bf16* dO, bf16* dGate, float* dGateF,
+                                  float* wTerms);
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,132 @@
+// The CUDA DeviceBackend (backend/device_backend.h): a CudaContext on one GPU, the CudaModel and
+// the device optimizer; one trainStep = zero grads, forward, backward, norm, clip + AdamW.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/device_backend.h"
+#include "cuda/cuda_context.h"
+#include "cuda_model/cuda_model.h"
+#include "cuda_model/cuda_optimizer.h"
+#include "cuda_model/device_phase.h"
+
+namespace moewb::engine {
+namespace {
+
+using cuda::CudaContext;
+using cuda::CudaModel;
+using cuda::MemoryCategory;
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend(std::unique_ptr<CudaContext> context, std::unique_ptr<CudaModel> model)
+      : m_context(std::move(context)), m_model(std::move(model)) {}
+
+  std::string backendName() const override { return "cuda"; }
+
+  std::string deviceDescription() const override {
+    const cuda::DeviceInfo& d = m_context->device();
+    char text[160];
+    std::snprintf(text, sizeof text, "%s (device %d, compute %d.%d, %d SMs, %.1f GiB)",
+                  d.name.c_str(), d.ordinal, d.computeMajor, d.computeMinor, d.multiprocessors,
+                  double(d.totalMemoryBytes) / double(int64_t(1) << 30));
+    return text;
+  }
+
+  Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
+                                     PhaseRecorder* recorder) override {
+    m_context->allocator().resetPeaks();
+    DeviceStepResult result;
+    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, recorder));
+    {
+      cuda::DevicePhase phase(recorder, Phase::kOptimizer, Pass::kNone, -1);
+      MOEWB_ASSIGN_OR_RETURN(result.optim.gradNorm,
+                             cuda::parameterGradNormCuda(*m_context, m_model->parameters()));
+      const bool finite = std::isfinite(result.forward.loss) &&
+                          std::isfinite(result.forward.auxLoss) &&
+                          std::isfinite(result.optim.gradNorm);
+      if (finite) {
+        MOEWB_ASSIGN_OR_RETURN(OptimizerStepResult applied,
+                               cuda::optimizerStepCuda(*m_context, m_model->parameters(), optim,
+                                                       step, result.optim.gradNorm));
+        result.optim.clipScale = applied.clipScale;
+        result.optim.lr = applied.lr;
+        result.updated = true;
+      }
+      MOEWB_RETURN_IF_ERROR(m_context->synchronize());
+    }
+    const cuda::AllocatorStats stats = m_context->allocator().stats();
+    auto inUse = [&](MemoryCategory c) { return stats.inUseBytes[size_t(c)]; };
+    result.weightsBytes = inUse(MemoryCategory::kWeights);
+    result.gradsBytes = inUse(MemoryCategory::kGrads);
+    result.optimizerBytes = inUse(MemoryCategory::kOptimizer);
+    result.peakBytes = stats.totalPeakInUseBytes;
+    result.activationsPeakBytes = std::max<int64_t>(
+        0, stats.totalPeakInUseBytes - result.weightsBytes - result.gradsBytes -
+               result.optimizerBytes);
+    return result;
+  }
+
+  Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) override {
+    return runForwardBackward(batch, step, nullptr);
+  }
+
+  Status pullState(Model<float>& host) override {
+    return m_model->parameters().download(*m_context, host.parameters());
+  }
+  Status pushState(const Model<float>& host) override {
+    MOEWB_RETURN_IF_ERROR(m_model->parameters().reload(*m_context, host.parameters()));
+    return m_context->synchronize();
+  }
+  Status pullGrads(Model<float>& host) override {
+    return m_model->parameters().downloadGrads(*m_context, host.parameters());
+  }
+  void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
+
+ private:
+  // Zero grads, forward, backward. On an error (out of memory included) the activations are
+  // dropped so the next step starts from a clean device state.
+  Result<ForwardResult> runForwardBackward(const Batch& batch, int64_t step,
+                                           PhaseRecorder* recorder) {
+    Result<ForwardResult> forward = forwardBackwardOnce(batch, step, recorder);
+    if (!forward.isOk()) {
+      m_model->releaseActivations();
+      (void)m_context->synchronize();
+      m_context->allocator().emptyCache();
+      return forward.status().withContext("CUDA step " + std::to_string(step));
+    }
+    return forward;
+  }
+
+  Result<ForwardResult> forwardBackwardOnce(const Batch& batch, int64_t step,
+                                            PhaseRecorder* recorder) {
+    MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
+    m_model->setStep(step);
+    ForwardResult forward;
+    {
+      cuda::DevicePhase phase(recorder, Phase::kForward, Pass::kForward, -1);
+      MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, recorder));
+    }
+    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) return forward;
+    cuda::DevicePhase phase(recorder, Phase::kBackward, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(m_model->backward(recorder));
+    return forward;
+  }
+
+  std::unique_ptr<CudaContext> m_context;
+  std::unique_ptr<CudaModel> m_model;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig&, Model<float>& host,
+                                                         int deviceOrdinal) {
+  MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(host.dims()));
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> context,
+                         CudaContext::create(deviceOrdinal));
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, CudaModel::create(*context, host));
+  return std::unique_ptr<DeviceBackend>(new CudaBackend(std::move(context), std::move(model)));
+}
+
+bool cudaDeviceAvailable() { return cuda::deviceCount() > 0; }
+
+}  // namespace moewb::engine

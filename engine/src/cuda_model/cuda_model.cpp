@@ -1,0 +1,327 @@
+// CudaModel: parameter lookup, forward / backward of the decoder stack and the per-step readback
+// (see cuda_model.h). The CPU twin is model/model.cpp; phase scopes cover the same work.
+#include "cuda_model/cuda_model.h"
+
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/elementwise.h"
+#include "cuda/transfer.h"
+#include "cuda_model/device_phase.h"
+#include "model/mixer.h"
+#include "ops/embedding/embedding_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+Phase mixerPhase(char kind) {
+  return kind == 'K' ? Phase::kKda : kind == 'S' ? Phase::kSparseAttention : Phase::kAttention;
+}
+
+}  // namespace
+
+Status CudaModel::checkSupported(const ModelDims& dims) {
+  auto unsupported = [](const std::string& what) {
+    return unimplemented(what + " does not run on the CUDA backend yet; use run.backend = \"cpu\"");
+  };
+  if (dims.attnRes) return unsupported("model.residual = \"attnres\"");
+  if (dims.lora.enabled) return unsupported("lora.enabled = true");
+  if (dims.imagePatches > 0) return unsupported("multimodal input (data.image_size > 0)");
+  if (dims.expertShards > 1) return unsupported("expert parallelism (parallel.ep > 1)");
+  for (char kind : dims.mixerPattern) MOEWB_RETURN_IF_ERROR(checkMixerSupportedCuda(kind, dims));
+  MOEWB_RETURN_IF_ERROR(checkMoeSupportedCuda(dims.moe));
+  return checkLossSupportedCuda(dims);
+}
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(CudaContext& context, Model<float>& host) {
+  MOEWB_RETURN_IF_ERROR(checkSupported(host.dims()));
+  MOEWB_ASSIGN_OR_RETURN(CudaParameters params, CudaParameters::upload(context, host.parameters()));
+  std::unique_ptr<CudaModel> model(new CudaModel(context, host, std::move(params)));
+  if (!host.expertBiases().empty()) {
+    for (int64_t l = 0; l < model->m_dims.numLayers; ++l) {
+      MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> bias,
+                             context.newTensor<float>({model->m_dims.numExperts},
+                                                      MemoryCategory::kWeights));
+      model->m_bias.push_back(std::move(bias));
+    }
+  }
+  MOEWB_RETURN_IF_ERROR(context.synchronize());
+  return model;
+}
+
+CudaModel::CudaModel(CudaContext& context, Model<float>& host, CudaParameters params)
+    : m_context(context), m_host(host), m_dims(host.dims()), m_params(std::move(params)) {}
+
+void CudaModel::applyLiveDims(const ModelDims& d) {
+  m_dims.topK = d.topK;
+  m_dims.auxLossCoef = d.auxLossCoef;
+  m_dims.moe.seqAuxLossCoef = d.moe.seqAuxLossCoef;
+  m_dims.moe.zLossCoef = d.moe.zLossCoef;
+  m_dims.moe.routeScale = d.moe.routeScale;
+  m_dims.moe.capacityFactor = d.moe.capacityFactor;
+  m_dims.moe.dropPolicy = d.moe.dropPolicy;
+  m_dims.moe.permuteIntoExperts = d.moe.permuteIntoExperts;
+  m_dims.moe.combineIntoExperts = d.moe.combineIntoExperts;
+  m_dims.loss = d.loss;
+  m_dims.sparse.topK = d.sparse.topK;
+  m_dims.sparse.indexerLossCoef = d.sparse.indexerLossCoef;
+  m_dims.kda.chunkSize = d.kda.chunkSize;
+}
+
+std::string CudaModel::layerName(int64_t layer, const char* local) const {
+  return "layers." + std::to_string(layer) + "." + local;
+}
+
+const bf16* CudaModel::weight(const std::string& name) const {
+  const int index = m_params.find(name);
+  return index < 0 ? nullptr : m_params.all()[size_t(index)].compute.data();
+}
+
+float* CudaModel::gradOf(const std::string& name) {
+  const int index = m_params.find(name);
+  return index < 0 ? nullptr : m_params.all()[size_t(index)].grad.data();
+}
+
+std::vector<CudaParameter*> CudaModel::mixerParams(int64_t layer) {
+  std::vector<CudaParameter*> params;
+  for (const MixerParamSpec& spec : mixerParameterSpecs(m_dims.mixerOf(layer), m_dims)) {
+    params.push_back(&m_params.at(layerName(layer, spec.name.c_str())));
+  }
+  return params;
+}
+
+MoeOptions CudaModel::moeOptions() const {
+  MoeOptions options = m_dims.moe;
+  options.topK = m_dims.topK;
+  options.auxLossCoef = m_dims.auxLossCoef;
+  options.seqLen = m_dims.seqLen;
+  return options;
+}
+
+MoeShapeCuda CudaModel::moeShape() const {
+  return {m_dims.tokens(), m_dims.dModel, m_dims.numExperts, m_dims.dFf};
+}
+
+MoeWeightsCuda CudaModel::moeWeights(int64_t layer) const {
+  auto w = [&](const char* local) { return weight(layerName(layer, local)); };
+  MoeWeightsCuda weights;
+  weights.router = w("moe.router");
+  weights.gate = &m_params.at(layerName(layer, "moe.gate")).compute;
+  weights.up = &m_params.at(layerName(layer, "moe.up")).compute;
+  weights.down = &m_params.at(layerName(layer, "moe.down")).compute;
+  weights.sharedGate = w("moe.shared.gate");
+  weights.sharedUp = w("moe.shared.up");
+  weights.sharedDown = w("moe.shared.down");
+  weights.latentDown = w("moe.latent.down");
+  weights.latentUp = w("moe.latent.up");
+  weights.latentNorm = w("moe.latent.norm");
+  weights.bias = m_bias.empty() ? nullptr : m_bias[size_t(layer)].data();
+  return weights;
+}
+
+MoeGradsCuda CudaModel::moeGrads(int64_t layer) {
+  auto g = [&](const char* local) { return gradOf(layerName(layer, local)); };
+  MoeGradsCuda grads;
+  grads.router = g("moe.router");
+  grads.gate = &m_params.at(layerName(layer, "moe.gate")).grad;
+  grads.up = &m_params.at(layerName(layer, "moe.up")).grad;
+  grads.down = &m_params.at(layerName(layer, "moe.down")).grad;
+  grads.sharedGate = g("moe.shared.gate");
+  grads.sharedUp = g("moe.shared.up");
+  grads.sharedDown = g("moe.shared.down");
+  grads.latentDown = g("moe.latent.down");
+  grads.latentUp = g("moe.latent.up");
+  grads.latentNorm = g("moe.latent.norm");
+  return grads;
+}
+
+Status CudaModel::uploadBias(int32_t layer) {
+  if (m_bias.empty()) return Status::ok();
+  const std::vector<float>& bias = m_host.expertBiases()[size_t(layer)].bias;
+  Tensor<float> values({int64_t(bias.size())});
+  for (size_t e = 0; e < bias.size(); ++e) values[int64_t(e)] = bias[e];
+  return copyToDevice(m_context, values, m_bias[size_t(layer)]);
+}
+
+Result<ForwardResult> CudaModel::forward(const Batch& batch, PhaseRecorder* recorder) {
+  MOEWB_CHECK(batch.batchSize == m_dims.batchSize && batch.seqLen == m_dims.seqLen);
+  releaseActivations();
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  DeviceTensor<bf16> h;  // [N, D] residual stream
+  {
+    DevicePhase phase(recorder, Phase::kEmbedding, Pass::kForward, -1);
+    MOEWB_ASSIGN_OR_RETURN(m_inputs, toDevice(m_context, batch.inputs, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_RETURN(m_targets,
+                           toDevice(m_context, batch.targets, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_RETURN(h, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(embeddingForwardCuda(m_context.stream(), m_inputs.data(), n,
+                                               weight("embedding"), m_dims.vocabSize, d, h.data()));
+  }
+  m_acts.resize(size_t(m_dims.numLayers));
+  for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
+    MOEWB_RETURN_IF_ERROR(layerForward(l, h, recorder));
+  }
+  m_finalInput = std::move(h);
+  {
+    DevicePhase phase(recorder, Phase::kLoss, Pass::kForward, -1);
+    MOEWB_ASSIGN_OR_RETURN(m_finalNormOut,
+                           m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_RETURN(m_finalRstd, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), m_finalInput.data(),
+                                             weight("final_norm"), float(m_dims.normEps),
+                                             m_finalNormOut.data(), m_finalRstd.data(), n, d));
+    MOEWB_RETURN_IF_ERROR(lossForwardCuda(m_context, m_dims, m_finalNormOut, weight("lm_head"),
+                                          m_targets, m_loss));
+  }
+  m_hasActivations = true;
+  return readForwardResult();
+}
+
+Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, PhaseRecorder* recorder) {
+  LayerActs& a = m_acts[size_t(layer)];
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  const char kind = m_dims.mixerOf(layer);
+  const float eps = float(m_dims.normEps);
+  a.input = std::move(h);
+  {
+    DevicePhase phase(recorder, mixerPhase(kind), Pass::kForward, layer);
+    MOEWB_ASSIGN_OR_RETURN(a.norm1, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_RETURN(a.rstd1, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.input.data(),
+                                             weight(layerName(layer, "attn_norm")), eps,
+                                             a.norm1.data(), a.rstd1.data(), n, d));
+    MOEWB_ASSIGN_OR_RETURN(a.mid, mixerForwardCuda(m_context, kind, m_dims, m_step, a.norm1,
+                                                   mixerParams(layer), a.mixer));
+    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), a.mid.data(), a.input.data(), a.mid.data(), n * d));
+  }
+  {
+    DevicePhase phase(recorder, Phase::kRouter, Pass::kForward, layer);
+    MOEWB_ASSIGN_OR_RETURN(a.norm2, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_RETURN(a.rstd2, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.mid.data(),
+                                             weight(layerName(layer, "moe_norm")), eps,
+                                             a.norm2.data(), a.rstd2.data(), n, d));
+    MOEWB_RETURN_IF_ERROR(uploadBias(layer));
+  }
+  {
+    // The MoE stages run as one traced "experts" phase on the GPU: their kernels are queued
+    // back to back without a host wait, so a host-side split would only show launch times.
+    DevicePhase phase(recorder, Phase::kExperts, Pass::kForward, layer);
+    MOEWB_ASSIGN_OR_RETURN(h, moeForwardCuda(m_context, a.norm2, moeWeights(layer), moeShape(),
+                                             moeOptions(), a.moe));
+    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), h.data(), a.mid.data(), h.data(), n * d));
+  }
+  return Status::ok();
+}
+
+Result<ForwardResult> CudaModel::readForwardResult() {
+  ForwardResult result;
+  const int64_t layers = m_dims.numLayers, e = m_dims.numExperts;
+  MOEWB_ASSIGN_OR_RETURN(Tensor<float> ce, toHost(m_context, m_loss.loss));
+  result.loss = double(ce[0]);
+  for (int64_t l = 0; l < layers; ++l) {
+    const LayerActs& a = m_acts[size_t(l)];
+    const MoeSavedCuda& moe = a.moe;
+    MOEWB_ASSIGN_OR_RETURN(Tensor<int32_t> counts, toHost(m_context, moe.switchAux.counts));
+    double aux = 0;
+    MOEWB_ASSIGN_OR_RETURN(Tensor<float> switchLoss, toHost(m_context, moe.switchAux.loss));
+    aux += double(switchLoss[0]);
+    if (!moe.seqAux.loss.empty()) {
+      MOEWB_ASSIGN_OR_RETURN(Tensor<float> seqLoss, toHost(m_context, moe.seqAux.loss));
+      aux += double(seqLoss[0]);
+    }
+    if (!moe.zLoss.empty()) {
+      MOEWB_ASSIGN_OR_RETURN(Tensor<float> zLoss, toHost(m_context, moe.zLoss));
+      aux += double(zLoss[0]);
+    }
+    if (const DeviceTensor<float>* mixerAux = mixerAuxLossCuda(a.mixer)) {
+      MOEWB_ASSIGN_OR_RETURN(Tensor<float> value, toHost(m_context, *mixerAux));
+      aux += double(value[0]);
+    }
+    result.auxLoss += aux;
+    std::vector<int64_t> perExpert(size_t(e), 0);
+    for (int64_t i = 0; i < e; ++i) perExpert[size_t(i)] = counts[i];
+    std::vector<double> bias(size_t(e), 0.0);
+    if (!m_bias.empty()) {
+      ExpertBias& state = m_host.expertBiases()[size_t(l)];
+      for (size_t i = 0; i < bias.size(); ++i) bias[i] = state.bias[i];
+      accumulateExpertCounts(state, perExpert);
+    }
+    result.expertCounts.push_back(std::move(perExpert));
+    result.expertDropped.push_back(std::vector<int64_t>(size_t(e), 0));
+    result.expertBias.push_back(std::move(bias));
+  }
+  return result;
+}
+
+Status CudaModel::backward(PhaseRecorder* recorder) {
+  MOEWB_CHECK(m_hasActivations);
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  DeviceTensor<bf16> dh;  // [N, D] gradient of the residual stream
+  {
+    DevicePhase phase(recorder, Phase::kLoss, Pass::kBackward, -1);
+    MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm,
+                           lossBackwardCuda(m_context, m_dims, m_finalNormOut, weight("lm_head"),
+                                            m_targets, m_loss, gradOf("lm_head")));
+    MOEWB_ASSIGN_OR_RETURN(dh, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(rmsNormBackwardCuda(m_context, dNorm.data(), m_finalInput.data(),
+                                              weight("final_norm"), m_finalRstd.data(), dh.data(),
+                                              gradOf("final_norm"), n, d));
+    m_finalInput = DeviceTensor<bf16>();
+    m_finalNormOut = DeviceTensor<bf16>();
+  }
+  for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
+    MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, recorder));
+    m_acts[size_t(l)] = LayerActs();
+  }
+  {
+    DevicePhase phase(recorder, Phase::kEmbedding, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(embeddingBackwardCuda(m_context.stream(), m_inputs.data(), n, dh.data(),
+                                                m_dims.vocabSize, d, gradOf("embedding")));
+  }
+  releaseActivations();
+  return Status::ok();
+}
+
+// dh holds dL/d(layer output) on entry and dL/d(layer input) on return (updated in place: the
+// residual adds make the identity paths free).
+Status CudaModel::layerBackward(int32_t layer, DeviceTensor<bf16>& dh, PhaseRecorder* recorder) {
+  LayerActs& a = m_acts[size_t(layer)];
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  const char kind = m_dims.mixerOf(layer);
+  {
+    DevicePhase phase(recorder, Phase::kExperts, Pass::kBackward, layer);
+    MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm2,
+                           m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+    MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm2.data(), 0.0f, n * d));
+    MOEWB_RETURN_IF_ERROR(moeBackwardCuda(m_context, dh, a.norm2, moeWeights(layer), moeShape(),
+                                          a.moe, moeGrads(layer), dNorm2));
+    // dh (= dMid so far, the residual path) += RMSNorm backward of dNorm2.
+    MOEWB_RETURN_IF_ERROR(rmsNormBackwardCuda(
+        m_context, dNorm2.data(), a.mid.data(), weight(layerName(layer, "moe_norm")),
+        a.rstd2.data(), dh.data(), gradOf(layerName(layer, "moe_norm")), n, d, /*accumulate=*/true));
+  }
+  DevicePhase phase(recorder, mixerPhase(kind), Pass::kBackward, layer);
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm1,
+                         m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+  MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm1.data(), 0.0f, n * d));
+  MOEWB_RETURN_IF_ERROR(mixerBackwardCuda(m_context, kind, m_dims, m_step, dh, a.norm1,
+                                          mixerParams(layer), a.mixer, dNorm1));
+  return rmsNormBackwardCuda(m_context, dNorm1.data(), a.input.data(),
+                             weight(layerName(layer, "attn_norm")), a.rstd1.data(), dh.data(),
+                             gradOf(layerName(layer, "attn_norm")), n, d, /*accumulate=*/true);
+}
+
+void CudaModel::releaseActivations() {
+  m_acts.clear();
+  m_inputs = DeviceTensor<int32_t>();
+  m_targets = DeviceTensor<int32_t>();
+  m_finalInput = DeviceTensor<bf16>();
+  m_finalNormOut = DeviceTensor<bf16>();
+  m_finalRstd = DeviceTensor<float>();
+  m_loss = LossStateCuda();
+  m_hasActivations = false;
+}
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,104 @@
+#include "cuda_model/cuda_parameters.h"
+
+#include "cuda/cuda_check.h"
+#include "cuda/elementwise.h"
+#include "cuda/transfer.h"
+
+namespace moewb::engine::cuda {
+
+Result<CudaParameters> CudaParameters::upload(CudaContext& context,
+                                              const std::vector<Parameter<float>>& host) {
+  CudaParameters params;
+  params.m_params.reserve(host.size());
+  for (const Parameter<float>& p : host) {
+    CudaParameter d;
+    d.name = p.name;
+    d.shape = p.value.shape();
+    d.decay = p.decay;
+    d.trainable = p.trainable;
+    MOEWB_ASSIGN_OR_RETURN(d.master, toDevice(context, p.value, MemoryCategory::kWeights));
+    MOEWB_ASSIGN_OR_RETURN(d.compute, context.newTensor<bf16>(d.shape, MemoryCategory::kWeights));
+    MOEWB_ASSIGN_OR_RETURN(d.grad, context.newTensor<float>(d.shape, MemoryCategory::kGrads));
+    if (p.trainable) {
+      MOEWB_ASSIGN_OR_RETURN(d.adamM, toDevice(context, p.adamM, MemoryCategory::kOptimizer));
+      MOEWB_ASSIGN_OR_RETURN(d.adamV, toDevice(context, p.adamV, MemoryCategory::kOptimizer));
+    }
+    params.m_index.emplace(d.name, int(params.m_params.size()));
+    params.m_params.push_back(std::move(d));
+  }
+  MOEWB_RETURN_IF_ERROR(params.refreshComputeCopies(context));
+  MOEWB_RETURN_IF_ERROR(params.zeroGrads(context));
+  return params;
+}
+
+Status CudaParameters::reload(CudaContext& context, const std::vector<Parameter<float>>& host) {
+  MOEWB_CHECK_EQ(host.size(), m_params.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    CudaParameter& d = m_params[i];
+    MOEWB_CHECK(host[i].name == d.name);
+    MOEWB_RETURN_IF_ERROR(copyToDevice(context, host[i].value, d.master));
+    if (d.trainable) {
+      MOEWB_RETURN_IF_ERROR(copyToDevice(context, host[i].adamM, d.adamM));
+      MOEWB_RETURN_IF_ERROR(copyToDevice(context, host[i].adamV, d.adamV));
+    }
+  }
+  return refreshComputeCopies(context);
+}
+
+Status CudaParameters::download(CudaContext& context, std::vector<Parameter<float>>& host) const {
+  MOEWB_CHECK_EQ(host.size(), m_params.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    const CudaParameter& d = m_params[i];
+    MOEWB_ASSIGN_OR_RETURN(host[i].value, toHost(context, d.master));
+    if (d.trainable) {
+      MOEWB_ASSIGN_OR_RETURN(host[i].adamM, toHost(context, d.adamM));
+      MOEWB_ASSIGN_OR_RETURN(host[i].adamV, toHost(context, d.adamV));
+    }
+  }
+  return Status::ok();
+}
+
+Status CudaParameters::downloadGrads(CudaContext& context,
+                                     std::vector<Parameter<float>>& host) const {
+  MOEWB_CHECK_EQ(host.size(), m_params.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    MOEWB_ASSIGN_OR_RETURN(host[i].grad, toHost(context, m_params[i].grad));
+  }
+  return Status::ok();
+}
+
+int CudaParameters::find(const std::string& name) const {
+  auto it = m_index.find(name);
+  return it == m_index.end() ? -1 : it->second;
+}
+
+CudaParameter& CudaParameters::at(const std::string& name) {
+  const int index = find(name);
+  MOEWB_CHECK_MSG(index >= 0, "no parameter called " << name);
+  return m_params[size_t(index)];
+}
+
+const CudaParameter& CudaParameters::at(const std::string& name) const {
+  const int index = find(name);
+  MOEWB_CHECK_MSG(index >= 0, "no parameter called " << name);
+  return m_params[size_t(index)];
+}
+
+Status CudaParameters::zeroGrads(CudaContext& context) {
+  for (CudaParameter& p : m_params) {
+    if (p.grad.empty()) continue;
+    MOEWB_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(p.grad.data(), 0, size_t(p.grad.bytes()), context.stream()));
+  }
+  return Status::ok();
+}
+
+Status CudaParameters::refreshComputeCopies(CudaContext& context) {
+  for (CudaParameter& p : m_params) {
+    MOEWB_RETURN_IF_ERROR(
+        castFloatToBf16(context.stream(), p.master.data(), p.compute.data(), p.master.numel()));
+  }
+  return Status::ok();
+}
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend (no GUI) into build-gpu/ and packs what the H200 machine needs into
+# .gpu/ (git-ignored, a few MiB): the GPU test binary, the CLI, the GPU benchmarks, the Debian
+# shared libraries that machine lacks (it has glibc, libstdc++, libsqlite3 and the CUDA libraries),
+# the sample configs and scripts/gpu-test.sh. Send .gpu/ along and run `.gpu/gpu-test.sh` there.
+# The build folder itself is far too big (objects) to send.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEWB_CUDA=ON -DMOEWB_GUI=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu-configure.log || { cat build-gpu-configure.log; exit 1; }
+cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests moewb moe_layer_cuda_bench \
+  train_step_cuda_bench
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/configs
+binaries=(build-gpu/tests/engine_cuda/engine_cuda_tests build-gpu/cli/moewb
+          build-gpu/bench/moe_layer_cuda_bench build-gpu/bench/train_step_cuda_bench)
+for binary in "${binaries[@]}"; do
+  cp "$binary" .gpu/bin/ && strip .gpu/bin/"$(basename "$binary")"
+done
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libfmt.so.9 libtomlplusplus.so.3 \
+           libbenchmark.so.1debian libspdlog.so.1.10; do
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  [[ -n "$path" ]] && cp -L "$path" .gpu/lib/
+done
+# OpenBLAS carries kernels for every x86 CPU (36 MiB); packed it is 4 MiB. gpu-test.sh unpacks it.
+xz -T "$(nproc)" -f .gpu/lib/libopenblas.so.0
+cp samples/configs/*.toml .gpu/configs/
+cp scripts/gpu-test.sh .gpu/
+# The PyTorch baselines run in the same device call as our benchmarks (ratios, not absolutes).
+if [[ -d ../shared/anchors ]]; then
+  mkdir -p .gpu/anchors && cp ../shared/anchors/*.py .gpu/anchors/
+fi
+du -sh .gpu

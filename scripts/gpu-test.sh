@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
+# test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
+# $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [bench] [-- gtest filter]
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/../gpu-out}"
+mkdir -p "$out"
+[[ -f "$here/lib/libopenblas.so.0.xz" ]] && xz -d -f "$here/lib/libopenblas.so.0.xz"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+filter="*"
+steps=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --) filter="$2"; shift 2 ;;
+    *) steps+=("$1"); shift ;;
+  esac
+done
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+status=0
+for step in "${steps[@]}"; do
+  case "$step" in
+    tests)
+      "$here/bin/engine_cuda_tests" --gtest_filter="$filter" --gtest_output="xml:$out/gpu-tests.xml" \
+        >"$out/gpu-tests.log" 2>&1 || status=1
+      grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran" "$out/gpu-tests.log" | tail -40 ;;
+    memcheck)
+      compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
+        "$here/bin/engine_cuda_tests" --gtest_filter="$filter" >"$out/memcheck.log" 2>&1 || status=1
+      tail -5 "$out/memcheck.log" ;;
+    cli)
+      # The CLI end to end on the GPU: a traced run of the tiny config, then its summary.
+      "$here/bin/moewb" run -c "$here/configs/tiny.toml" --set run.backend=cuda --steps 100 \
+        -o "$out/tiny-cuda.sqlite" -f -q >"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$out/tiny-cuda.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      head -30 "$out/cli.log" ;;
+    bench)
+      # Ours and the PyTorch baselines (anchors/, copied next to this script) in the same call.
+      { "$here/bin/moe_layer_cuda_bench"
+        (cd "$here/anchors" && python3 moe_layer.py)
+        "$here/bin/train_step_cuda_bench" "$here/configs/tiny.toml" --steps 30 --cpu
+        "$here/bin/train_step_cuda_bench" "$here/configs/small.toml" --steps 30 --cpu
+        "$here/bin/train_step_cuda_bench" "$here/configs/tiny.toml" --steps 30 \
+          --set data.batch_size=64 --set model.seq_len=256 --set model.d_model=256 \
+          --set moe.num_experts=32 --set moe.top_k=4 --set moe.d_ff=512 --set run.name=wide
+      } 2>&1 | tee "$out/bench.jsonl" ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, bench)"; status=2 ;;
+  esac
+done
+exit $status

@@ -1,0 +1,169 @@
+// The chunked KDA core on the GPU against the CPU references in double (kdaChunkForward /
+// kdaChunkBackward on the same bf16-rounded inputs, and kdaNaiveForward): B = 2, T in
+// {1, 63, 64, 130} (partial last chunks), 2 heads, head dims 16 and 64, chunks 16 and 64, a
+// nonzero initial state and final-state gradient, plus a GVA case. Outputs are NaN-poisoned.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "ops/kda/kda.h"
+#include "ops/kda/kda_cuda.h"
+#include "runtime/thread_pool.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+using KdaChunkCudaTest = CudaTest;
+
+// Host inputs of the core, already rounded as the GPU sees them (q, k, v, dO bf16; the rest fp32).
+struct CoreInputs {
+  Tensor<float> q, k, v, g, beta, s0, dO, dSFinal;
+};
+
+// q, k L2-normalised per head (q also scaled by K^-1/2, as the layer feeds them), g in (-5, 0)
+// with most values near 0, beta in (0, 1).
+CoreInputs makeInputs(const KdaCoreDims& dims, uint64_t seed, bool withState) {
+  const int64_t n = dims.tokens(), h = dims.numHeads, hv = dims.valueHeads();
+  const int64_t kd = dims.keyDim, vd = dims.valueDim;
+  CoreInputs in;
+  in.q = randomTensor({n, h * kd}, seed + 1);
+  in.k = randomTensor({n, h * kd}, seed + 2);
+  for (Tensor<float>* x : {&in.q, &in.k}) {
+    const float scale = x == &in.q ? float(1.0 / std::sqrt(double(kd))) : 1.f;
+    for (int64_t row = 0; row < n * h; ++row) {
+      float* p = x->data() + row * kd;
+      double sum = 0;
+      for (int64_t d = 0; d < kd; ++d) sum += double(p[d]) * p[d];
+      const float r = float(1.0 / std::sqrt(sum + 1e-6));
+      for (int64_t d = 0; d < kd; ++d) p[d] *= r * scale;
+    }
+    *x = roundedToBf16(*x);
+  }
+  in.v = roundedToBf16(randomTensor({n, hv * vd}, seed + 3));
+  in.g = randomTensor({n, hv * kd}, seed + 4, 1.0, true);
+  for (int64_t i = 0; i < in.g.numel(); ++i) {
+    const float u = std::fabs(in.g[i]);
+    in.g[i] = -5.f * u * u * u - 0.01f;
+  }
+  in.beta = randomTensor({n, hv}, seed + 5, 2.0);
+  for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta[i] = 1.f / (1.f + std::exp(-in.beta[i]));
+  if (withState) {
+    in.s0 = randomTensor({dims.batch, hv, kd, vd}, seed + 6, 0.5);
+    in.dSFinal = randomTensor({dims.batch, hv, kd, vd}, seed + 7, 0.5);
+  }
+  in.dO = roundedToBf16(randomTensor({n, hv * vd}, seed + 8));
+  return in;
+}
+
+std::string label(const KdaCoreDims& dims) {
+  return "T=" + std::to_string(dims.seqLen) + " K=" + std::to_string(dims.keyDim) +
+         " C=" + std::to_string(dims.chunk) + " HV=" + std::to_string(dims.valueHeads());
+}
+
+// Runs forward and backward on the GPU and compares with the double references.
+void checkCore(CudaContext& context, const KdaCoreDims& dims, uint64_t seed, bool withState) {
+  SCOPED_TRACE(label(dims));
+  ThreadPool pool(2);
+  const CoreInputs in = makeInputs(dims, seed, withState);
+  const int64_t n = dims.tokens(), h = dims.numHeads, hv = dims.valueHeads();
+  const int64_t kd = dims.keyDim, vd = dims.valueDim;
+  const std::vector<int64_t> stateShape = {dims.batch, hv, kd, vd};
+  const MemoryCategory act = MemoryCategory::kActivations;
+
+  MOEWB_ASSIGN_OR_FAIL(auto q, toDeviceBf16(context, in.q, act));
+  MOEWB_ASSIGN_OR_FAIL(auto k, toDeviceBf16(context, in.k, act));
+  MOEWB_ASSIGN_OR_FAIL(auto v, toDeviceBf16(context, in.v, act));
+  MOEWB_ASSIGN_OR_FAIL(auto g, toDevice(context, in.g, act));
+  MOEWB_ASSIGN_OR_FAIL(auto beta, toDevice(context, in.beta, act));
+  MOEWB_ASSIGN_OR_FAIL(auto dO, toDeviceBf16(context, in.dO, act));
+  DeviceTensor<float> s0, dSFinal;
+  if (withState) {
+    MOEWB_ASSIGN_OR_FAIL(s0, toDevice(context, in.s0, act));
+    MOEWB_ASSIGN_OR_FAIL(dSFinal, toDevice(context, in.dSFinal, act));
+  }
+  MOEWB_ASSIGN_OR_FAIL(auto o, poisonedBf16(context, {n, hv * vd}));
+  MOEWB_ASSIGN_OR_FAIL(auto sFinal, poisonedFloat(context, stateShape));
+  KdaChunkSavedCuda saved;
+  MOEWB_ASSERT_OK(kdaChunkForwardCuda(context, dims, q.data(), k.data(), v.data(), g.data(),
+                                      beta.data(), withState ? s0.data() : nullptr, o.data(),
+                                      sFinal.data(), saved));
+  MOEWB_ASSIGN_OR_FAIL(auto dq, poisonedBf16(context, {n, h * kd}));
+  MOEWB_ASSIGN_OR_FAIL(auto dk, poisonedBf16(context, {n, h * kd}));
+  MOEWB_ASSIGN_OR_FAIL(auto dv, poisonedBf16(context, {n, hv * vd}));
+  MOEWB_ASSIGN_OR_FAIL(auto dg, poisonedFloat(context, {n, hv * kd}));
+  MOEWB_ASSIGN_OR_FAIL(auto dbeta, poisonedFloat(context, {n, hv}));
+  MOEWB_ASSIGN_OR_FAIL(auto dS0, poisonedFloat(context, stateShape));
+  const KdaCoreGradsCuda grads{dq.data(), dk.data(),    dv.data(),
+                               dg.data(), dbeta.data(), dS0.data()};
+  MOEWB_ASSERT_OK(kdaChunkBackwardCuda(context, dims, dO.data(),
+                                       withState ? dSFinal.data() : nullptr, q.data(), k.data(),
+                                       v.data(), g.data(), beta.data(),
+                                       withState ? s0.data() : nullptr, saved, grads));
+
+  // References in double on the same rounded inputs.
+  Tensor<double> s0d = withState ? toDouble(in.s0) : Tensor<double>();
+  Tensor<double> dSFinald = withState ? toDouble(in.dSFinal) : Tensor<double>();
+  const Tensor<double> qd = toDouble(in.q), kd64 = toDouble(in.k), vd64 = toDouble(in.v);
+  const Tensor<double> gd = toDouble(in.g), betad = toDouble(in.beta), dOd = toDouble(in.dO);
+  Tensor<double> finalRef, finalNaive;
+  KdaChunkSaved<double> savedRef;
+  Tensor<double> oRef =
+      kdaChunkForward(pool, dims, qd, kd64, vd64, gd, betad, s0d, finalRef, &savedRef);
+  Tensor<double> oNaive = kdaNaiveForward(pool, dims, qd, kd64, vd64, gd, betad, s0d, finalNaive);
+  KdaCoreGrads<double> ref = kdaChunkBackward(pool, dims, dOd, dSFinald, qd, kd64, vd64, gd, betad,
+                                              s0d, savedRef);
+
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> oGot, toHostFloat(context, o));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> sGot, toHost(context, sFinal));
+  EXPECT_LT(relativeError(oGot, toFloat(oRef)), 1e-2);
+  EXPECT_LT(relativeError(oGot, toFloat(oNaive)), 1e-2);
+  EXPECT_LT(relativeError(sGot, toFloat(finalRef)), 1e-4);
+  EXPECT_LT(relativeError(sGot, toFloat(finalNaive)), 1e-4);
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> savedAqk, toHost(context, saved.aqk));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> savedM, toHost(context, saved.m));
+  EXPECT_LT(relativeError(savedAqk, toFloat(savedRef.aqk)), 1e-4);
+  EXPECT_LT(relativeError(savedM, toFloat(savedRef.m)), 1e-4);
+
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dqGot, toHostFloat(context, dq));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dkGot, toHostFloat(context, dk));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dvGot, toHostFloat(context, dv));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dgGot, toHost(context, dg));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dbetaGot, toHost(context, dbeta));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dS0Got, toHost(context, dS0));
+  EXPECT_LT(relativeError(dqGot, toFloat(ref.dq)), 1e-2);
+  EXPECT_LT(relativeError(dkGot, toFloat(ref.dk)), 1e-2);
+  EXPECT_LT(relativeError(dvGot, toFloat(ref.dv)), 1e-2);
+  EXPECT_LT(relativeError(dgGot, toFloat(ref.dg)), 2e-3);
+  EXPECT_LT(relativeError(dbetaGot, toFloat(ref.dbeta)), 2e-3);
+  EXPECT_LT(relativeError(dS0Got, toFloat(ref.dInitialState)), 1e-4);
+}
+
+TEST_F(KdaChunkCudaTest, ForwardAndBackwardMatchDoubleReferences) {
+  uint64_t seed = 1000;
+  for (int64_t headDim : {16, 64}) {
+    for (int64_t chunk : {16, 64}) {
+      for (int64_t seqLen : {1, 63, 64, 130}) {
+        const KdaCoreDims dims{2, seqLen, 2, 2, headDim, headDim, chunk};
+        checkCore(context(), dims, seed += 10, /*withState=*/seqLen != 64);
+      }
+    }
+  }
+}
+
+TEST_F(KdaChunkCudaTest, HeadDim128AndGroupedValueHeads) {
+  checkCore(context(), KdaCoreDims{1, 100, 1, 1, 128, 128, 64}, 77, true);
+  checkCore(context(), KdaCoreDims{2, 37, 1, 3, 32, 48, 16}, 78, true);  // GVA, K != V
+}
+
+TEST_F(KdaChunkCudaTest, RejectsUnsupportedDims) {
+  KdaChunkSavedCuda saved;
+  const KdaCoreDims tooWide{1, 4, 1, 1, 256, 64, 64};
+  EXPECT_FALSE(kdaChunkForwardCuda(context(), tooWide, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, nullptr, nullptr, nullptr, saved)
+                   .isOk());
+}
+
+}  // namespace
+}  // namespace moewb::engine::cuda

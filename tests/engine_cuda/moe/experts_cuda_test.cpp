@@ -1,0 +1,301 @@
+// The grouped tensor-core experts against (1) the CPU reference in double (forward: g, u, h, y;
+// backward: dXPerm and the accumulated weight gradients) for SwiGLU and SiTU-GLU (inputs large
+// enough to reach SiTU's clipping region), (2) a per-expert loop of cuBLAS GEMMs (the oracle:
+// g, y and dWd per expert, host-read offsets, test only), and (3) the fused variants: gather by
+// index == permute + experts (bitwise), folded combine == experts + weighted combine (forward
+// to bf16 rounding, backward dx / weight grads equal, dRowWeight == combine's dTopWeight).
+// Shapes: N = 1, 63, 257; E = 1, 8, 64 with empty experts; k = 1, 2, 4, 8; D and F not multiples
+// of the 64-wide tiles.
+#include "ops/experts/experts_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda/gemm.h"
+#include "moe_cuda_test_util.h"
+#include "ops/combine/combine_cuda.h"
+#include "ops/experts/experts.h"
+#include "ops/permute/permute_cuda.h"
+#include "runtime/thread_pool.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+using moetest::describe;
+using moetest::MoeShape;
+
+using ExpertsCudaTest = CudaTest;
+
+struct HostWeights {
+  Tensor<float> gate;  // [E, F, D] bf16-rounded
+  Tensor<float> up;
+  Tensor<float> down;  // [E, D, F]
+};
+
+HostWeights randomWeights(int64_t e, int64_t d, int64_t f, bool situ, uint64_t seed) {
+  const double in = 1.0 / std::sqrt(double(d)), hidden = 1.0 / std::sqrt(double(f));
+  // SiTU: |g| well past beta1 = 4 and |u| past beta2 = 25 for many elements.
+  HostWeights w;
+  w.gate = roundedToBf16(randomTensor({e, f, d}, seed, situ ? 6 * in : in));
+  w.up = roundedToBf16(randomTensor({e, f, d}, seed + 1, situ ? 40 * in : in));
+  w.down = roundedToBf16(randomTensor({e, d, f}, seed + 2, situ ? 0.05 * hidden : hidden));
+  return w;
+}
+
+struct DeviceWeights {
+  DeviceTensor<bf16> gate, up, down;
+  DeviceExpertWeights view() const { return {gate, up, down}; }
+};
+
+Result<DeviceWeights> upload(CudaContext& context, const HostWeights& w) {
+  DeviceWeights out;
+  MOEWB_ASSIGN_OR_RETURN(out.gate, toDeviceBf16(context, w.gate, MemoryCategory::kWeights));
+  MOEWB_ASSIGN_OR_RETURN(out.up, toDeviceBf16(context, w.up, MemoryCategory::kWeights));
+  MOEWB_ASSIGN_OR_RETURN(out.down, toDeviceBf16(context, w.down, MemoryCategory::kWeights));
+  return Result<DeviceWeights>(std::move(out));
+}
+
+// One routed problem: routing, plan (host and device), x and its permuted rows on the device.
+struct Problem {
+  MoeShape shape;
+  int64_t d = 0;
+  Tensor<int32_t> top;
+  Tensor<float> weight;  // [N, k] routing weights
+  Tensor<float> x;       // [N, D] bf16-rounded
+  Dispatch plan;
+  DeviceTensor<int32_t> dTop;
+  DeviceTensor<float> dWeight;
+  DeviceTensor<bf16> dx;
+  DeviceDispatch dPlan;
+  DeviceTensor<bf16> xPerm;  // [N k, D]
+};
+
+void makeProblem(CudaContext& context, const MoeShape& s, int64_t d, uint64_t seed, Problem& p) {
+  p.shape = s;
+  p.d = d;
+  p.top = moetest::randomTopExpert(s.n, s.k, s.e, seed);
+  p.weight = randomTensor({s.n, s.k}, seed + 1, 1.0, true);
+  p.x = roundedToBf16(randomTensor({s.n, d}, seed + 2));
+  p.plan = buildDispatch(p.top, s.e);
+  MOEWB_ASSIGN_OR_FAIL(p.dTop, toDevice(context, p.top, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(p.dWeight, toDevice(context, p.weight, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(p.dx, toDeviceBf16(context, p.x, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(p.dPlan, buildDispatchCuda(context, p.dTop, s.e));
+  MOEWB_ASSIGN_OR_FAIL(p.xPerm, poisonedBf16(context, {s.n * s.k, d}));
+  MOEWB_ASSERT_OK(permuteForwardCuda(context, p.dx, p.dPlan, p.xPerm));
+}
+
+TEST_F(ExpertsCudaTest, ForwardBackwardMatchReference) {
+  ThreadPool pool(2);
+  uint64_t seed = 8000;
+  const int64_t d = 72, f = 40;
+  for (const MoeShape& s : moetest::moeShapes()) {
+    for (GluKind kind : {GluKind::kSwiGlu, GluKind::kSitu}) {
+      const bool situ = kind == GluKind::kSitu;
+      const std::string what = describe(s) + (situ ? " situ" : " swiglu");
+      GluParams glu;
+      glu.kind = kind;
+      Problem p;
+      makeProblem(context(), s, d, seed += 10, p);
+      if (HasFatalFailure()) return;
+      const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
+      HostWeights hw = randomWeights(s.e, d, f, situ, seed += 10);
+      MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+      DeviceExpertsSaved saved;
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> y,
+          expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved, glu));
+      // Reference in double on the same permuted rows.
+      Tensor<double> gateD = toDouble(hw.gate), upD = toDouble(hw.up), downD = toDouble(hw.down);
+      Tensor<double> xPermD = permuteForward(pool, toDouble(p.x), p.plan);
+      ExpertsSaved<double> ref;
+      Tensor<double> wantY = expertsForward(pool, xPermD, p.plan.offsets,
+                                            ExpertWeights<double>{gateD, upD, downD}, ref, glu);
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY, toHostFloat(context(), y));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotG, toHostFloat(context(), saved.gatePre));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotU, toHostFloat(context(), saved.upPre));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotH, toHostFloat(context(), saved.hidden));
+      EXPECT_LT(relativeError(moetest::slice(gotG, rows), toFloat(ref.gatePre)), 1e-2) << what;
+      EXPECT_LT(relativeError(moetest::slice(gotU, rows), toFloat(ref.upPre)), 1e-2) << what;
+      EXPECT_LT(relativeError(moetest::slice(gotH, rows), toFloat(ref.hidden)), 1e-2) << what;
+      EXPECT_LT(relativeError(moetest::slice(gotY, rows), toFloat(wantY)), 1e-2) << what;
+      // Backward into non-zero fp32 gradients.
+      Tensor<float> dY = roundedToBf16(randomTensor({maxRows, d}, seed += 10));
+      Tensor<float> baseGate = randomTensor({s.e, f, d}, seed += 10, 0.5);
+      Tensor<float> baseUp = randomTensor({s.e, f, d}, seed += 10, 0.5);
+      Tensor<float> baseDown = randomTensor({s.e, d, f}, seed += 10, 0.5);
+      MOEWB_ASSIGN_OR_FAIL(auto dDY, toDeviceBf16(context(), dY, MemoryCategory::kActivations));
+      MOEWB_ASSIGN_OR_FAIL(auto gGate, toDevice(context(), baseGate, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto gUp, toDevice(context(), baseUp, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto gDown, toDevice(context(), baseDown, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> dXPerm,
+                           expertsBackwardCuda(context(), dDY, p.xPerm, p.dPlan.offsets, dw.view(),
+                                               saved, DeviceExpertGrads{gGate, gUp, gDown}, glu));
+      Tensor<double> wGate = toDouble(baseGate), wUp = toDouble(baseUp), wDown = toDouble(baseDown);
+      Tensor<double> wantDX =
+          expertsBackward(pool, toDouble(moetest::slice(dY, rows)), xPermD, p.plan.offsets,
+                          ExpertWeights<double>{gateD, upD, downD}, ref,
+                          ExpertGrads<double>{wGate, wUp, wDown}, glu);
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDX, toHostFloat(context(), dXPerm));
+      EXPECT_LT(relativeError(moetest::slice(gotDX, rows), toFloat(wantDX)), 1e-2) << what;
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotGate, toHost(context(), gGate));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotUp, toHost(context(), gUp));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDown, toHost(context(), gDown));
+      EXPECT_LT(relativeError(gotGate, toFloat(wGate)), 1e-2) << what;
+      EXPECT_LT(relativeError(gotUp, toFloat(wUp)), 1e-2) << what;
+      EXPECT_LT(relativeError(gotDown, toFloat(wDown)), 1e-2) << what;
+      // Experts without rows keep their gradient untouched.
+      for (int64_t e = 0; e < s.e; ++e) {
+        if (p.plan.counts[e] != 0) continue;
+        for (int64_t i = e * f * d; i < (e + 1) * f * d; ++i) {
+          ASSERT_EQ(gotGate[i], baseGate[i]) << what << " empty expert " << e;
+        }
+      }
+    }
+  }
+}
+
+// The grouped kernels equal a per-expert loop of cuBLAS GEMMs (host-read offsets; test only).
+TEST_F(ExpertsCudaTest, GroupedEqualsPerExpertGemmLoop) {
+  uint64_t seed = 9000;
+  const int64_t d = 130, f = 96;
+  for (const MoeShape& s : moetest::moeShapes()) {
+    const std::string what = describe(s);
+    Problem p;
+    makeProblem(context(), s, d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
+    HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    DeviceExpertsSaved saved;
+    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y,
+                         expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved));
+    Tensor<float> dY = roundedToBf16(randomTensor({maxRows, d}, seed += 10));
+    Tensor<float> zeros({s.e, f, d});
+    MOEWB_ASSIGN_OR_FAIL(auto dDY, toDeviceBf16(context(), dY, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_FAIL(auto gGate, toDevice(context(), zeros, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto gUp, toDevice(context(), zeros, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto gDown, toDevice(context(), zeros, MemoryCategory::kGrads));
+    MOEWB_ASSERT_OK(expertsBackwardCuda(context(), dDY, p.xPerm, p.dPlan.offsets, dw.view(), saved,
+                                        DeviceExpertGrads{gGate, gUp, gDown})
+                        .status());
+    // Oracle: per expert, g = x Wg^T, y = h Wd^T (h from the grouped forward), dWd = dY^T h.
+    MOEWB_ASSIGN_OR_FAIL(auto gOracle, poisonedBf16(context(), {maxRows, f}));
+    MOEWB_ASSIGN_OR_FAIL(auto yOracle, poisonedBf16(context(), {maxRows, d}));
+    MOEWB_ASSIGN_OR_FAIL(auto dWdOracle, toDevice(context(), zeros, MemoryCategory::kGrads));
+    for (int64_t e = 0; e < s.e; ++e) {
+      const int64_t begin = p.plan.offsets[e], count = p.plan.counts[e];
+      if (count == 0) continue;
+      const bf16* xe = p.xPerm.data() + begin * d;
+      const bf16* he = saved.hidden.data() + begin * f;
+      MOEWB_ASSERT_OK(gemm(context(), count, f, d, 1.0f, GemmOperand{xe, DType::kBf16, d, false},
+                           GemmOperand{dw.gate.data() + e * f * d, DType::kBf16, d, true}, 0.0f,
+                           GemmOutput{gOracle.data() + begin * f, DType::kBf16, f}));
+      MOEWB_ASSERT_OK(gemm(context(), count, d, f, 1.0f, GemmOperand{he, DType::kBf16, f, false},
+                           GemmOperand{dw.down.data() + e * d * f, DType::kBf16, f, true}, 0.0f,
+                           GemmOutput{yOracle.data() + begin * d, DType::kBf16, d}));
+      MOEWB_ASSERT_OK(gemm(context(), d, f, count, 1.0f,
+                           GemmOperand{dDY.data() + begin * d, DType::kBf16, d, true},
+                           GemmOperand{he, DType::kBf16, f, false}, 1.0f,
+                           GemmOutput{dWdOracle.data() + e * d * f, DType::kF32, f}));
+    }
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotG, toHostFloat(context(), saved.gatePre));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantG, toHostFloat(context(), gOracle));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY, toHostFloat(context(), y));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantY, toHostFloat(context(), yOracle));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDown, toHost(context(), gDown));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantDown, toHost(context(), dWdOracle));
+    // Same bf16 inputs and fp32 accumulation; only the summation order differs.
+    EXPECT_LT(relativeError(moetest::slice(gotG, rows), moetest::slice(wantG, rows)), 5e-3) << what;
+    EXPECT_LT(relativeError(moetest::slice(gotY, rows), moetest::slice(wantY, rows)), 5e-3) << what;
+    EXPECT_LT(relativeError(gotDown, wantDown), 1e-4) << what;
+  }
+}
+
+// Fused permute (gather by index) and fused combine (weights in the epilogue) equal the unfused
+// stages.
+TEST_F(ExpertsCudaTest, FusedEqualsUnfused) {
+  uint64_t seed = 10000;
+  const int64_t d = 72, f = 40;
+  for (const MoeShape& s : moetest::moeShapes()) {
+    const std::string what = describe(s);
+    Problem p;
+    makeProblem(context(), s, d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
+    HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    const GluParams glu;
+    // Unfused forward, then the fused-permute forward.
+    DeviceExpertsSaved saved1, saved2, saved3;
+    MOEWB_ASSIGN_OR_FAIL(
+        DeviceTensor<bf16> y1,
+        expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved1, glu));
+    DeviceExpertsIo gather;
+    gather.gatherIndex = &p.dPlan.rowToken;
+    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y2, expertsForwardCuda(context(), p.dx, p.dPlan.offsets,
+                                                                   dw.view(), saved2, glu, gather));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY1, toHostFloat(context(), y1));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY2, toHostFloat(context(), y2));
+    for (int64_t i = 0; i < rows * d; ++i) ASSERT_EQ(gotY2[i], gotY1[i]) << what << " at " << i;
+    // Fused combine: rows weighted in the epilogue, then a plain sum.
+    MOEWB_ASSIGN_OR_FAIL(auto rowWeight, poisonedFloat(context(), {maxRows}));
+    MOEWB_ASSERT_OK(slotsToRowsCuda(context(), p.dWeight, p.dPlan, rowWeight));
+    DeviceExpertsIo fused;
+    fused.gatherIndex = &p.dPlan.rowToken;
+    fused.rowWeight = &rowWeight;
+    fused.outputIndex = &p.dPlan.rowToken;
+    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y3, expertsForwardCuda(context(), p.dx, p.dPlan.offsets,
+                                                                   dw.view(), saved3, glu, fused));
+    MOEWB_ASSIGN_OR_FAIL(auto combined1, poisonedBf16(context(), {s.n, d}));
+    MOEWB_ASSIGN_OR_FAIL(auto combined3, poisonedBf16(context(), {s.n, d}));
+    MOEWB_ASSERT_OK(combineForwardCuda(context(), y1, p.dWeight, p.dPlan, combined1));
+    MOEWB_ASSERT_OK(combineSumForwardCuda(context(), y3, p.dPlan, combined3));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC1, toHostFloat(context(), combined1));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC3, toHostFloat(context(), combined3));
+    EXPECT_LT(relativeError(gotC3, gotC1), 1e-2) << what;
+    // Backward: unfused combine + experts + permute vs the fused experts.
+    Tensor<float> dy = roundedToBf16(randomTensor({s.n, d}, seed += 10));
+    Tensor<float> zerosF({s.e, f, d}), zerosD({s.e, d, f});
+    MOEWB_ASSIGN_OR_FAIL(auto dDy, toDeviceBf16(context(), dy, MemoryCategory::kActivations));
+    MOEWB_ASSIGN_OR_FAIL(auto dYPerm, poisonedBf16(context(), {maxRows, d}));
+    MOEWB_ASSIGN_OR_FAIL(auto dTop1, poisonedFloat(context(), {s.n, s.k}));
+    MOEWB_ASSERT_OK(combineBackwardCuda(context(), dDy, y1, p.dWeight, p.dPlan, dYPerm, dTop1));
+    MOEWB_ASSIGN_OR_FAIL(auto g1Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto g1Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto g1Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> dx1,
+                         expertsBackwardCuda(context(), dYPerm, p.xPerm, p.dPlan.offsets, dw.view(),
+                                             saved1, DeviceExpertGrads{g1Gate, g1Up, g1Down}, glu));
+    MOEWB_ASSIGN_OR_FAIL(auto g3Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto g3Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto g3Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
+    MOEWB_ASSIGN_OR_FAIL(auto dRowWeight, poisonedFloat(context(), {maxRows}));
+    MOEWB_ASSIGN_OR_FAIL(
+        DeviceTensor<bf16> dx3,
+        expertsBackwardCuda(context(), dDy, p.dx, p.dPlan.offsets, dw.view(), saved3,
+                            DeviceExpertGrads{g3Gate, g3Up, g3Down}, glu, fused, &dRowWeight));
+    MOEWB_ASSIGN_OR_FAIL(auto dTop3, poisonedFloat(context(), {s.n, s.k}));
+    MOEWB_ASSERT_OK(rowsToSlotsCuda(context(), dRowWeight, p.dPlan, dTop3));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx1, toHostFloat(context(), dx1));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx3, toHostFloat(context(), dx3));
+    EXPECT_LT(relativeError(moetest::slice(gotDx3, rows), moetest::slice(gotDx1, rows)), 1e-5)
+        << what;
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop1, toHost(context(), dTop1));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop3, toHost(context(), dTop3));
+    EXPECT_LT(relativeError(gotTop3, gotTop1), 1e-4) << what;
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> a1, toHost(context(), g1Gate));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> a3, toHost(context(), g3Gate));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> b1, toHost(context(), g1Up));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> b3, toHost(context(), g3Up));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> c1, toHost(context(), g1Down));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> c3, toHost(context(), g3Down));
+    EXPECT_LT(relativeError(a3, a1), 1e-5) << what;
+    EXPECT_LT(relativeError(b3, b1), 1e-5) << what;
+    EXPECT_LT(relativeError(c3, c1), 1e-5) << what;
+  }
+}
+
+}  // namespace
+}  // namespace moewb::engine::cuda
