@@ -37,8 +37,20 @@ for step in "${steps[@]}"; do
       head -30 "$out/cli.log" ;;
     bench)
       # Ours and the PyTorch baselines (anchors/, copied next to this script) in the same call.
+      # Attention runs at T = 4096 and 16384 (the anchor's default T = 32768 does not fit our
+      # core's [H, T, T] workspaces); the loss heads at the anchor's defaults (T=16384 D=2048
+      # V=163840); KDA, sparse attention and the MoE glue have no anchor.
       { "$here/bin/moe_layer_cuda_bench"
         (cd "$here/anchors" && python3 moe_layer.py)
+        "$here/bin/attention_cuda_bench" 8 4096 16 128
+        (cd "$here/anchors" && python3 attention.py 8 4096 16 128)
+        "$here/bin/attention_cuda_bench" 2 16384 16 128
+        (cd "$here/anchors" && python3 attention.py 2 16384 16 128)
+        "$here/bin/loss_cuda_bench" 16384 2048 163840
+        (cd "$here/anchors" && python3 loss.py 16384 2048 163840)
+        "$here/bin/kda_cuda_bench" 4 4096 2048 16 128 64
+        "$here/bin/sparse_attention_cuda_bench" 4 4096 2048 16 1 128 512 8 64
+        "$here/bin/moe_glue_cuda_bench" 16384 2048 64 8
         "$here/bin/train_step_cuda_bench" "$here/configs/tiny.toml" --steps 30 --cpu
         "$here/bin/train_step_cuda_bench" "$here/configs/small.toml" --steps 30 --cpu
         "$here/bin/train_step_cuda_bench" "$here/configs/tiny.toml" --steps 30 \

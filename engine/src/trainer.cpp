@@ -238,6 +238,7 @@ void Trainer::startRunOnce() {
   event.numExperts = m_config.moe.numExperts;
   event.startNs = steadyNowNs();
   m_sink->onRunStart(event);
+  if (m_device) m_device->setEventSink(m_sink, 0);
 }
 
 void Trainer::endRun(RunOutcome outcome, const std::string& message) {
@@ -279,7 +280,11 @@ Result<StepEvent> Trainer::step() {
   startRunOnce();
   try {
     Result<StepEvent> result = trainStep();
-    if (!result.isOk()) m_failure = result.status();
+    // Out of device memory fails only this step: the CUDA backend released the step's memory and
+    // the weights are untouched, so a later step (e.g. after a smaller live patch) may run.
+    const bool deviceOutOfMemory =
+        m_device && !result.isOk() && result.status().code() == StatusCode::kResourceExhausted;
+    if (!result.isOk() && !deviceOutOfMemory) m_failure = result.status();
     return result;
   } catch (const std::bad_alloc&) {
     m_failure = resourceExhausted("out of memory in step " + std::to_string(m_stepsDone));

@@ -43,6 +43,9 @@ class DeviceBackend {
   // "NVIDIA H200 (device 0, compute 9.0, 139.8 GiB)".
   virtual std::string deviceDescription() const = 0;
 
+  // Device-memory events (EventSink::onMemory) go to `sink` from the next step on; null stops.
+  virtual void setEventSink(EventSink* sink, int32_t rank) = 0;
+
   // One optimizer step on `batch`: forward, backward, global-norm clip and AdamW with
   // `optim` at 0-based `step`. The update is skipped (updated = false) when the loss or the norm
   // is not finite. `recorder` may be null. Errors: kResourceExhausted (device memory; nothing is

@@ -1,5 +1,6 @@
 // The CUDA DeviceBackend (backend/device_backend.h): a CudaContext on one GPU, the CudaModel and
 // the device optimizer; one trainStep = zero grads, forward, backward, norm, clip + AdamW.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -7,7 +8,8 @@
 #include "cuda/cuda_context.h"
 #include "cuda_model/cuda_model.h"
 #include "cuda_model/cuda_optimizer.h"
-#include "cuda_model/device_phase.h"
+#include "moewb/base/units.h"
+#include "cuda_model/device_timeline.h"
 
 namespace moewb::engine {
 namespace {
@@ -32,13 +34,21 @@ class CudaBackend final : public DeviceBackend {
     return text;
   }
 
+  void setEventSink(EventSink* sink, int32_t rank) override {
+    m_sink = sink;
+    m_rank = rank;
+  }
+
   Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
                                      PhaseRecorder* recorder) override {
+    m_step = step;
+    if (m_sink != nullptr && !m_observing) observeMemory();
     m_context->allocator().resetPeaks();
+    MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), recorder));
     DeviceStepResult result;
-    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, recorder));
+    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, &m_timeline));
     {
-      cuda::DevicePhase phase(recorder, Phase::kOptimizer, Pass::kNone, -1);
+      cuda::DevicePhase phase(&m_timeline, Phase::kOptimizer, Pass::kNone, -1);
       MOEWB_ASSIGN_OR_RETURN(result.optim.gradNorm,
                              cuda::parameterGradNormCuda(*m_context, m_model->parameters()));
       const bool finite = std::isfinite(result.forward.loss) &&
@@ -52,8 +62,9 @@ class CudaBackend final : public DeviceBackend {
         result.optim.lr = applied.lr;
         result.updated = true;
       }
-      MOEWB_RETURN_IF_ERROR(m_context->synchronize());
     }
+    MOEWB_RETURN_IF_ERROR(m_context->synchronize());
+    MOEWB_RETURN_IF_ERROR(m_timeline.flush());
     const cuda::AllocatorStats stats = m_context->allocator().stats();
     auto inUse = [&](MemoryCategory c) { return stats.inUseBytes[size_t(c)]; };
     result.weightsBytes = inUse(MemoryCategory::kWeights);
@@ -85,9 +96,39 @@ class CudaBackend final : public DeviceBackend {
  private:
   // Zero grads, forward, backward. On an error (out of memory included) the activations are
   // dropped so the next step starts from a clean device state.
+  // Reports the allocator's events to the sink from now on, after one baseline event per category
+  // with the bytes already in use (weights, grads and optimizer state allocated at start).
+  void observeMemory() {
+    m_observing = true;
+    const cuda::AllocatorStats stats = m_context->allocator().stats();
+    for (int c = 0; c < cuda::kMemoryCategoryCount; ++c) {
+      if (stats.inUseBytes[size_t(c)] == 0) continue;
+      MemoryEvent event;
+      event.tsNs = steadyNowNs();
+      event.step = m_step;
+      event.rank = m_rank;
+      event.bytes = stats.inUseBytes[size_t(c)];
+      event.category = cuda::memoryCategoryName(cuda::MemoryCategory(c));
+      event.categoryInUseBytes = event.bytes;
+      m_sink->onMemory(event);
+    }
+    m_context->allocator().setObserver([this](const cuda::DeviceMemoryEvent& e) {
+      MemoryEvent event;
+      event.tsNs = e.tsNs;
+      event.step = m_step;
+      event.rank = m_rank;
+      event.isAllocation = e.isAllocation;
+      event.bytes = e.bytes;
+      event.address = uint64_t(e.address);
+      event.category = cuda::memoryCategoryName(e.category);
+      event.categoryInUseBytes = e.categoryInUseBytes;
+      m_sink->onMemory(event);
+    });
+  }
+
   Result<ForwardResult> runForwardBackward(const Batch& batch, int64_t step,
-                                           PhaseRecorder* recorder) {
-    Result<ForwardResult> forward = forwardBackwardOnce(batch, step, recorder);
+                                           cuda::DeviceTimeline* timeline) {
+    Result<ForwardResult> forward = forwardBackwardOnce(batch, step, timeline);
     if (!forward.isOk()) {
       m_model->releaseActivations();
       (void)m_context->synchronize();
@@ -98,22 +139,27 @@ class CudaBackend final : public DeviceBackend {
   }
 
   Result<ForwardResult> forwardBackwardOnce(const Batch& batch, int64_t step,
-                                            PhaseRecorder* recorder) {
+                                            cuda::DeviceTimeline* timeline) {
     MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
     m_model->setStep(step);
     ForwardResult forward;
     {
-      cuda::DevicePhase phase(recorder, Phase::kForward, Pass::kForward, -1);
-      MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, recorder));
+      cuda::DevicePhase phase(timeline, Phase::kForward, Pass::kForward, -1);
+      MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, timeline));
     }
     if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) return forward;
-    cuda::DevicePhase phase(recorder, Phase::kBackward, Pass::kBackward, -1);
-    MOEWB_RETURN_IF_ERROR(m_model->backward(recorder));
+    cuda::DevicePhase phase(timeline, Phase::kBackward, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(m_model->backward(timeline));
     return forward;
   }
 
   std::unique_ptr<CudaContext> m_context;
   std::unique_ptr<CudaModel> m_model;
+  cuda::DeviceTimeline m_timeline;
+  EventSink* m_sink = nullptr;
+  int32_t m_rank = 0;
+  int64_t m_step = 0;
+  bool m_observing = false;
 };
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise.h"
 #include "cuda/transfer.h"
-#include "cuda_model/device_phase.h"
 #include "model/mixer.h"
 #include "ops/embedding/embedding_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -30,7 +29,6 @@ Status CudaModel::checkSupported(const ModelDims& dims) {
   if (dims.imagePatches > 0) return unsupported("multimodal input (data.image_size > 0)");
   if (dims.expertShards > 1) return unsupported("expert parallelism (parallel.ep > 1)");
   for (char kind : dims.mixerPattern) MOEWB_RETURN_IF_ERROR(checkMixerSupportedCuda(kind, dims));
-  MOEWB_RETURN_IF_ERROR(checkMoeSupportedCuda(dims.moe));
   return checkLossSupportedCuda(dims);
 }
 
@@ -144,13 +142,13 @@ Status CudaModel::uploadBias(int32_t layer) {
   return copyToDevice(m_context, values, m_bias[size_t(layer)]);
 }
 
-Result<ForwardResult> CudaModel::forward(const Batch& batch, PhaseRecorder* recorder) {
+Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* timeline) {
   MOEWB_CHECK(batch.batchSize == m_dims.batchSize && batch.seqLen == m_dims.seqLen);
   releaseActivations();
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   DeviceTensor<bf16> h;  // [N, D] residual stream
   {
-    DevicePhase phase(recorder, Phase::kEmbedding, Pass::kForward, -1);
+    DevicePhase phase(timeline, Phase::kEmbedding, Pass::kForward, -1);
     MOEWB_ASSIGN_OR_RETURN(m_inputs, toDevice(m_context, batch.inputs, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(m_targets,
                            toDevice(m_context, batch.targets, MemoryCategory::kActivations));
@@ -160,11 +158,11 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, PhaseRecorder* reco
   }
   m_acts.resize(size_t(m_dims.numLayers));
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
-    MOEWB_RETURN_IF_ERROR(layerForward(l, h, recorder));
+    MOEWB_RETURN_IF_ERROR(layerForward(l, h, timeline));
   }
   m_finalInput = std::move(h);
   {
-    DevicePhase phase(recorder, Phase::kLoss, Pass::kForward, -1);
+    DevicePhase phase(timeline, Phase::kLoss, Pass::kForward, -1);
     MOEWB_ASSIGN_OR_RETURN(m_finalNormOut,
                            m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(m_finalRstd, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
@@ -178,14 +176,14 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, PhaseRecorder* reco
   return readForwardResult();
 }
 
-Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, PhaseRecorder* recorder) {
+Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, DeviceTimeline* timeline) {
   LayerActs& a = m_acts[size_t(layer)];
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   const char kind = m_dims.mixerOf(layer);
   const float eps = float(m_dims.normEps);
   a.input = std::move(h);
   {
-    DevicePhase phase(recorder, mixerPhase(kind), Pass::kForward, layer);
+    DevicePhase phase(timeline, mixerPhase(kind), Pass::kForward, layer);
     MOEWB_ASSIGN_OR_RETURN(a.norm1, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(a.rstd1, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
     MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.input.data(),
@@ -195,23 +193,28 @@ Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, PhaseRecord
                                                    mixerParams(layer), a.mixer));
     MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), a.mid.data(), a.input.data(), a.mid.data(), n * d));
   }
+  const MoeWeightsCuda w = moeWeights(layer);
   {
-    DevicePhase phase(recorder, Phase::kRouter, Pass::kForward, layer);
+    DevicePhase phase(timeline, Phase::kRouter, Pass::kForward, layer);
     MOEWB_ASSIGN_OR_RETURN(a.norm2, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(a.rstd2, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
     MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.mid.data(),
                                              weight(layerName(layer, "moe_norm")), eps,
                                              a.norm2.data(), a.rstd2.data(), n, d));
     MOEWB_RETURN_IF_ERROR(uploadBias(layer));
+    MOEWB_RETURN_IF_ERROR(moeRouterForwardCuda(m_context, a.norm2, w, moeShape(), moeOptions(), a.moe));
   }
   {
-    // The MoE stages run as one traced "experts" phase on the GPU: their kernels are queued
-    // back to back without a host wait, so a host-side split would only show launch times.
-    DevicePhase phase(recorder, Phase::kExperts, Pass::kForward, layer);
-    MOEWB_ASSIGN_OR_RETURN(h, moeForwardCuda(m_context, a.norm2, moeWeights(layer), moeShape(),
-                                             moeOptions(), a.moe));
-    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), h.data(), a.mid.data(), h.data(), n * d));
+    DevicePhase phase(timeline, Phase::kPermute, Pass::kForward, layer);
+    MOEWB_RETURN_IF_ERROR(moePermuteForwardCuda(m_context, a.norm2, w, moeShape(), a.moe));
   }
+  {
+    DevicePhase phase(timeline, Phase::kExperts, Pass::kForward, layer);
+    MOEWB_RETURN_IF_ERROR(moeExpertsForwardCuda(m_context, a.norm2, w, a.moe));
+  }
+  DevicePhase phase(timeline, Phase::kCombine, Pass::kForward, layer);
+  MOEWB_ASSIGN_OR_RETURN(h, moeCombineForwardCuda(m_context, a.norm2, w, moeShape(), a.moe));
+  MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), h.data(), a.mid.data(), h.data(), n * d));
   return Status::ok();
 }
 
@@ -249,18 +252,23 @@ Result<ForwardResult> CudaModel::readForwardResult() {
       accumulateExpertCounts(state, perExpert);
     }
     result.expertCounts.push_back(std::move(perExpert));
-    result.expertDropped.push_back(std::vector<int64_t>(size_t(e), 0));
+    std::vector<int64_t> dropped(size_t(e), 0);
+    if (moe.capacity >= 0) {
+      MOEWB_ASSIGN_OR_RETURN(Tensor<int32_t> droppedHost, toHost(m_context, moe.mask.dropped));
+      for (int64_t i = 0; i < e; ++i) dropped[size_t(i)] = droppedHost[i];
+    }
+    result.expertDropped.push_back(std::move(dropped));
     result.expertBias.push_back(std::move(bias));
   }
   return result;
 }
 
-Status CudaModel::backward(PhaseRecorder* recorder) {
+Status CudaModel::backward(DeviceTimeline* timeline) {
   MOEWB_CHECK(m_hasActivations);
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   DeviceTensor<bf16> dh;  // [N, D] gradient of the residual stream
   {
-    DevicePhase phase(recorder, Phase::kLoss, Pass::kBackward, -1);
+    DevicePhase phase(timeline, Phase::kLoss, Pass::kBackward, -1);
     MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm,
                            lossBackwardCuda(m_context, m_dims, m_finalNormOut, weight("lm_head"),
                                             m_targets, m_loss, gradOf("lm_head")));
@@ -272,11 +280,11 @@ Status CudaModel::backward(PhaseRecorder* recorder) {
     m_finalNormOut = DeviceTensor<bf16>();
   }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
-    MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, recorder));
+    MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, timeline));
     m_acts[size_t(l)] = LayerActs();
   }
   {
-    DevicePhase phase(recorder, Phase::kEmbedding, Pass::kBackward, -1);
+    DevicePhase phase(timeline, Phase::kEmbedding, Pass::kBackward, -1);
     MOEWB_RETURN_IF_ERROR(embeddingBackwardCuda(m_context.stream(), m_inputs.data(), n, dh.data(),
                                                 m_dims.vocabSize, d, gradOf("embedding")));
   }
@@ -286,23 +294,39 @@ Status CudaModel::backward(PhaseRecorder* recorder) {
 
 // dh holds dL/d(layer output) on entry and dL/d(layer input) on return (updated in place: the
 // residual adds make the identity paths free).
-Status CudaModel::layerBackward(int32_t layer, DeviceTensor<bf16>& dh, PhaseRecorder* recorder) {
+Status CudaModel::layerBackward(int32_t layer, DeviceTensor<bf16>& dh, DeviceTimeline* timeline) {
   LayerActs& a = m_acts[size_t(layer)];
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   const char kind = m_dims.mixerOf(layer);
   {
-    DevicePhase phase(recorder, Phase::kExperts, Pass::kBackward, layer);
+    const MoeWeightsCuda w = moeWeights(layer);
+    const MoeGradsCuda g = moeGrads(layer);
+    MoeBackwardStateCuda state;
+    {
+      DevicePhase phase(timeline, Phase::kCombine, Pass::kBackward, layer);
+      MOEWB_RETURN_IF_ERROR(moeCombineBackwardCuda(m_context, dh, w, moeShape(), a.moe, g, state));
+    }
+    {
+      DevicePhase phase(timeline, Phase::kExperts, Pass::kBackward, layer);
+      MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
+    }
     MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm2,
                            m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
-    MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm2.data(), 0.0f, n * d));
-    MOEWB_RETURN_IF_ERROR(moeBackwardCuda(m_context, dh, a.norm2, moeWeights(layer), moeShape(),
-                                          a.moe, moeGrads(layer), dNorm2));
+    {
+      DevicePhase phase(timeline, Phase::kPermute, Pass::kBackward, layer);
+      MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm2.data(), 0.0f, n * d));
+      MOEWB_RETURN_IF_ERROR(
+          moePermuteBackwardCuda(m_context, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
+    }
+    DevicePhase phase(timeline, Phase::kRouter, Pass::kBackward, layer);
+    MOEWB_RETURN_IF_ERROR(
+        moeRouterBackwardCuda(m_context, dh, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
     // dh (= dMid so far, the residual path) += RMSNorm backward of dNorm2.
     MOEWB_RETURN_IF_ERROR(rmsNormBackwardCuda(
         m_context, dNorm2.data(), a.mid.data(), weight(layerName(layer, "moe_norm")),
         a.rstd2.data(), dh.data(), gradOf(layerName(layer, "moe_norm")), n, d, /*accumulate=*/true));
   }
-  DevicePhase phase(recorder, mixerPhase(kind), Pass::kBackward, layer);
+  DevicePhase phase(timeline, mixerPhase(kind), Pass::kBackward, layer);
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm1,
                          m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
   MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm1.data(), 0.0f, n * d));

@@ -23,9 +23,9 @@
 #include "cuda_model/cuda_mixer.h"
 #include "cuda_model/cuda_moe.h"
 #include "cuda_model/cuda_parameters.h"
+#include "cuda_model/device_timeline.h"
 #include "data/batch.h"
 #include "model/model.h"
-#include "trace/phase_recorder.h"
 
 namespace moewb::engine::cuda {
 
@@ -45,12 +45,13 @@ class CudaModel {
   void applyLiveDims(const ModelDims& dims);
 
   // Forward on `batch` (shapes as dims); keeps activations. Accumulates the expert counts into
-  // the host model's bias state (as Model::forward does). `recorder` may be null.
+  // the host model's bias state (as Model::forward does). `timeline` (phases: NVTX ranges and,
+  // while it times, GPU-timed phase events) may be null.
   // Errors: kResourceExhausted (activations; the model stays usable), kInternal.
-  Result<ForwardResult> forward(const Batch& batch, PhaseRecorder* recorder);
+  Result<ForwardResult> forward(const Batch& batch, DeviceTimeline* timeline);
 
   // Backward of the last forward's total loss; adds into the grads and frees the activations.
-  Status backward(PhaseRecorder* recorder);
+  Status backward(DeviceTimeline* timeline);
 
   // Drops the activations of a forward whose step failed.
   void releaseActivations();
@@ -77,8 +78,8 @@ class CudaModel {
   MoeOptions moeOptions() const;
   MoeShapeCuda moeShape() const;
 
-  Status layerForward(int32_t layer, DeviceTensor<bf16>& h, PhaseRecorder* recorder);
-  Status layerBackward(int32_t layer, DeviceTensor<bf16>& dh, PhaseRecorder* recorder);
+  Status layerForward(int32_t layer, DeviceTensor<bf16>& h, DeviceTimeline* timeline);
+  Status layerBackward(int32_t layer, DeviceTensor<bf16>& dh, DeviceTimeline* timeline);
   Status uploadBias(int32_t layer);
   Result<ForwardResult> readForwardResult();
 

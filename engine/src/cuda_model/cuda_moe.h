@@ -5,9 +5,9 @@
 // step reads them once (MoeStatsCuda).
 // Precision: x, y and their gradients bf16; router logits, probabilities, routing weights and
 // their gradients fp32; weight gradients fp32 (added into).
-// Supported variants: softmax / sigmoid routers with route scale, groups and the selection bias;
-// Switch, sequence and z losses; dropless dispatch; latent MoE; shared experts; SwiGLU and SiTU.
-// (checkMoeSupportedCuda names what is not.)
+// Every variant of MoeOptions runs: softmax / sigmoid routers with route scale, groups and the
+// selection bias; Switch, sequence and z losses; capacity with both drop policies; latent MoE;
+// shared experts; SwiGLU and SiTU; the permute-into-experts and combine-into-experts fusions.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "cuda/cuda_context.h"
 #include "ops/combine/combine_cuda.h"
 #include "ops/experts/experts_cuda.h"
+#include "ops/moe_variants/capacity_cuda.h"
 #include "ops/moe_variants/dense_ffn_cuda.h"
 #include "ops/moe_variants/moe_options.h"
 #include "ops/permute/permute_cuda.h"
@@ -65,26 +66,67 @@ struct MoeSavedCuda {
   DeviceAuxLoss switchAux;         // counts [1, E] and the Switch loss
   DeviceAuxLoss seqAux;            // when seqAuxLossCoef != 0
   DeviceTensor<float> zLoss;       // [1] when zLossCoef != 0
+  int64_t capacity = -1;           // pairs kept per expert; -1 = dropless
+  DeviceCapacityMask mask;         // keep [N, k] and dropped [E] (capacity >= 0)
   DeviceDispatch plan;
   DeviceTensor<bf16> latentIn;     // [N, Dl]
-  DeviceTensor<bf16> xPerm;        // [N k, Dx]
+  DeviceTensor<bf16> xPerm;        // [N k, Dx] (empty with permuteIntoExperts)
+  DeviceTensor<float> rowWeight;   // [N k] routing weight per row (combineIntoExperts)
   DeviceExpertsSaved experts;
-  DeviceTensor<bf16> yPerm;        // [N k, Dx]
+  DeviceTensor<bf16> yPerm;        // [N k, Dx] (released with combineIntoExperts)
   DeviceTensor<bf16> latentPre;    // [N, Dl]
   DeviceTensor<float> latentRstd;  // [N]
   DeviceTensor<bf16> latentOut;    // [N, Dl]
   DenseFfnSavedCuda shared;
 };
 
-// kUnimplemented naming the first MoE setting the CUDA path does not run yet, else ok.
-Status checkMoeSupportedCuda(const MoeOptions& options);
+// Gradients handed from one backward stage to the next (as MoeBackwardState on the CPU).
+struct MoeBackwardStateCuda {
+  DeviceTensor<bf16> dYPerm;       // [N k, Dx]; with combineIntoExperts the token gradient [N, Dx]
+  DeviceTensor<float> dTopWeight;  // [N, k]
+  DeviceTensor<bf16> dXPerm;       // [N k, Dx]
+};
 
-// y[N, D] (allocated, kActivations) = MoE(x[N, D]); fills `saved`.
+// Forward stages (x [N, D] is the normed layer input throughout), as model/moe_ffn.h's:
+// router (logits, routing, aux losses, capacity mask) -> permute (plan, latent down-projection,
+// gather unless permuteIntoExperts) -> experts -> combine (+ latent up-projection, + shared
+// experts; returns y [N, D]).
+Status moeRouterForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                            const MoeWeightsCuda& w, const MoeShapeCuda& shape,
+                            const MoeOptions& options, MoeSavedCuda& saved);
+Status moePermuteForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                             const MoeWeightsCuda& w, const MoeShapeCuda& shape,
+                             MoeSavedCuda& saved);
+Status moeExpertsForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                             const MoeWeightsCuda& w, MoeSavedCuda& saved);
+Result<DeviceTensor<bf16>> moeCombineForwardCuda(CudaContext& context,
+                                                 const DeviceTensor<bf16>& x,
+                                                 const MoeWeightsCuda& w,
+                                                 const MoeShapeCuda& shape, MoeSavedCuda& saved);
+
+// Backward stages in reverse; the last one adds dMoE/dx into dx [N, D] and the shared experts'.
+Status moeCombineBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& dy,
+                              const MoeWeightsCuda& w, const MoeShapeCuda& shape,
+                              const MoeSavedCuda& saved, const MoeGradsCuda& grads,
+                              MoeBackwardStateCuda& state);
+Status moeExpertsBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                              const MoeWeightsCuda& w, const MoeSavedCuda& saved,
+                              const MoeGradsCuda& grads, MoeBackwardStateCuda& state);
+Status moePermuteBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                              const MoeWeightsCuda& w, const MoeShapeCuda& shape,
+                              const MoeSavedCuda& saved, const MoeGradsCuda& grads,
+                              const MoeBackwardStateCuda& state, DeviceTensor<bf16>& dx);
+// The router (logit gradients of the weights and the aux losses) and the shared experts.
+Status moeRouterBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& dy,
+                             const DeviceTensor<bf16>& x, const MoeWeightsCuda& w,
+                             const MoeShapeCuda& shape, const MoeSavedCuda& saved,
+                             const MoeGradsCuda& grads, const MoeBackwardStateCuda& state,
+                             DeviceTensor<bf16>& dx);
+
+// The whole layer, stage after stage (tests and benchmarks): y [N, D] and its backward.
 Result<DeviceTensor<bf16>> moeForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
                                           const MoeWeightsCuda& w, const MoeShapeCuda& shape,
                                           const MoeOptions& options, MoeSavedCuda& saved);
-
-// dx[N, D] += dMoE/dx given dy; adds the weight gradients into `grads`.
 Status moeBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& dy,
                        const DeviceTensor<bf16>& x, const MoeWeightsCuda& w,
                        const MoeShapeCuda& shape, const MoeSavedCuda& saved,

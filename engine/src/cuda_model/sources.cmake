@@ -6,5 +6,6 @@ target_sources(moewb_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_mixer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_loss.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/device_timeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp)

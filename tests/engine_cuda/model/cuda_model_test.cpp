@@ -154,6 +154,49 @@ TEST_F(CudaModelTest, HybridDenseWarmupChunkLossStepMatchesCpu) {
   expectStepMatchesCpu(config, 0.15);
 }
 
+// Capacity cut-offs turn a bf16 near-tie of the routing weights into a different dropped token,
+// which moves that token's whole contribution: the step still matches the CPU's loss and counts,
+// the worst gradient (the router's) within 25%.
+TEST_F(CudaModelTest, CapacityStepMatchesCpu) {
+  RunConfig config = smallMoeConfig();
+  config.moe.capacityFactor = 1.0;
+  config.moe.dropPolicy = "probs";
+  expectStepMatchesCpu(config, 0.25);
+  config.moe.dropPolicy = "position";
+  config.moe.latentDim = 32;
+  expectStepMatchesCpu(config, 0.25);
+}
+
+// The permute / combine fusions change where the work happens, not the function: on the same
+// device, weights and batch, the fused step equals the unfused one up to bf16 rounding.
+TEST_F(CudaModelTest, FusedMoeStepEqualsUnfusedOnTheGpu) {
+  RunConfig config = smallMoeConfig();
+  config.moe.capacityFactor = 1.0;
+  const SyntheticData data(config.data, config.model.vocabSize, config.model.seqLen,
+                           config.run.seed);
+  const Batch batch = data.batch(0);
+  std::vector<std::vector<Tensor<float>>> grads;
+  std::vector<double> losses;
+  for (bool fused : {false, true}) {
+    config.fusion.permuteIntoExperts = fused;
+    config.fusion.combineIntoExperts = fused;
+    ThreadPool pool(1);
+    Model<float> host(ModelDims::fromConfig(config), pool);
+    host.initialize(config.run.seed);
+    MOEWB_ASSIGN_OR_FAIL(auto model, CudaModel::create(context(), host));
+    MOEWB_ASSIGN_OR_FAIL(ForwardResult forward, model->forward(batch, nullptr));
+    MOEWB_ASSERT_OK(model->backward(nullptr));
+    MOEWB_ASSERT_OK(model->parameters().downloadGrads(context(), host.parameters()));
+    losses.push_back(forward.loss);
+    grads.emplace_back();
+    for (const Parameter<float>& p : host.parameters()) grads.back().push_back(p.grad.clone());
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-3 * losses[0]);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_LT(relativeError(grads[1][i], grads[0][i]), 2e-2) << i;
+  }
+}
+
 TEST_F(CudaModelTest, UnsupportedSettingsAreNamed) {
   RunConfig config = smallMoeConfig();
   config.model.residual = "attnres";

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -40,7 +42,59 @@ std::vector<double> runLosses(const RunConfig& config, int64_t steps, std::strin
   return losses;
 }
 
+// Records what a CUDA run reports: GPU-timed phases and the device memory timeline.
+class DeviceRecordingSink : public EventSink {
+ public:
+  void onRunStart(const RunStartEvent& e) override { backend = e.backend; }
+  void onPhase(const PhaseEvent& e) override { phases.push_back(e); }
+  void onExpertLoad(const ExpertLoadEvent&) override {}
+  void onCounter(const CounterEvent&) override {}
+  void onStep(const StepEvent& e) override { steps.push_back(e); }
+  void onMemory(const MemoryEvent& e) override { memory.push_back(e); }
+  void onRunEnd(const RunEndEvent&) override {}
+  std::string backend;
+  std::vector<PhaseEvent> phases;
+  std::vector<StepEvent> steps;
+  std::vector<MemoryEvent> memory;
+};
+
 using CudaTrainerTest = CudaTest;
+
+TEST_F(CudaTrainerTest, PhasesAreGpuTimedAndMemoryEventsFormATimeline) {
+  DeviceRecordingSink sink;
+  RunConfig config = trackingConfig("cuda");
+  config.moe.capacityFactor = 1.25;  // every MoE stage, the capacity mask included
+  auto trainer = Trainer::create(config, &sink);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  MOEWB_ASSERT_OK(trainer.value()->run(3));
+  EXPECT_EQ(sink.backend, "cuda");
+  ASSERT_EQ(sink.steps.size(), 3u);
+  // Per step: forward, backward, optimizer, embedding x2, loss x2, and per layer attention, router,
+  // permute, experts, combine, each forward and backward; all inside their step, start < end.
+  const size_t perStep = 3 + 4 + size_t(config.model.numLayers) * 10;
+  ASSERT_EQ(sink.phases.size(), 3 * perStep);
+  for (const PhaseEvent& p : sink.phases) {
+    const StepEvent& step = sink.steps[size_t(p.step)];
+    EXPECT_LE(p.startNs, p.endNs) << phaseSliceName(p.phase, p.pass);
+    EXPECT_GE(p.startNs, step.startNs) << phaseSliceName(p.phase, p.pass);
+    EXPECT_LE(p.endNs, step.endNs) << phaseSliceName(p.phase, p.pass);
+  }
+  // Memory: baselines (address 0) for the persistent categories, then allocations and frees
+  // whose running totals agree with categoryInUseBytes, and no activation left after a step.
+  ASSERT_FALSE(sink.memory.empty());
+  std::map<std::string, int64_t> inUse;
+  int64_t allocations = 0, frees = 0;
+  for (const MemoryEvent& e : sink.memory) {
+    inUse[e.category] += e.isAllocation ? e.bytes : -e.bytes;
+    EXPECT_EQ(inUse[e.category], e.categoryInUseBytes) << e.category;
+    (e.isAllocation ? allocations : frees) += e.address != 0 ? 1 : 0;
+  }
+  EXPECT_GT(inUse["weights"], 0);
+  EXPECT_GT(inUse["optimizer"], 0);
+  EXPECT_EQ(inUse["activations"], 0);
+  EXPECT_GT(allocations, 100);
+  EXPECT_EQ(allocations, frees);
+}
 
 TEST_F(CudaTrainerTest, HundredStepsTrackTheCpuLossCurve) {
   std::string cpuBackend, gpuBackend;

@@ -125,6 +125,22 @@ struct A2aTrafficEvent {
   std::string phase;                  // "dispatch", "combine", "combine.bwd", "dispatch.bwd"
 };
 
+// One device-memory allocation or free of the CUDA backend's caching allocator (the memory
+// timeline). Events of one rank arrive in time order. `categoryInUseBytes` is the category's
+// total after the event, so a timeline needs no running sum. At the first step the allocator's
+// blocks already in use (weights, grads, optimizer state) arrive as one allocation per category
+// with address 0 ("baseline"), so the per-category totals start right.
+struct MemoryEvent {
+  int64_t tsNs = 0;                // steady clock
+  int64_t step = 0;                // the step the event happened in
+  int32_t rank = 0;
+  bool isAllocation = true;        // false: a free
+  int64_t bytes = 0;               // block size (rounded by the allocator)
+  uint64_t address = 0;            // device address (0 for baseline events)
+  std::string category;            // "weights", "grads", "optimizer", "activations", "workspace"
+  int64_t categoryInUseBytes = 0;  // bytes in use in the category after the event
+};
+
 enum class RunOutcome : uint8_t { kCompleted, kStopped, kFailed };
 
 struct RunEndEvent {
@@ -143,6 +159,8 @@ class EventSink {
   virtual void onCounter(const CounterEvent& event) = 0;
   // Called once per step after all its other events; the step is complete.
   virtual void onStep(const StepEvent& event) = 0;
+  // A device allocation or free (CUDA backend only; none on the CPU reference).
+  virtual void onMemory(const MemoryEvent& event) { (void)event; }
   // A live config patch was applied at a step boundary (one call per changed key).
   virtual void onConfigChange(const ConfigChangeEvent& event) { (void)event; }
   // Parallel runs: a finished collective, and the traffic row of an EP all-to-all.
@@ -160,6 +178,7 @@ class FanOutSink final : public EventSink {
   void onExpertLoad(const ExpertLoadEvent& e) override { for (auto* s : m_sinks) s->onExpertLoad(e); }
   void onCounter(const CounterEvent& e) override { for (auto* s : m_sinks) s->onCounter(e); }
   void onStep(const StepEvent& e) override { for (auto* s : m_sinks) s->onStep(e); }
+  void onMemory(const MemoryEvent& e) override { for (auto* s : m_sinks) s->onMemory(e); }
   void onConfigChange(const ConfigChangeEvent& e) override {
     for (auto* s : m_sinks) s->onConfigChange(e);
   }

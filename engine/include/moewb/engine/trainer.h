@@ -66,7 +66,9 @@ class Trainer {
   // "grad_norm", "memory.tensor_bytes") and one onStep, and returns the step's event (loss etc).
   // Errors: kInternal when the loss or the gradient norm is not finite (training diverged; no
   // onStep is emitted and the weights are not updated); kResourceExhausted when memory runs out.
-  // Once a step has failed, every later step() / run() returns kFailedPrecondition.
+  // Once a step has failed, every later step() / run() returns kFailedPrecondition, except after
+  // out of device memory on the CUDA backend: that step's memory is released and the weights are
+  // untouched, so later steps may be tried.
   Result<StepEvent> step();
 
   // Thread-safe: asks run() to stop after the step in progress (outcome kStopped). A request
