@@ -8,7 +8,10 @@
 #include "cuda/elementwise.h"
 #include "cuda/transfer.h"
 #include "model/mixer.h"
+#include "ops/attnres/attnres_state_cuda.h"
 #include "ops/embedding/embedding_cuda.h"
+#include "ops/lora/lora_cuda.h"
+#include "ops/patchify/patch_embed_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace moewb::engine::cuda {
@@ -21,13 +24,10 @@ Phase mixerPhase(char kind) {
 }  // namespace
 
 Status CudaModel::checkSupported(const ModelDims& dims) {
-  auto unsupported = [](const std::string& what) {
-    return unimplemented(what + " does not run on the CUDA backend yet; use run.backend = \"cpu\"");
-  };
-  if (dims.attnRes) return unsupported("model.residual = \"attnres\"");
-  if (dims.lora.enabled) return unsupported("lora.enabled = true");
-  if (dims.imagePatches > 0) return unsupported("multimodal input (data.image_size > 0)");
-  if (dims.expertShards > 1) return unsupported("expert parallelism (parallel.ep > 1)");
+  if (dims.expertShards > 1) {
+    return unimplemented("expert parallelism (parallel.ep > 1) does not run on the CUDA backend "
+                         "yet; use run.backend = \"cpu\"");
+  }
   for (char kind : dims.mixerPattern) MOEWB_RETURN_IF_ERROR(checkMixerSupportedCuda(kind, dims));
   return checkLossSupportedCuda(dims);
 }
@@ -49,7 +49,16 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(CudaContext& context, Model
 }
 
 CudaModel::CudaModel(CudaContext& context, Model<float>& host, CudaParameters params)
-    : m_context(context), m_host(host), m_dims(host.dims()), m_params(std::move(params)) {}
+    : m_context(context), m_host(host), m_dims(host.dims()), m_params(std::move(params)) {
+  if (!m_dims.lora.enabled) return;
+  m_loraScale = m_dims.lora.alpha / double(m_dims.lora.rank);
+  const std::string suffix = ".lora_a";
+  for (CudaParameter& p : m_params.all()) {
+    if (!p.name.ends_with(suffix)) continue;
+    const std::string base = p.name.substr(0, p.name.size() - suffix.size());
+    m_lora.push_back({&m_params.at(base), &p, &m_params.at(base + ".lora_b")});
+  }
+}
 
 void CudaModel::applyLiveDims(const ModelDims& d) {
   m_dims.topK = d.topK;
@@ -149,18 +158,38 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* tim
   DeviceTensor<bf16> h;  // [N, D] residual stream
   {
     DevicePhase phase(timeline, Phase::kEmbedding, Pass::kForward, -1);
+    MOEWB_RETURN_IF_ERROR(mergeLora());
     MOEWB_ASSIGN_OR_RETURN(m_inputs, toDevice(m_context, batch.inputs, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(m_targets,
                            toDevice(m_context, batch.targets, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(h, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_RETURN_IF_ERROR(embeddingForwardCuda(m_context.stream(), m_inputs.data(), n,
                                                weight("embedding"), m_dims.vocabSize, d, h.data()));
+    if (m_dims.imagePatches > 0) {
+      MOEWB_CHECK(batch.imagePatches == m_dims.imagePatches);
+      MOEWB_ASSIGN_OR_RETURN(m_patches, toDeviceBf16(m_context, batch.patches,
+                                                     MemoryCategory::kActivations));
+      MOEWB_RETURN_IF_ERROR(patchEmbedForwardCuda(
+          m_context, m_patches.data(), weight("patch_embed.weight"), weight("patch_embed.bias"),
+          m_dims.batchSize, m_dims.seqLen, m_dims.imagePatches, m_dims.patchDim, d, h.data()));
+    }
+  }
+  if (m_dims.attnRes) {
+    m_attnRes = std::make_unique<AttnResStateCuda>(m_dims.attnResBlockSize,
+                                                   AttnResOptions{m_dims.normEps, 1.0});
+    m_attnRes->begin(std::move(h));
   }
   m_acts.resize(size_t(m_dims.numLayers));
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
     MOEWB_RETURN_IF_ERROR(layerForward(l, h, timeline));
   }
-  m_finalInput = std::move(h);
+  if (m_dims.attnRes) {
+    MOEWB_ASSIGN_OR_RETURN(m_finalInput,
+                           m_attnRes->mixFinal(m_context, m_params.at("final_res.query").compute,
+                                               m_params.at("final_res.key_norm").compute));
+  } else {
+    m_finalInput = std::move(h);
+  }
   {
     DevicePhase phase(timeline, Phase::kLoss, Pass::kForward, -1);
     MOEWB_ASSIGN_OR_RETURN(m_finalNormOut,
@@ -176,31 +205,66 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* tim
   return readForwardResult();
 }
 
+// One decoder layer. Plain residuals: h -> h + mixer(norm(h)) -> ... + moe(norm(.)), the adds
+// inside the sublayers' phases. AttnRes: both sublayer inputs come from the AttnRes state and `h`
+// is unused.
 Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, DeviceTimeline* timeline) {
+  LayerActs& a = m_acts[size_t(layer)];
+  if (m_dims.attnRes) {
+    MOEWB_ASSIGN_OR_RETURN(a.input, m_attnRes->mixBeforeSublayer(
+                                        m_context, m_params.at(layerName(layer, "attn_res.query")).compute,
+                                        m_params.at(layerName(layer, "attn_res.key_norm")).compute));
+    MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> mixed, mixerSublayerForward(layer, nullptr, timeline));
+    MOEWB_RETURN_IF_ERROR(m_attnRes->addSublayerOutput(m_context, std::move(mixed)));
+    MOEWB_ASSIGN_OR_RETURN(a.mid, m_attnRes->mixBeforeSublayer(
+                                      m_context, m_params.at(layerName(layer, "moe_res.query")).compute,
+                                      m_params.at(layerName(layer, "moe_res.key_norm")).compute));
+    MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> moe, moeSublayerForward(layer, nullptr, timeline));
+    return m_attnRes->addSublayerOutput(m_context, std::move(moe));
+  }
+  a.input = std::move(h);
+  MOEWB_ASSIGN_OR_RETURN(a.mid, mixerSublayerForward(layer, &a.input, timeline));
+  MOEWB_ASSIGN_OR_RETURN(h, moeSublayerForward(layer, &a.mid, timeline));
+  return Status::ok();
+}
+
+// Mixer(RMSNorm(a.input)) (+ residual when given).
+Result<DeviceTensor<bf16>> CudaModel::mixerSublayerForward(int32_t layer,
+                                                           const DeviceTensor<bf16>* residual,
+                                                           DeviceTimeline* timeline) {
   LayerActs& a = m_acts[size_t(layer)];
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   const char kind = m_dims.mixerOf(layer);
-  const float eps = float(m_dims.normEps);
-  a.input = std::move(h);
-  {
-    DevicePhase phase(timeline, mixerPhase(kind), Pass::kForward, layer);
-    MOEWB_ASSIGN_OR_RETURN(a.norm1, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
-    MOEWB_ASSIGN_OR_RETURN(a.rstd1, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
-    MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.input.data(),
-                                             weight(layerName(layer, "attn_norm")), eps,
-                                             a.norm1.data(), a.rstd1.data(), n, d));
-    MOEWB_ASSIGN_OR_RETURN(a.mid, mixerForwardCuda(m_context, kind, m_dims, m_step, a.norm1,
-                                                   mixerParams(layer), a.mixer));
-    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), a.mid.data(), a.input.data(), a.mid.data(), n * d));
+  DevicePhase phase(timeline, mixerPhase(kind), Pass::kForward, layer);
+  MOEWB_ASSIGN_OR_RETURN(a.norm1, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_RETURN(a.rstd1, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
+  MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.input.data(),
+                                           weight(layerName(layer, "attn_norm")),
+                                           float(m_dims.normEps), a.norm1.data(), a.rstd1.data(),
+                                           n, d));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> y, mixerForwardCuda(m_context, kind, m_dims, m_step,
+                                                                a.norm1, mixerParams(layer), a.mixer));
+  if (residual != nullptr) {
+    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), y.data(), residual->data(), y.data(), n * d));
   }
+  return y;
+}
+
+// MoE(RMSNorm(a.mid)) (+ residual when given), one phase per MoE stage.
+Result<DeviceTensor<bf16>> CudaModel::moeSublayerForward(int32_t layer,
+                                                         const DeviceTensor<bf16>* residual,
+                                                         DeviceTimeline* timeline) {
+  LayerActs& a = m_acts[size_t(layer)];
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   const MoeWeightsCuda w = moeWeights(layer);
   {
     DevicePhase phase(timeline, Phase::kRouter, Pass::kForward, layer);
     MOEWB_ASSIGN_OR_RETURN(a.norm2, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_ASSIGN_OR_RETURN(a.rstd2, m_context.newTensor<float>({n}, MemoryCategory::kActivations));
     MOEWB_RETURN_IF_ERROR(rmsNormForwardCuda(m_context.stream(), a.mid.data(),
-                                             weight(layerName(layer, "moe_norm")), eps,
-                                             a.norm2.data(), a.rstd2.data(), n, d));
+                                             weight(layerName(layer, "moe_norm")),
+                                             float(m_dims.normEps), a.norm2.data(), a.rstd2.data(),
+                                             n, d));
     MOEWB_RETURN_IF_ERROR(uploadBias(layer));
     MOEWB_RETURN_IF_ERROR(moeRouterForwardCuda(m_context, a.norm2, w, moeShape(), moeOptions(), a.moe));
   }
@@ -213,9 +277,12 @@ Status CudaModel::layerForward(int32_t layer, DeviceTensor<bf16>& h, DeviceTimel
     MOEWB_RETURN_IF_ERROR(moeExpertsForwardCuda(m_context, a.norm2, w, a.moe));
   }
   DevicePhase phase(timeline, Phase::kCombine, Pass::kForward, layer);
-  MOEWB_ASSIGN_OR_RETURN(h, moeCombineForwardCuda(m_context, a.norm2, w, moeShape(), a.moe));
-  MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), h.data(), a.mid.data(), h.data(), n * d));
-  return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> y,
+                         moeCombineForwardCuda(m_context, a.norm2, w, moeShape(), a.moe));
+  if (residual != nullptr) {
+    MOEWB_RETURN_IF_ERROR(addBf16(m_context.stream(), y.data(), residual->data(), y.data(), n * d));
+  }
+  return y;
 }
 
 Result<ForwardResult> CudaModel::readForwardResult() {
@@ -278,6 +345,12 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
                                               gradOf("final_norm"), n, d));
     m_finalInput = DeviceTensor<bf16>();
     m_finalNormOut = DeviceTensor<bf16>();
+    if (m_dims.attnRes) {
+      CudaParameter& query = m_params.at("final_res.query");
+      CudaParameter& keyNorm = m_params.at("final_res.key_norm");
+      MOEWB_RETURN_IF_ERROR(m_attnRes->backwardFinal(m_context, dh, query.compute, keyNorm.compute,
+                                                     query.grad, keyNorm.grad));
+    }
   }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
     MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, timeline));
@@ -285,60 +358,129 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
   }
   {
     DevicePhase phase(timeline, Phase::kEmbedding, Pass::kBackward, -1);
+    if (m_dims.attnRes) {
+      MOEWB_ASSIGN_OR_RETURN(dh, m_attnRes->takeEmbeddingGrad(m_context));
+      m_attnRes.reset();
+    }
     MOEWB_RETURN_IF_ERROR(embeddingBackwardCuda(m_context.stream(), m_inputs.data(), n, dh.data(),
                                                 m_dims.vocabSize, d, gradOf("embedding")));
+    if (m_dims.imagePatches > 0) {
+      MOEWB_RETURN_IF_ERROR(patchEmbedBackwardCuda(
+          m_context, dh.data(), m_patches.data(), m_dims.batchSize, m_dims.seqLen,
+          m_dims.imagePatches, m_dims.patchDim, d, gradOf("patch_embed.weight"),
+          gradOf("patch_embed.bias")));
+    }
+    MOEWB_RETURN_IF_ERROR(convertLoraGrads());
   }
   releaseActivations();
   return Status::ok();
 }
 
-// dh holds dL/d(layer output) on entry and dL/d(layer input) on return (updated in place: the
-// residual adds make the identity paths free).
+// Plain residuals: dh holds dL/d(layer output) on entry and dL/d(layer input) on return, updated
+// in place (each sublayer's input gradient is added into the residual gradient). AttnRes: the
+// gradients flow through the AttnRes state and dh is unused.
 Status CudaModel::layerBackward(int32_t layer, DeviceTensor<bf16>& dh, DeviceTimeline* timeline) {
+  if (!m_dims.attnRes) {
+    MOEWB_RETURN_IF_ERROR(moeSublayerBackward(layer, dh, dh, /*accumulate=*/true, timeline));
+    return mixerSublayerBackward(layer, dh, dh, /*accumulate=*/true, timeline);
+  }
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  auto mixBackward = [&](const char* prefix, const DeviceTensor<bf16>& dInput) {
+    CudaParameter& query = m_params.at(layerName(layer, (std::string(prefix) + ".query").c_str()));
+    CudaParameter& keyNorm =
+        m_params.at(layerName(layer, (std::string(prefix) + ".key_norm").c_str()));
+    return m_attnRes->backwardMixBeforeSublayer(m_context, dInput, query.compute, keyNorm.compute,
+                                                query.grad, keyNorm.grad);
+  };
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dMoeOut, m_attnRes->backwardSublayerOutput(m_context));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dMid,
+                         m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+  MOEWB_RETURN_IF_ERROR(moeSublayerBackward(layer, dMoeOut, dMid, /*accumulate=*/false, timeline));
+  MOEWB_RETURN_IF_ERROR(mixBackward("moe_res", dMid));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dMixOut, m_attnRes->backwardSublayerOutput(m_context));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dIn,
+                         m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+  MOEWB_RETURN_IF_ERROR(mixerSublayerBackward(layer, dMixOut, dIn, /*accumulate=*/false, timeline));
+  return mixBackward("attn_res", dIn);
+}
+
+// dInput (=, or += when accumulate) dL/d(a.mid) through the MoE and its norm, from dOut. dOut is
+// read before dInput is written, so they may be the same tensor.
+Status CudaModel::moeSublayerBackward(int32_t layer, const DeviceTensor<bf16>& dOut,
+                                      DeviceTensor<bf16>& dInput, bool accumulate,
+                                      DeviceTimeline* timeline) {
+  LayerActs& a = m_acts[size_t(layer)];
+  const int64_t n = m_dims.tokens(), d = m_dims.dModel;
+  const MoeWeightsCuda w = moeWeights(layer);
+  const MoeGradsCuda g = moeGrads(layer);
+  MoeBackwardStateCuda state;
+  {
+    DevicePhase phase(timeline, Phase::kCombine, Pass::kBackward, layer);
+    MOEWB_RETURN_IF_ERROR(moeCombineBackwardCuda(m_context, dOut, w, moeShape(), a.moe, g, state));
+  }
+  {
+    DevicePhase phase(timeline, Phase::kExperts, Pass::kBackward, layer);
+    MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
+  }
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm2,
+                         m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
+  {
+    DevicePhase phase(timeline, Phase::kPermute, Pass::kBackward, layer);
+    MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm2.data(), 0.0f, n * d));
+    MOEWB_RETURN_IF_ERROR(
+        moePermuteBackwardCuda(m_context, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
+  }
+  DevicePhase phase(timeline, Phase::kRouter, Pass::kBackward, layer);
+  MOEWB_RETURN_IF_ERROR(
+      moeRouterBackwardCuda(m_context, dOut, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
+  return rmsNormBackwardCuda(m_context, dNorm2.data(), a.mid.data(),
+                             weight(layerName(layer, "moe_norm")), a.rstd2.data(), dInput.data(),
+                             gradOf(layerName(layer, "moe_norm")), n, d, accumulate);
+}
+
+// dInput (=, or += when accumulate) dL/d(a.input) through the mixer and its norm, from dOut.
+Status CudaModel::mixerSublayerBackward(int32_t layer, const DeviceTensor<bf16>& dOut,
+                                        DeviceTensor<bf16>& dInput, bool accumulate,
+                                        DeviceTimeline* timeline) {
   LayerActs& a = m_acts[size_t(layer)];
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   const char kind = m_dims.mixerOf(layer);
-  {
-    const MoeWeightsCuda w = moeWeights(layer);
-    const MoeGradsCuda g = moeGrads(layer);
-    MoeBackwardStateCuda state;
-    {
-      DevicePhase phase(timeline, Phase::kCombine, Pass::kBackward, layer);
-      MOEWB_RETURN_IF_ERROR(moeCombineBackwardCuda(m_context, dh, w, moeShape(), a.moe, g, state));
-    }
-    {
-      DevicePhase phase(timeline, Phase::kExperts, Pass::kBackward, layer);
-      MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
-    }
-    MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm2,
-                           m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
-    {
-      DevicePhase phase(timeline, Phase::kPermute, Pass::kBackward, layer);
-      MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm2.data(), 0.0f, n * d));
-      MOEWB_RETURN_IF_ERROR(
-          moePermuteBackwardCuda(m_context, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
-    }
-    DevicePhase phase(timeline, Phase::kRouter, Pass::kBackward, layer);
-    MOEWB_RETURN_IF_ERROR(
-        moeRouterBackwardCuda(m_context, dh, a.norm2, w, moeShape(), a.moe, g, state, dNorm2));
-    // dh (= dMid so far, the residual path) += RMSNorm backward of dNorm2.
-    MOEWB_RETURN_IF_ERROR(rmsNormBackwardCuda(
-        m_context, dNorm2.data(), a.mid.data(), weight(layerName(layer, "moe_norm")),
-        a.rstd2.data(), dh.data(), gradOf(layerName(layer, "moe_norm")), n, d, /*accumulate=*/true));
-  }
   DevicePhase phase(timeline, mixerPhase(kind), Pass::kBackward, layer);
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm1,
                          m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
-  MOEWB_RETURN_IF_ERROR(fillBf16(m_context.stream(), dNorm1.data(), 0.0f, n * d));
-  MOEWB_RETURN_IF_ERROR(mixerBackwardCuda(m_context, kind, m_dims, m_step, dh, a.norm1,
+  MOEWB_RETURN_IF_ERROR(mixerBackwardCuda(m_context, kind, m_dims, m_step, dOut, a.norm1,
                                           mixerParams(layer), a.mixer, dNorm1));
   return rmsNormBackwardCuda(m_context, dNorm1.data(), a.input.data(),
-                             weight(layerName(layer, "attn_norm")), a.rstd1.data(), dh.data(),
-                             gradOf(layerName(layer, "attn_norm")), n, d, /*accumulate=*/true);
+                             weight(layerName(layer, "attn_norm")), a.rstd1.data(), dInput.data(),
+                             gradOf(layerName(layer, "attn_norm")), n, d, accumulate);
+}
+
+// LoRA (lora.enabled): W' = W + s B A into each adapted weight's bf16 compute copy, before the
+// forward (the base's master W is frozen; the ops read the compute copy).
+Status CudaModel::mergeLora() {
+  for (const LoraTriple& t : m_lora) {
+    MOEWB_RETURN_IF_ERROR(loraMergeCuda(m_context, t.base->master, t.a->master, t.b->master,
+                                        m_loraScale, t.base->compute));
+  }
+  return Status::ok();
+}
+
+// After the backward: the dW' left in each adapted weight's grad becomes dA and dB; W's grad is
+// zeroed (frozen, outside the norm and the update).
+Status CudaModel::convertLoraGrads() {
+  for (const LoraTriple& t : m_lora) {
+    MOEWB_RETURN_IF_ERROR(loraBackwardCuda(m_context, t.base->grad, t.a->master, t.b->master,
+                                           m_loraScale, t.a->grad, t.b->grad));
+    MOEWB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(t.base->grad.data(), 0,
+                                               size_t(t.base->grad.bytes()), m_context.stream()));
+  }
+  return Status::ok();
 }
 
 void CudaModel::releaseActivations() {
   m_acts.clear();
+  m_attnRes.reset();
+  m_patches = DeviceTensor<bf16>();
   m_inputs = DeviceTensor<int32_t>();
   m_targets = DeviceTensor<int32_t>();
   m_finalInput = DeviceTensor<bf16>();

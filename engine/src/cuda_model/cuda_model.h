@@ -7,8 +7,9 @@
 //
 // forward() keeps the activations on the device and reads back, once, the loss values and the
 // per-layer expert counts (the step's one host synchronisation in the forward); backward() adds
-// every gradient into CudaParameters' fp32 grads. checkSupported() names the first setting the
-// CUDA path does not run yet (run.backend = "auto" then stays on the CPU).
+// every gradient into CudaParameters' fp32 grads. Plain or AttnRes residuals, LoRA (W' merged
+// into the compute copies per step) and image patches as on the CPU. checkSupported() names the
+// first setting the CUDA path does not run yet (run.backend = "auto" then stays on the CPU).
 // The aux-loss-free expert bias lives in the host model (uploaded per forward, updated on the
 // host from the counts), so checkpoints see one copy.
 // Not thread-safe; one model per context.
@@ -24,6 +25,7 @@
 #include "cuda_model/cuda_moe.h"
 #include "cuda_model/cuda_parameters.h"
 #include "cuda_model/device_timeline.h"
+#include "ops/attnres/attnres_state_cuda.h"
 #include "data/batch.h"
 #include "model/model.h"
 
@@ -79,7 +81,18 @@ class CudaModel {
   MoeShapeCuda moeShape() const;
 
   Status layerForward(int32_t layer, DeviceTensor<bf16>& h, DeviceTimeline* timeline);
+  Result<DeviceTensor<bf16>> mixerSublayerForward(int32_t layer, const DeviceTensor<bf16>* residual,
+                                                  DeviceTimeline* timeline);
+  Result<DeviceTensor<bf16>> moeSublayerForward(int32_t layer, const DeviceTensor<bf16>* residual,
+                                                DeviceTimeline* timeline);
   Status layerBackward(int32_t layer, DeviceTensor<bf16>& dh, DeviceTimeline* timeline);
+  Status moeSublayerBackward(int32_t layer, const DeviceTensor<bf16>& dOut,
+                             DeviceTensor<bf16>& dInput, bool accumulate, DeviceTimeline* timeline);
+  Status mixerSublayerBackward(int32_t layer, const DeviceTensor<bf16>& dOut,
+                               DeviceTensor<bf16>& dInput, bool accumulate,
+                               DeviceTimeline* timeline);
+  Status mergeLora();
+  Status convertLoraGrads();
   Status uploadBias(int32_t layer);
   Result<ForwardResult> readForwardResult();
 
@@ -88,10 +101,19 @@ class CudaModel {
   ModelDims m_dims;
   CudaParameters m_params;
   int64_t m_step = 0;
+  struct LoraTriple {
+    CudaParameter* base = nullptr;  // W (frozen; its compute copy holds W')
+    CudaParameter* a = nullptr;     // A
+    CudaParameter* b = nullptr;     // B
+  };
+  std::vector<LoraTriple> m_lora;   // adapted weights (lora.enabled)
+  double m_loraScale = 0;           // s = alpha / rank
 
   bool m_hasActivations = false;
   DeviceTensor<int32_t> m_inputs;   // [N]
   DeviceTensor<int32_t> m_targets;  // [N]
+  DeviceTensor<bf16> m_patches;     // [B*P, patch_dim] image patches (multimodal)
+  std::unique_ptr<AttnResStateCuda> m_attnRes;  // block attention residuals (model.residual)
   std::vector<LayerActs> m_acts;
   std::vector<DeviceTensor<float>> m_bias;  // [L] x [E] selection bias (when enabled)
   DeviceTensor<bf16> m_finalInput;    // [N, D]

@@ -168,10 +168,10 @@ TEST_F(CudaModelTest, CapacityStepMatchesCpu) {
 }
 
 // The permute / combine fusions change where the work happens, not the function: on the same
-// device, weights and batch, the fused step equals the unfused one up to bf16 rounding.
+// device, weights and batch, the fused step equals the unfused one up to bf16 rounding (dropless:
+// with a capacity cut-off that rounding can move a token across the cut in the next layer).
 TEST_F(CudaModelTest, FusedMoeStepEqualsUnfusedOnTheGpu) {
   RunConfig config = smallMoeConfig();
-  config.moe.capacityFactor = 1.0;
   const SyntheticData data(config.data, config.model.vocabSize, config.model.seqLen,
                            config.run.seed);
   const Batch batch = data.batch(0);
@@ -197,12 +197,35 @@ TEST_F(CudaModelTest, FusedMoeStepEqualsUnfusedOnTheGpu) {
   }
 }
 
-TEST_F(CudaModelTest, UnsupportedSettingsAreNamed) {
+TEST_F(CudaModelTest, AttnResidualsStepMatchesCpu) {
   RunConfig config = smallMoeConfig();
   config.model.residual = "attnres";
-  Status status = CudaModel::checkSupported(ModelDims::fromConfig(config));
+  config.model.numLayers = 3;
+  config.model.attnresBlockSize = 2;
+  expectStepMatchesCpu(config, 0.1);
+}
+
+TEST_F(CudaModelTest, LoraStepMatchesCpu) {
+  RunConfig config = smallMoeConfig();
+  config.lora.enabled = true;
+  config.lora.rank = 4;
+  config.lora.targets = "all";
+  expectStepMatchesCpu(config, 0.1);
+}
+
+TEST_F(CudaModelTest, ImagePatchesStepMatchesCpu) {
+  RunConfig config = smallMoeConfig();
+  config.data.imageSize = 8;
+  config.data.patchSize = 4;
+  expectStepMatchesCpu(config, 0.1);
+}
+
+TEST_F(CudaModelTest, UnsupportedSettingsAreNamed) {
+  ModelDims dims = ModelDims::fromConfig(smallMoeConfig());
+  dims.expertShards = 2;  // one rank's share of expert parallelism
+  Status status = CudaModel::checkSupported(dims);
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("model.residual"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("parallel.ep"), std::string::npos) << status.message();
 }
 
 TEST_F(CudaModelTest, OutOfMemoryInAStepIsReportedAndTheModelStaysUsable) {

@@ -137,16 +137,17 @@ TEST_F(CudaTrainerTest, AutoPicksTheGpuAndCheckpointsRoundTrip) {
 
 TEST_F(CudaTrainerTest, UnsupportedConfigOnCudaIsAClearErrorAndAutoFallsBack) {
   RunConfig config = trackingConfig("cuda");
-  config.model.residual = "attnres";
+  config.loss.kind = "cce";
+  config.loss.cceFilterEps = 0.1;
   auto cuda = Trainer::create(config, nullptr);
   ASSERT_FALSE(cuda.isOk());
   EXPECT_EQ(cuda.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(cuda.status().message().find("model.residual"), std::string::npos);
+  EXPECT_NE(cuda.status().message().find("loss.cce_filter_eps"), std::string::npos);
   config.run.backend = "auto";
   auto fallback = Trainer::create(config, nullptr);
   ASSERT_TRUE(fallback.isOk());
   EXPECT_EQ(fallback.value()->backendName(), "cpu");
-  EXPECT_NE(fallback.value()->deviceDescription().find("model.residual"), std::string::npos);
+  EXPECT_NE(fallback.value()->deviceDescription().find("loss.cce_filter_eps"), std::string::npos);
 }
 
 }  // namespace
