@@ -1,5 +1,6 @@
 // `moewb info`: what a trace holds: run and config, steps and loss, top phases by total time,
-// expert-load imbalance per layer, data-quality stats.
+// device memory (peaks per category, allocations/frees), expert-load imbalance per layer,
+// data-quality stats.
 #include <algorithm>
 #include <map>
 #include <cstdio>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "gpu_info.h"
+#include "moewb/storage/gpu_rows.h"
 #include "moewb/base/units.h"
 #include "moewb/storage/trace_reader.h"
 
@@ -73,6 +76,31 @@ void printMemory(storage::TraceReader& reader) {
   std::printf("   (last step)\n");
 }
 
+// Device memory (CUDA runs): per memory track, the peak bytes in use of each category and the
+// number of allocations and frees. Prints nothing for traces without memory events (CPU runs).
+void printDeviceMemory(storage::TraceReader& reader) {
+  auto totals = reader.memoryTotals();
+  if (!totals.isOk() || totals->empty()) return;
+  std::map<int64_t, int32_t> rankOf;
+  if (auto tracks = reader.tracks(); tracks.isOk()) {
+    for (const auto& t : *tracks) rankOf[t.id.value] = t.rank;
+  }
+  std::map<int64_t, std::vector<const storage::MemoryCategoryTotals*>> byTrack;
+  for (const auto& t : *totals) byTrack[t.track.value].push_back(&t);
+  for (const auto& [track, categories] : byTrack) {
+    std::string line;
+    int64_t allocations = 0, frees = 0;
+    for (const auto* c : categories) {
+      line += " " + c->category + " " + formatBytes(c->peakBytes);
+      allocations += c->allocations;
+      frees += c->frees;
+    }
+    const std::string who = byTrack.size() > 1 ? " rank " + std::to_string(rankOf[track]) : "";
+    std::printf("device memory%s  peak%s   %lld allocations, %lld frees\n", who.c_str(),
+                line.c_str(), (long long)allocations, (long long)frees);
+  }
+}
+
 void printPhases(const std::vector<storage::PhaseTotal>& totals, int top) {
   int64_t stepNs = 0;
   for (const auto& t : totals) {
@@ -82,7 +110,7 @@ void printPhases(const std::vector<storage::PhaseTotal>& totals, int top) {
   std::printf("  %-18s %8s %12s %12s %7s\n", "name", "count", "total", "mean", "share");
   int shown = 0;
   for (const auto& t : totals) {
-    if (t.name == "step") continue;
+    if (t.name == "step" || storage::isGpuCaptureCategory(t.category)) continue;
     if (shown++ >= top) break;
     std::printf("  %-18s %8lld %12s %12s %6.1f%%\n", t.name.c_str(), (long long)t.count,
                 formatDurationNs(t.totalNs).c_str(), formatDurationNs(int64_t(t.meanNs())).c_str(),
@@ -124,12 +152,14 @@ int infoCommand(const InfoArgs& args) {
     printSteps(*steps);
   }
   printMemory(reader);
+  printDeviceMemory(reader);
   auto totals = reader.phaseTotals();
   if (!totals.isOk()) return fail(totals.status());
   printPhases(*totals, args.topPhases);
   auto imbalance = reader.layerImbalance();
   if (!imbalance.isOk()) return fail(imbalance.status());
   printImbalance(*imbalance);
+  printGpuSummary(reader, args.topPhases);
   auto stats = reader.stats();
   if (stats.isOk() && !stats->empty()) {
     std::printf("\ndata quality\n");

@@ -30,6 +30,7 @@ struct RunArgs {
   std::string initWeightsPath;
   std::string exportMergedPath;
   int32_t ranks = 0;  // --ranks: parallel.world_size (0 = from the config)
+  bool gpuTrace = false;  // --gpu-trace: CUPTI capture of the CUDA run
 };
 
 // Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
@@ -119,6 +120,7 @@ int runCommand(const RunArgs& args) {
   options.initWeightsPath = args.initWeightsPath;
   options.exportMergedPath = args.exportMergedPath;
   options.checkpointEverySteps = args.checkpointEvery;
+  options.gpuTrace = args.gpuTrace;
   options.checkpointDir =
       args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
   int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
@@ -194,6 +196,10 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--checkpoint-dir", args->checkpointDir,
                   "where checkpoints go (default runs/<run.name>-checkpoints)");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress line");
+  cmd->add_flag("--gpu-trace", args->gpuTrace,
+                "also record the GPU activity with CUPTI (kernels, copies, memsets, memory, "
+                "synchronisation, CUDA API calls, NVTX), each kernel tagged with its step, layer "
+                "and phase; needs run.backend = cuda on one rank");
   cmd->callback([args, action] { *action = [args] { return runCommand(*args); }; });
 }
 

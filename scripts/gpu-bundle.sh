@@ -10,10 +10,11 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEWB_CUDA=ON -DMO
   -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu-configure.log || { cat build-gpu-configure.log; exit 1; }
 op_benches=(attention_cuda_bench loss_cuda_bench kda_cuda_bench sparse_attention_cuda_bench
             moe_glue_cuda_bench)
-cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests moewb moe_layer_cuda_bench \
+cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests profiler_cuda_tests moewb moe_layer_cuda_bench \
   train_step_cuda_bench "${op_benches[@]}"
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/configs
-binaries=(build-gpu/tests/engine_cuda/engine_cuda_tests build-gpu/cli/moewb
+binaries=(build-gpu/tests/engine_cuda/engine_cuda_tests build-gpu/tests/profiler_cuda/profiler_cuda_tests
+          build-gpu/cli/moewb
           build-gpu/bench/moe_layer_cuda_bench build-gpu/bench/train_step_cuda_bench
           "${op_benches[@]/#/build-gpu/bench/}")
 for binary in "${binaries[@]}"; do

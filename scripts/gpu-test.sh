@@ -24,6 +24,8 @@ for step in "${steps[@]}"; do
     tests)
       "$here/bin/engine_cuda_tests" --gtest_filter="$filter" --gtest_output="xml:$out/gpu-tests.xml" \
         >"$out/gpu-tests.log" 2>&1 || status=1
+      "$here/bin/profiler_cuda_tests" --gtest_filter="$filter" \
+        --gtest_output="xml:$out/profiler-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
       grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran" "$out/gpu-tests.log" | tail -40 ;;
     memcheck)
       compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
@@ -34,7 +36,11 @@ for step in "${steps[@]}"; do
       "$here/bin/moewb" run -c "$here/configs/tiny.toml" --set run.backend=cuda --steps 100 \
         -o "$out/tiny-cuda.sqlite" -f -q >"$out/cli.log" 2>&1 || status=1
       "$here/bin/moewb" info "$out/tiny-cuda.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
-      head -30 "$out/cli.log" ;;
+      # The same run with CUPTI capture: kernels, copies and NVTX joined to steps and phases.
+      "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 20 \
+        --gpu-trace -o "$out/small-gputrace.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$out/small-gputrace.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      cat "$out/cli.log" ;;
     bench)
       # Ours and the PyTorch baselines (anchors/, copied next to this script) in the same call.
       # Attention runs at T = 4096 and 16384 (the anchor's default T = 32768 does not fit our

@@ -58,6 +58,7 @@ void TraceDocument::close() {
   m_path.clear();
   m_run.reset();
   m_stats.clear();
+  m_memoryTracks.clear();
   m_steps.setRows({});
   m_expertLoad.setRows({});
   m_phases.clear();
@@ -77,8 +78,18 @@ Status TraceDocument::loadRunInfo() {
   if (!runs.empty()) m_run = runs.front();
   MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
   MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
+  m_memoryTracks.clear();
+  for (const storage::TrackRow& t : tracks) {
+    if (t.kind == storage::kTrackKindMemory) m_memoryTracks.push_back(t);
+  }
   if (tracks.size() != m_timeline.tracks().size()) m_timeline.setTracks(tracks);
   return Status::ok();
+}
+
+Result<std::vector<storage::MemorySeries>> TraceDocument::memorySeries(TimeRange window,
+                                                                       int buckets) {
+  if (!m_reader || m_memoryTracks.empty()) return std::vector<storage::MemorySeries>{};
+  return m_reader->memorySeries({window.startNs, window.endNs}, buckets);
 }
 
 Status TraceDocument::loadAll() {

@@ -4,8 +4,10 @@
 #include <QResizeEvent>
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 
+#include "moewb/base/units.h"
 #include "moewb/gui/trace_document.h"
 
 namespace moewb::gui {
@@ -98,6 +100,56 @@ void TimelineView::rebuildDrawList() {
     return;
   }
   m_drawList = buildDrawList(m_document->timeline(), m_geometry);
+  rebuildMemory();
+}
+
+void TimelineView::rebuildMemory() {
+  m_memory.clear();
+  if (!m_document || m_document->memoryTracks().empty()) return;
+  // One bucket per pixel column; a failed read leaves the rows empty (the status bar reports
+  // file errors through the document's refresh).
+  auto series = m_document->memorySeries({m_geometry.startNs, m_geometry.endNs},
+                                         int(std::ceil(m_geometry.widthPx)));
+  if (series.isOk()) m_memory = stackMemorySeries(*series, m_geometry);
+}
+
+int TimelineView::memoryStackOfRow(int row) const {
+  if (!m_document) return -1;
+  const auto& tracks = m_document->memoryTracks();
+  if (row < 0 || size_t(row) >= tracks.size()) return -1;
+  for (size_t i = 0; i < m_memory.size(); ++i) {
+    if (m_memory[i].track == tracks[size_t(row)].id) return int(i);
+  }
+  return -1;
+}
+
+QRect TimelineView::memoryRect(int index) const {
+  if (!m_document || index < 0 || size_t(index) >= m_document->memoryTracks().size()) return {};
+  return QRect(kGutterPx, m_memoryTop + index * (kMemoryRowPx + kTrackGapPx),
+               width() - kGutterPx, kMemoryRowPx);
+}
+
+QString TimelineView::memoryTextAt(const QPoint& pos) const {
+  if (!m_document) return {};
+  for (int row = 0; size_t(row) < m_document->memoryTracks().size(); ++row) {
+    if (!memoryRect(row).contains(pos)) continue;
+    const int index = memoryStackOfRow(row);
+    if (index < 0) return {};
+    const MemoryStack& stack = m_memory[size_t(index)];
+    const int column = memoryColumnAt(stack, plotX(pos.x()));
+    if (column < 0) return {};
+    const int64_t atNs = int64_t(std::llround(m_geometry.timeAt(column)));
+    QString text = tr("<b>device memory</b>");
+    const int32_t rank = m_document->memoryTracks()[size_t(row)].rank;
+    if (rank > 0) text += tr(" (rank %1)").arg(rank);
+    text += tr("<br>at +%1").arg(
+        QString::fromStdString(formatDurationNs(atNs - dataBounds().startNs)));
+    for (const std::string& line : memoryReadout(stack, column)) {
+      text += QStringLiteral("<br>") + QString::fromStdString(line).toHtmlEscaped();
+    }
+    return text;
+  }
+  return {};
 }
 
 void TimelineView::rebuildMarkers() {
@@ -128,6 +180,7 @@ void TimelineView::layoutLanes() {
     m_rows.push_back({int(i), y, first});
     y += kLaneHeightPx;
   }
+  m_memoryTop = y + kTrackGapPx;
 }
 
 void TimelineView::updateLegend() {
@@ -157,7 +210,10 @@ void TimelineView::resizeEvent(QResizeEvent* event) {
 }
 
 QSize TimelineView::sizeHint() const {
-  const int lanesBottom = m_rows.empty() ? 4 * kLaneHeightPx : m_rows.back().top + kLaneHeightPx;
+  int lanesBottom = m_rows.empty() ? 4 * kLaneHeightPx : m_rows.back().top + kLaneHeightPx;
+  if (m_document && !m_rows.empty()) {
+    lanesBottom += int(m_document->memoryTracks().size()) * (kMemoryRowPx + kTrackGapPx);
+  }
   return {900, std::max(220, lanesBottom + kLegendPx + 8)};
 }
 

@@ -8,6 +8,10 @@
 // Config changes of the trace are drawn as thin vertical lines over all lanes with a flag in the
 // ruler; their tooltip lists the changes ("step 12: optim.lr 0.003 -> 0.001 (gui)").
 // While the window shows everything ("fit"), a growing live trace stays fitted.
+// Traces with device-memory events (CUDA runs) get one "device memory" row per memory track
+// under the host lanes: a stacked area of bytes in use per category over the same time axis,
+// rebuilt with the draw list from the reader's per-pixel downsampled series (max per column, so
+// peaks stay visible); hovering it shows every category's bytes at that time.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
 #pragma once
 
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "moewb/gui/config_markers.h"
+#include "moewb/gui/memory_timeline.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
 
@@ -42,6 +47,18 @@ class TimelineView : public QWidget {
   QString configMarkerText(int index) const;
   // Index of the marker within a few pixels of widget point `pos` (ruler or lanes), or -1.
   int configMarkerAt(const QPoint& pos) const;
+
+  // The device-memory stacks of the visible window, one per memory track (in track order), rebuilt
+  // with the draw list; empty for traces without memory events.
+  const std::vector<MemoryStack>& memoryStacks() const { return m_memory; }
+  // Widget rectangle of memory row `index` (plot part only, right of the gutter); empty if none.
+  QRect memoryRect(int index) const;
+  // Hover text of the memory row under widget point `pos` (time, bytes per category, total),
+  // "" when `pos` is not over a memory row's plot.
+  QString memoryTextAt(const QPoint& pos) const;
+  // Fill colour of memory category `category` (weights, grads, optimizer and activations match
+  // the memory-per-step chart).
+  static QColor memoryColor(const std::string& category);
 
   // Shows all data and keeps showing all of it as a live trace grows.
   void fitAll();
@@ -88,6 +105,7 @@ class TimelineView : public QWidget {
   void setGeometryChecked(const TimelineGeometry& g, bool fit);
   void rebuildDrawList();
   void rebuildMarkers();
+  void rebuildMemory();
   void layoutLanes();
   void updateLegend();
   double plotWidth() const;
@@ -104,6 +122,10 @@ class TimelineView : public QWidget {
   void paintMarkers(QPainter& p) const;
   void paintMarkerFlags(QPainter& p) const;
   void paintGutter(QPainter& p) const;
+  void paintMemory(QPainter& p) const;
+  void paintMemoryGutter(QPainter& p) const;
+  // Index into m_memory of the stack drawn in memory row `row`, or -1.
+  int memoryStackOfRow(int row) const;
   void paintLegend(QPainter& p) const;
   void paintEmpty(QPainter& p) const;
 
@@ -112,12 +134,15 @@ class TimelineView : public QWidget {
   static constexpr int kLaneHeightPx = 24;
   static constexpr int kTrackGapPx = 10;
   static constexpr int kLegendPx = 26;
+  static constexpr int kMemoryRowPx = 84;
 
   TraceDocument* m_document = nullptr;
   TimelineGeometry m_geometry;
   DrawList m_drawList;
   std::vector<LaneRow> m_rows;
   std::vector<ConfigMarker> m_markers;
+  std::vector<MemoryStack> m_memory;
+  int m_memoryTop = 0;  // y of the first memory row, px
   int m_hoverMarker = -1;
   std::vector<std::string> m_legend;  // phase families present, in display order
   bool m_fit = true;

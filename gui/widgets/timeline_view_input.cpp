@@ -137,6 +137,8 @@ bool TimelineView::event(QEvent* event) {
                          this);
     } else if (hit.item) {
       QToolTip::showText(help->globalPos(), tooltipText(hit), this);
+    } else if (const QString memory = memoryTextAt(help->pos()); !memory.isEmpty()) {
+      QToolTip::showText(help->globalPos(), memory, this);
     } else {
       QToolTip::hideText();
       event->ignore();

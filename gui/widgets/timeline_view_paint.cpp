@@ -1,9 +1,12 @@
-// TimelineView painting: ruler, lane backgrounds, the prepared draw items, gutter and legend.
+// TimelineView painting: ruler, lane backgrounds, the prepared draw items, the device-memory
+// rows, gutter and legend.
 // Nothing here searches the data: it walks m_drawList, which is rebuilt elsewhere.
 #include <QPainter>
 #include <QPainterPath>
+#include <QPolygonF>
 
 #include "moewb/base/units.h"
+#include "moewb/gui/chart_axis.h"
 #include "moewb/gui/palette.h"
 #include "moewb/gui/trace_document.h"
 #include "theme.h"
@@ -26,12 +29,91 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.save();
   p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
   paintItems(p);
+  paintMemory(p);
   paintMarkers(p);
   p.restore();
   paintRuler(p);
   paintMarkerFlags(p);
   paintGutter(p);
+  paintMemoryGutter(p);
   paintLegend(p);
+}
+
+QColor TimelineView::memoryColor(const std::string& category) {
+  const int order = memoryCategoryOrder(category);
+  if (order < 4) return theme::series(order);  // as in the memory-per-step chart
+  if (order == 4) return QColor::fromRgb(0xb07aa1);
+  return phaseColor(category);  // a stable hashed hue
+}
+
+// Each memory row: the bands of its stack as step-shaped polygons over the pixel columns, bottom
+// category first, scaled so the row's largest total reaches a round number near the top.
+void TimelineView::paintMemory(QPainter& p) const {
+  for (int row = 0; size_t(row) < m_document->memoryTracks().size(); ++row) {
+    const QRect r = memoryRect(row);
+    p.fillRect(r, theme::alternate());
+    const int index = memoryStackOfRow(row);
+    if (index < 0) continue;
+    const MemoryStack& stack = m_memory[size_t(index)];
+    const AxisTicks scale = niceAxis(0, double(std::max<int64_t>(stack.maxTotalBytes, 1)), 2);
+    const double bottom = r.bottom() + 1;
+    const double perByte = double(r.height() - 6) / scale.max;
+    p.setPen(theme::gridLine());
+    for (double tick : scale.values) {
+      const int y = int(std::lround(bottom - tick * perByte));
+      p.drawLine(r.left(), y, r.right(), y);
+    }
+    const int columns = stack.columns();
+    for (size_t k = 0; k < stack.categories.size(); ++k) {
+      QPolygonF band;
+      band.reserve(4 * columns);
+      for (int c = 0; c < columns; ++c) {
+        const double y = bottom - double(stack.tops[k][size_t(c)]) * perByte;
+        band << QPointF(r.left() + c, y) << QPointF(r.left() + c + 1, y);
+      }
+      for (int c = columns - 1; c >= 0; --c) {
+        const double y =
+            bottom - (k == 0 ? 0.0 : double(stack.tops[k - 1][size_t(c)])) * perByte;
+        band << QPointF(r.left() + c + 1, y) << QPointF(r.left() + c, y);
+      }
+      p.setPen(Qt::NoPen);
+      p.setBrush(memoryColor(stack.categories[k]));
+      p.drawPolygon(band);
+    }
+    p.setBrush(Qt::NoBrush);
+    p.setPen(theme::dimText());
+    p.drawText(QRect(r.left() + 4, r.top() + 1, 200, 14), Qt::AlignLeft | Qt::AlignVCenter,
+               QString::fromStdString(formatBytes(int64_t(scale.max))));
+  }
+}
+
+// Gutter of the memory rows: the row name and a swatch per category (top band first).
+void TimelineView::paintMemoryGutter(QPainter& p) const {
+  QFont bold = font();
+  bold.setBold(true);
+  QFont small = font();
+  small.setPointSizeF(font().pointSizeF() * 0.85);
+  for (int row = 0; size_t(row) < m_document->memoryTracks().size(); ++row) {
+    const QRect r = memoryRect(row);
+    const int32_t rank = m_document->memoryTracks()[size_t(row)].rank;
+    p.setFont(bold);
+    p.setPen(theme::text());
+    p.drawText(QRect(10, r.top(), kGutterPx - 16, 16), Qt::AlignLeft | Qt::AlignVCenter,
+               rank > 0 ? tr("rank %1 · device memory").arg(rank) : tr("device memory"));
+    const int index = memoryStackOfRow(row);
+    if (index < 0) continue;
+    const MemoryStack& stack = m_memory[size_t(index)];
+    p.setFont(small);
+    int y = r.top() + 18;
+    for (size_t k = stack.categories.size(); k-- > 0 && y + 12 <= r.bottom() + 1;) {
+      p.fillRect(QRect(22, y + 2, 10, 9), memoryColor(stack.categories[k]));
+      p.setPen(theme::dimText());
+      p.drawText(QRect(36, y, kGutterPx - 42, 13), Qt::AlignLeft | Qt::AlignVCenter,
+                 QString::fromStdString(stack.categories[k]));
+      y += 13;
+    }
+  }
+  p.setFont(font());
 }
 
 void TimelineView::paintMarkers(QPainter& p) const {

@@ -98,6 +98,33 @@ void HostTracer::onCounter(const engine::CounterEvent& event) {
   m_writer->addCounter(row);
 }
 
+TrackId HostTracer::memoryTrack(int32_t rank) {
+  for (const auto& [r, track] : m_memoryTracks) {
+    if (r == rank) return track;
+  }
+  storage::TrackRow track;
+  track.name = "device memory";
+  track.kind = storage::kTrackKindMemory;
+  track.rank = rank;
+  track.threadId = 0;  // device ordinal within the rank's process: one device per rank
+  m_memoryTracks.emplace_back(rank, m_writer->addTrack(track));
+  return m_memoryTracks.back().second;
+}
+
+// Runs on the allocator's hot path: one row copy into the writer's queue, no I/O.
+void HostTracer::onMemory(const engine::MemoryEvent& event) {
+  storage::MemoryEventRow row;
+  row.track = memoryTrack(event.rank);
+  row.tsNs = event.tsNs;
+  row.step = event.step;
+  row.isAllocation = event.isAllocation;
+  row.bytes = event.bytes;
+  row.address = int64_t(event.address);
+  row.category = event.category;
+  row.inUseBytes = event.categoryInUseBytes;
+  m_writer->addMemoryEvent(row);
+}
+
 void HostTracer::onStep(const engine::StepEvent& event) {
   storage::SliceRow slice;
   slice.track = m_thread;

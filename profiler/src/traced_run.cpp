@@ -55,6 +55,7 @@ class TracedRun::SummarySink final : public engine::EventSink {
 TracedRun::~TracedRun() {
   m_trainer.reset();
   m_parallel.reset();
+  if (m_gpuCapture) (void)m_gpuCapture->stop();
   if (m_writer) (void)m_writer->close();
 }
 
@@ -74,14 +75,19 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
   run->m_tracer = std::make_unique<HostTracer>(run->m_writer.get());
   run->m_summary = std::make_unique<SummarySink>();
   std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
+  Status captured = options.gpuTrace ? run->startGpuCapture(options) : Status::ok();
+  if (run->m_gpuCapture) sinks.push_back(run->m_gpuCapture.get());
   if (observer) sinks.push_back(observer);
   run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
 
-  Status ready = config.parallel.worldSize > 1 ? run->createParallelTrainer(options)
-                                               : run->createTrainer(options);
+  Status ready = !captured.isOk()                 ? captured
+                 : config.parallel.worldSize > 1 ? run->createParallelTrainer(options)
+                                                 : run->createTrainer(options);
   if (!ready.isOk()) {
     run->m_trainer.reset();
     run->m_parallel.reset();
+    if (run->m_gpuCapture) (void)run->m_gpuCapture->stop();
+    run->m_gpuCapture.reset();
     (void)run->m_writer->close();
     run->m_writer.reset();
     std::error_code ignored;
@@ -91,6 +97,16 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
     return ready;
   }
   return run;
+}
+
+Status TracedRun::startGpuCapture(const TracedRunOptions& options) {
+  if (m_config.run.backend != "cuda" || m_config.parallel.worldSize != 1) {
+    return invalidArgument("GPU trace capture needs run.backend = cuda and one rank; this run has "
+                           "run.backend = " + m_config.run.backend + " and parallel.world_size = " +
+                           std::to_string(m_config.parallel.worldSize));
+  }
+  MOEWB_ASSIGN_OR_RETURN(m_gpuCapture, GpuCapture::create(m_writer.get(), options.gpuCapture));
+  return Status::ok();
 }
 
 Status TracedRun::createTrainer(const TracedRunOptions& options) {
@@ -137,8 +153,10 @@ Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
 Result<RunSummary> TracedRun::run() {
   Status trained = m_parallel ? m_parallel->run(m_steps)
                               : m_trainer->run(m_steps - m_trainer->stepsDone());
+  Status captured = m_gpuCapture ? m_gpuCapture->stop() : Status::ok();
   Status closed = m_writer->close();
   if (!trained.isOk()) return trained;
+  if (!captured.isOk()) return captured.withContext("GPU capture into " + m_writer->path());
   if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());
   if (!m_exportMergedPath.empty() && m_trainer) {
     Status exported = m_trainer->exportMergedWeights(m_exportMergedPath);

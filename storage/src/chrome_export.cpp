@@ -3,9 +3,10 @@
 //
 // Layout: {"displayTimeUnit":"ms","metadata":{meta keys..., "runs":[...]},"traceEvents":[...]}.
 // pid = rank, tid = track id; "M" events name processes ("rank N") and threads (track names);
-// slices become "X" events, counter samples "C" events. ts/dur are microseconds (double) relative
+// slices become "X" events, counter samples "C" events, device-memory events "C" events named
+// "device memory.<category>" with the category's bytes in use. ts/dur are microseconds (double) relative
 // to the first slice start. The file is written as <out>.part and renamed at the end, so a failed
-// export leaves nothing half-written behind. Cost: one pass over slices and counters.
+// export leaves nothing half-written behind. Cost: one pass over slices, counters and memory events.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -117,6 +118,18 @@ Status writeBody(TraceReader& reader, std::ofstream& out) {
                   {"pid", rankOf(c.track)},
                   {"tid", c.track.value},
                   {"args", {{"value", c.value}}}});
+    return bool(out);
+  }));
+  // Device memory: one counter per (memory track, category), so Perfetto draws each category's
+  // bytes in use as its own counter track under the rank.
+  MOEWB_RETURN_IF_ERROR(reader.forEachMemoryEvent([&](const MemoryEventRow& m) {
+    events.write({{"name", "device memory." + m.category},
+                  {"cat", "memory"},
+                  {"ph", "C"},
+                  {"ts", toUs(m.tsNs - originNs)},
+                  {"pid", rankOf(m.track)},
+                  {"tid", m.track.value},
+                  {"args", {{"bytes", m.inUseBytes}}}});
     return bool(out);
   }));
   out << "\n]}\n";

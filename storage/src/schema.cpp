@@ -74,14 +74,19 @@ CREATE TABLE counter (
 CREATE INDEX counter_track_ts_idx ON counter(track, ts_ns);
 CREATE TABLE memory_event (
   id INTEGER PRIMARY KEY,
-  track INTEGER NOT NULL,
+  track INTEGER NOT NULL,        -- track.id of kind memory (a rank's device memory)
   ts_ns INTEGER NOT NULL,
+  step INTEGER NOT NULL DEFAULT -1,
   kind TEXT NOT NULL,            -- alloc, free
   bytes INTEGER NOT NULL,
-  address INTEGER NOT NULL,
-  category INTEGER NOT NULL      -- string.id: weights, grads, optimizer, activations, ...
+  address INTEGER NOT NULL,      -- device address (0 for the baseline of blocks held at start)
+  category INTEGER NOT NULL,     -- string.id: weights, grads, optimizer, activations, ...
+  in_use_bytes INTEGER NOT NULL DEFAULT 0  -- the category's bytes in use after this event
 );
 CREATE INDEX memory_event_ts_idx ON memory_event(ts_ns);
+-- Per-category time series: the window and "value before the window" queries are range scans
+-- and probes of this covering index.
+CREATE INDEX memory_event_series_idx ON memory_event(track, category, ts_ns, id, in_use_bytes);
 CREATE TABLE step (
   run INTEGER NOT NULL,
   rank INTEGER NOT NULL,
@@ -169,12 +174,130 @@ CREATE TABLE tuner_trial (
   metrics_json TEXT NOT NULL,
   verdict TEXT NOT NULL
 );
+-- GPU activity (CUPTI): kernels, copies, memsets, synchronisations and API calls are slices
+-- (kernel/memcpy/memset on a track of kind stream, sync/api/nvtx on a track of kind cuda_api) with
+-- one detail row keyed by slice.id. Enumerations hold CUPTI's values (gpu_rows.h); phase is a
+-- string.id of the engine phase the work ran under.
+CREATE TABLE gpu_kernel (
+  slice INTEGER PRIMARY KEY,     -- slice.id (category kernel; slice.name = demangled name)
+  device_id INTEGER NOT NULL,
+  stream_id INTEGER NOT NULL,
+  grid_x INTEGER NOT NULL, grid_y INTEGER NOT NULL, grid_z INTEGER NOT NULL,
+  block_x INTEGER NOT NULL, block_y INTEGER NOT NULL, block_z INTEGER NOT NULL,
+  registers_per_thread INTEGER NOT NULL,
+  static_shared_bytes INTEGER NOT NULL,
+  dynamic_shared_bytes INTEGER NOT NULL,
+  mangled_name INTEGER NOT NULL, -- string.id
+  short_name INTEGER NOT NULL,   -- string.id
+  phase INTEGER NOT NULL         -- string.id
+);
+CREATE TABLE gpu_memcpy (
+  slice INTEGER PRIMARY KEY,
+  device_id INTEGER NOT NULL,
+  stream_id INTEGER NOT NULL,
+  copy_kind INTEGER NOT NULL,    -- CUpti_ActivityMemcpyKind: 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, ...
+  src_kind INTEGER NOT NULL,     -- CUpti_ActivityMemoryKind: 1 pageable, 2 pinned, 3 device, ...
+  dst_kind INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  phase INTEGER NOT NULL
+);
+CREATE TABLE gpu_memset (
+  slice INTEGER PRIMARY KEY,
+  device_id INTEGER NOT NULL,
+  stream_id INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  value INTEGER NOT NULL,
+  memory_kind INTEGER NOT NULL,
+  phase INTEGER NOT NULL
+);
+CREATE TABLE gpu_sync (
+  slice INTEGER PRIMARY KEY,
+  sync_type INTEGER NOT NULL,    -- 1 event sync, 2 stream wait event, 3 stream sync, 4 device sync
+  stream_id INTEGER NOT NULL,
+  cuda_event_id INTEGER NOT NULL,
+  phase INTEGER NOT NULL
+);
+CREATE TABLE cuda_api (
+  slice INTEGER PRIMARY KEY,     -- slice.name = function name, slice.correlation_id links the work
+  api TEXT NOT NULL,             -- runtime, driver
+  cbid INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,
+  return_value INTEGER NOT NULL,
+  phase INTEGER NOT NULL
+);
+CREATE TABLE gpu_memory (
+  id INTEGER PRIMARY KEY,
+  track INTEGER NOT NULL,        -- track.id of the API thread, -1 when unknown
+  ts_ns INTEGER NOT NULL,
+  kind TEXT NOT NULL,            -- alloc, free
+  memory_kind INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  address INTEGER NOT NULL,
+  device_id INTEGER NOT NULL,
+  stream_id INTEGER NOT NULL,
+  correlation_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  layer INTEGER NOT NULL,
+  phase INTEGER NOT NULL
+);
+CREATE INDEX gpu_memory_ts_idx ON gpu_memory(ts_ns);
+CREATE INDEX slice_correlation_idx ON slice(correlation_id) WHERE correlation_id != 0;
 CREATE VIEW StringIds AS SELECT id, text AS value FROM string;
+-- Nsight Systems' CUPTI tables (same names and columns; times in ns on CLOCK_MONOTONIC), plus our
+-- attribution columns step, layer and phase (a StringIds id).
+CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", k.device_id AS deviceId,
+         0 AS contextId, k.stream_id AS streamId, s.correlation_id AS correlationId,
+         k.grid_x AS gridX, k.grid_y AS gridY, k.grid_z AS gridZ,
+         k.block_x AS blockX, k.block_y AS blockY, k.block_z AS blockZ,
+         k.registers_per_thread AS registersPerThread,
+         k.static_shared_bytes AS staticSharedMemory, k.dynamic_shared_bytes AS dynamicSharedMemory,
+         s.name AS demangledName, k.short_name AS shortName, k.mangled_name AS mangledName,
+         s.step AS step, s.layer AS layer, k.phase AS phase
+  FROM gpu_kernel k JOIN slice s ON s.id = k.slice;
+CREATE VIEW CUPTI_ACTIVITY_KIND_MEMCPY AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", m.device_id AS deviceId,
+         0 AS contextId, m.stream_id AS streamId, s.correlation_id AS correlationId,
+         m.bytes AS bytes, m.copy_kind AS copyKind, m.src_kind AS srcKind, m.dst_kind AS dstKind,
+         s.step AS step, s.layer AS layer, m.phase AS phase
+  FROM gpu_memcpy m JOIN slice s ON s.id = m.slice;
+CREATE VIEW CUPTI_ACTIVITY_KIND_MEMSET AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", m.device_id AS deviceId,
+         0 AS contextId, m.stream_id AS streamId, s.correlation_id AS correlationId,
+         m.value AS value, m.bytes AS bytes, m.memory_kind AS memKind,
+         s.step AS step, s.layer AS layer, m.phase AS phase
+  FROM gpu_memset m JOIN slice s ON s.id = m.slice;
+CREATE VIEW CUPTI_ACTIVITY_KIND_SYNCHRONIZATION AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", 0 AS contextId,
+         y.stream_id AS streamId, y.cuda_event_id AS eventId, s.correlation_id AS correlationId,
+         y.sync_type AS syncType, t.thread_id AS globalTid, s.step AS step, y.phase AS phase
+  FROM gpu_sync y JOIN slice s ON s.id = y.slice LEFT JOIN track t ON t.id = s.track;
+CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", 0 AS eventClass,
+         a.thread_id AS globalTid, s.correlation_id AS correlationId, s.name AS nameId,
+         a.return_value AS returnValue, NULL AS callchainId, a.cbid AS cbid,
+         s.step AS step, s.layer AS layer, a.phase AS phase
+  FROM cuda_api a JOIN slice s ON s.id = a.slice WHERE a.api = 'runtime';
+CREATE VIEW CUPTI_ACTIVITY_KIND_DRIVER AS
+  SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", 0 AS eventClass,
+         a.thread_id AS globalTid, s.correlation_id AS correlationId, s.name AS nameId,
+         a.return_value AS returnValue, NULL AS callchainId, a.cbid AS cbid,
+         s.step AS step, s.layer AS layer, a.phase AS phase
+  FROM cuda_api a JOIN slice s ON s.id = a.slice WHERE a.api = 'driver';
 CREATE VIEW NVTX_EVENTS AS
   SELECT s.start_ns AS start, s.start_ns + s.dur_ns AS "end", 59 AS eventType,
          NULL AS text, s.name AS textId, s.track AS globalTid, 0 AS domainId
   FROM slice s
   WHERE s.category IN (SELECT id FROM string WHERE text IN ('step', 'phase', 'nvtx'));
+-- The caching allocator's events (memory_event) in the columns of Nsight Systems'
+-- CUDA_GPU_MEMORY_USAGE_EVENTS (memoryOperationType 0 = allocation, 1 = free; name = StringIds id
+-- of the category), plus the category's bytes in use after the event, so nsys-style SQL runs on
+-- it with only the table name changed.
+CREATE VIEW ALLOCATOR_MEMORY_USAGE_EVENTS AS
+  SELECT m.ts_ns AS start, t.rank AS globalPid, t.thread_id AS deviceId, m.address AS address,
+         m.bytes AS bytes, CASE m.kind WHEN 'free' THEN 1 ELSE 0 END AS memoryOperationType,
+         m.category AS name, m.in_use_bytes AS inUseBytes, m.step AS step
+  FROM memory_event m LEFT JOIN track t ON t.id = m.track;
 )sql";
 
 std::string hostName() {

@@ -5,7 +5,8 @@
 // Costs: slices(window) is an index range scan over [window.start - maxSliceDur, window.end) of
 // slice(start_ns) (or slice(track, start_ns)), where maxSliceDur is one meta lookup written by
 // the writer; timeBounds is three index probes; counters(window) one index range per track;
-// steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables.
+// steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables;
+// memorySeries is index probes plus a covering-index range scan (sqlite_trace_reader_memory.cpp).
 // Multi-statement queries run in one read transaction so they see one snapshot.
 #pragma once
 
@@ -39,6 +40,20 @@ inline constexpr const char* kCounterWindowSql =
     "LEFT JOIN string n ON n.id = c.name "
     "WHERE c.ts_ns >= ?1 AND c.ts_ns < ?2 ORDER BY c.ts_ns, c.track, c.id";
 
+// Memory series (see memorySeries): ?1 = track, ?2 = category string id, ?3 = window start;
+// the last event before the window, and (with ?4 = window end) the events in it, both read from
+// the covering index memory_event_series_idx without a sort.
+inline constexpr const char* kMemoryBeforeWindowSql =
+    "SELECT in_use_bytes FROM memory_event WHERE track = ?1 AND category = ?2 AND ts_ns < ?3 "
+    "ORDER BY ts_ns DESC, id DESC LIMIT 1";
+inline constexpr const char* kMemoryInWindowSql =
+    "SELECT ts_ns, in_use_bytes FROM memory_event WHERE track = ?1 AND category = ?2 "
+    "AND ts_ns >= ?3 AND ts_ns < ?4 ORDER BY ts_ns, id";
+// The next (track, category) pair after (?1, ?2): one index probe (a loose index scan).
+inline constexpr const char* kMemoryNextSeriesSql =
+    "SELECT track, category FROM memory_event WHERE (track, category) > (?1, ?2) "
+    "ORDER BY track, category LIMIT 1";
+
 class SqliteTraceReader final : public TraceReader {
  public:
   // See TraceReader::open.
@@ -59,6 +74,10 @@ class SqliteTraceReader final : public TraceReader {
   Result<std::vector<LayerImbalance>> layerImbalance() override;
   Status forEachSlice(const std::function<bool(const SliceRow&)>& visit) override;
   Status forEachCounter(const std::function<bool(const CounterRow&)>& visit) override;
+  Result<std::vector<MemorySeries>> memorySeries(TimeWindow window, int32_t buckets,
+                                                 std::optional<TrackId> track) override;
+  Result<std::vector<MemoryCategoryTotals>> memoryTotals() override;
+  Status forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>& visit) override;
 
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
@@ -68,12 +87,17 @@ class SqliteTraceReader final : public TraceReader {
   Result<int64_t> maxSliceDurNs();
   Result<std::vector<SliceRow>> slicesInSnapshot(TimeWindow window, std::optional<TrackId> track);
   Result<TimeWindow> timeBoundsInSnapshot();
+  // Whether memory_event has the columns this build reads (step, in_use_bytes); cached.
+  Result<bool> hasMemoryColumns();
+  Result<std::vector<MemorySeries>> memorySeriesInSnapshot(TimeWindow window, int32_t buckets,
+                                                           std::optional<TrackId> track);
   // Runs `body` inside BEGIN ... COMMIT so that its statements see one snapshot.
   template <typename T, typename Body>
   Result<T> inReadTransaction(Body&& body);
 
   std::string m_path;
   Database m_db;  // never moved after open(): statements point at it
+  int m_memoryColumns = -1;  // hasMemoryColumns: -1 unknown, 0 no, 1 yes
 };
 
 template <typename T, typename Body>

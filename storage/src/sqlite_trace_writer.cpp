@@ -146,6 +146,9 @@ Status SqliteTraceWriter::prepareStatements() {
        "depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
       {&m_stmts.insertCounter,
        "INSERT INTO counter(track, name, ts_ns, value) VALUES (?1, ?2, ?3, ?4)"},
+      {&m_stmts.insertMemoryEvent,
+       "INSERT INTO memory_event(track, ts_ns, step, kind, bytes, address, category, "
+       "in_use_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
       {&m_stmts.insertExpertLoad,
        "INSERT INTO expert_load(step, layer, expert, rank, tokens, dropped, bias) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
@@ -176,7 +179,7 @@ Status SqliteTraceWriter::prepareStatements() {
   for (const auto& [statement, sql] : statements) {
     MOEWB_ASSIGN_OR_RETURN(*statement, Statement::prepare(m_db, sql));
   }
-  return Status::ok();
+  return prepareGpuStatements();
 }
 
 // ---- caller side -------------------------------------------------------------------------
@@ -208,6 +211,9 @@ void SqliteTraceWriter::addSlice(const SliceRow& slice) {
 }
 void SqliteTraceWriter::addCounter(const CounterRow& counter) {
   push(counter);
+}
+void SqliteTraceWriter::addMemoryEvent(const MemoryEventRow& event) {
+  push(event);
 }
 void SqliteTraceWriter::addExpertLoad(const ExpertLoadRow& load) {
   push(load);
@@ -469,6 +475,14 @@ Status SqliteTraceWriter::applyRow(const CounterRow& row) {
   MOEWB_RETURN_IF_ERROR(
       m_stmts.insertCounter.bindAll(row.track.value, nameId, row.tsNs, row.value));
   return m_stmts.insertCounter.run();
+}
+
+Status SqliteTraceWriter::applyRow(const MemoryEventRow& row) {
+  MOEWB_ASSIGN_OR_RETURN(const int64_t categoryId, internString(row.category));
+  MOEWB_RETURN_IF_ERROR(m_stmts.insertMemoryEvent.bindAll(
+      row.track.value, row.tsNs, row.step, row.isAllocation ? "alloc" : "free", row.bytes,
+      row.address, categoryId, row.inUseBytes));
+  return m_stmts.insertMemoryEvent.run();
 }
 
 Status SqliteTraceWriter::applyRow(const ExpertLoadRow& row) {

@@ -37,10 +37,17 @@ class SqliteTraceWriter final : public TraceWriter {
   TrackId addTrack(const TrackRow& track) override;
   void addSlice(const SliceRow& slice) override;
   void addCounter(const CounterRow& counter) override;
+  void addMemoryEvent(const MemoryEventRow& event) override;
   void addExpertLoad(const ExpertLoadRow& load) override;
   void addA2aTraffic(const A2aTrafficRow& traffic) override;
   void addCollective(const CollectiveRow& collective) override;
   void addConfigChange(RunId run, const ConfigChangeRow& change) override;
+  void addGpuKernel(const SliceRow& slice, const GpuKernelRow& kernel) override;
+  void addGpuMemcpy(const SliceRow& slice, const GpuMemcpyRow& memcpy) override;
+  void addGpuMemset(const SliceRow& slice, const GpuMemsetRow& memset) override;
+  void addGpuSync(const SliceRow& slice, const GpuSyncRow& sync) override;
+  void addCudaApi(const SliceRow& slice, const CudaApiRow& call) override;
+  void addGpuMemory(const GpuMemoryRow& memory) override;
   void addStat(const StatRow& stat) override;
   void addStep(const StepRow& step) override;
   void setMeta(const std::string& key, const std::string& value) override;
@@ -64,10 +71,14 @@ class SqliteTraceWriter final : public TraceWriter {
   static constexpr int kSliceBatchRows = 2 << (kSliceStatements - 1);
 
   struct Statements {
-    Statement insertRun, finishRun, insertTrack, insertSlice, insertCounter, insertExpertLoad,
+    Statement insertRun, finishRun, insertTrack, insertSlice, insertCounter, insertMemoryEvent,
+        insertExpertLoad,
         insertA2aTraffic, insertCollective,
         insertConfigChange, upsertStat, upsertStep, upsertMeta, insertString, begin, commit,
         rollback;
+    // GPU activity details (sqlite_trace_writer_gpu.cpp).
+    Statement insertGpuKernel, insertGpuMemcpy, insertGpuMemset, insertGpuSync, insertCudaApi,
+        insertGpuMemory;
     // insertSlices[k] inserts 2^(k+1) slices (2 .. kSliceBatchRows); one slice: insertSlice.
     Statement insertSlices[kSliceStatements];
   };
@@ -88,6 +99,7 @@ class SqliteTraceWriter final : public TraceWriter {
   Status applyRow(const TrackRow& row);
   Status applyRow(const SliceRow& row);
   Status applyRow(const CounterRow& row);
+  Status applyRow(const MemoryEventRow& row);
   Status applyRow(const ExpertLoadRow& row);
   Status applyRow(const A2aTrafficRow& row);
   Status applyRow(const CollectiveRow& row);
@@ -96,6 +108,16 @@ class SqliteTraceWriter final : public TraceWriter {
   Status applyRow(const StepRow& row);
   Status applyRow(const MetaOp& op);
   Status applyRow(const SyncOp& op);
+  Status applyRow(const GpuActivityOp& op);
+  Status applyRow(const GpuMemoryRow& row);
+  Status prepareGpuStatements();
+  // Inserts one slice at once (not buffered) and returns its id.
+  Result<int64_t> insertSliceNow(const SliceRow& row);
+  Status applyDetail(int64_t sliceId, const GpuKernelRow& row);
+  Status applyDetail(int64_t sliceId, const GpuMemcpyRow& row);
+  Status applyDetail(int64_t sliceId, const GpuMemsetRow& row);
+  Status applyDetail(int64_t sliceId, const GpuSyncRow& row);
+  Status applyDetail(int64_t sliceId, const CudaApiRow& row);
   template <typename T>
   Status applyRow(const std::unique_ptr<T>& boxed) {
     return applyRow(*boxed);

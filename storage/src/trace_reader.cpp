@@ -1,4 +1,5 @@
-// TraceReader's factory and the default (non-streaming) implementations of its forEach* methods.
+// TraceReader's factory, the default (non-streaming) implementations of its forEach* methods and
+// the defaults of the memory queries (no memory events).
 #include "moewb/storage/trace_reader.h"
 
 #include "sqlite_trace_reader.h"
@@ -23,6 +24,19 @@ Status TraceReader::forEachCounter(const std::function<bool(const CounterRow&)>&
   for (const CounterRow& row : rows) {
     if (!visit(row)) break;
   }
+  return Status::ok();
+}
+
+Result<std::vector<MemorySeries>> TraceReader::memorySeries(TimeWindow, int32_t,
+                                                            std::optional<TrackId>) {
+  return std::vector<MemorySeries>{};
+}
+
+Result<std::vector<MemoryCategoryTotals>> TraceReader::memoryTotals() {
+  return std::vector<MemoryCategoryTotals>{};
+}
+
+Status TraceReader::forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>&) {
   return Status::ok();
 }
 

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/rows.h"
 
 namespace moewb::storage::detail {
@@ -38,6 +39,12 @@ struct MetaOp {
   std::string value;
 };
 
+// A GPU activity slice with its detail row (gpu_kernel, gpu_memcpy, ... keyed by the slice id).
+struct GpuActivityOp {
+  SliceRow slice;
+  std::variant<GpuKernelRow, GpuMemcpyRow, GpuMemsetRow, GpuSyncRow, CudaApiRow> detail;
+};
+
 // Marks a point in the queue: the writer commits (when `commit`) and then reports `ticket` done.
 struct SyncOp {
   uint64_t ticket = 0;
@@ -48,7 +55,8 @@ struct SyncOp {
 using WriteOp = std::variant<std::unique_ptr<RunRow>, FinishRunOp, TrackRow, SliceRow, CounterRow,
                              ExpertLoadRow, std::unique_ptr<ConfigChangeOp>, StatRow, StepRow,
                              MetaOp, SyncOp, std::unique_ptr<A2aTrafficRow>,
-                             std::unique_ptr<CollectiveRow>>;
+                             std::unique_ptr<CollectiveRow>, MemoryEventRow,
+                             std::unique_ptr<GpuActivityOp>, std::unique_ptr<GpuMemoryRow>>;
 
 class WriterQueue {
  public:

@@ -7,6 +7,7 @@
 
 #include "cli_process.h"
 #include "moewb/storage/trace_reader.h"
+#include "moewb/storage/trace_writer.h"
 
 namespace moewb::cli::testing {
 namespace {
@@ -112,6 +113,42 @@ TEST_F(CliRunTest, InfoSummarisesTheTrace) {
                                "top_k = 2"}) {
     EXPECT_NE(info.out.find(expected), std::string::npos) << expected << "\n" << info.out;
   }
+}
+
+TEST_F(CliRunTest, InfoPrintsNoDeviceMemoryForACpuRun) {
+  ProcessResult info = runMoewb("info " + s_trace, s_dir->path());
+  ASSERT_EQ(info.exitCode, 0) << info.err;
+  EXPECT_EQ(info.out.find("device memory"), std::string::npos) << info.out;
+}
+
+// A trace with allocator events (as a CUDA run writes them): info prints the peaks per category
+// and the allocation/free counts (baseline rows are not allocations).
+TEST(CliInfo, PrintsDeviceMemoryPeaksAndCounts) {
+  TempDir dir("cli-info-memory");
+  const std::string trace = dir.file("gpu.sqlite");
+  {
+    auto writer = storage::TraceWriter::create(trace);
+    ASSERT_TRUE(writer.isOk()) << writer.status().toString();
+    storage::TraceWriter& w = **writer;
+    storage::RunRow run;
+    run.name = "gpu";
+    run.backend = "cuda";
+    w.addRun(run);
+    const TrackId memory = w.addTrack({TrackId(), "device memory", storage::kTrackKindMemory, 0, 0});
+    const int64_t mib = 1 << 20;
+    w.addMemoryEvent({memory, 100, 0, true, 512 * mib, 0, "weights", 512 * mib});
+    for (int64_t i = 0; i < 3; ++i) {
+      w.addMemoryEvent({memory, 200 + i, 0, true, 64 * mib, 0x1000 + i, "activations", (i + 1) * 64 * mib});
+    }
+    w.addMemoryEvent({memory, 300, 0, false, 64 * mib, 0x1000, "activations", 128 * mib});
+    ASSERT_TRUE(w.close().isOk());
+  }
+  ProcessResult info = runMoewb("info " + trace, dir.path());
+  ASSERT_EQ(info.exitCode, 0) << info.err;
+  EXPECT_NE(info.out.find("device memory  peak activations 192 MiB weights 512 MiB   "
+                          "3 allocations, 1 frees"),
+            std::string::npos)
+      << info.out;
 }
 
 TEST_F(CliRunTest, ExportsChromeTraceJson) {

@@ -67,8 +67,30 @@ Status TestTrace::addStep(int64_t step) {
       m_writer->addCounter({m_counters, kNames[c], row.endNs, memoryBytes(step, c)});
     }
   }
+  if (m_deviceMemory) writeDeviceMemory(step, start);
   m_writer->addStep(row);
   return m_writer->flush();
+}
+
+void TestTrace::writeDeviceMemory(int64_t step, int64_t start) {
+  if (!m_deviceTrack.isValid()) {
+    storage::TrackRow track;
+    track.name = "device memory";
+    track.kind = storage::kTrackKindMemory;
+    m_deviceTrack = m_writer->addTrack(track);
+    m_writer->addMemoryEvent({m_deviceTrack, start, step, true, 8 * kMiB, 0, "weights", 8 * kMiB});
+    m_writer->addMemoryEvent(
+        {m_deviceTrack, start, step, true, 16 * kMiB, 0, "optimizer", 16 * kMiB});
+  }
+  const int64_t activations = 0x7f0000000000, workspace = 0x7f0010000000;
+  m_writer->addMemoryEvent({m_deviceTrack, start + 100'000, step, true, 4 * kMiB, activations,
+                            "activations", 4 * kMiB});
+  m_writer->addMemoryEvent(
+      {m_deviceTrack, start + 700'000, step, true, kMiB, workspace, "workspace", kMiB});
+  m_writer->addMemoryEvent(
+      {m_deviceTrack, start + 800'000, step, false, kMiB, workspace, "workspace", 0});
+  m_writer->addMemoryEvent({m_deviceTrack, start + 1'500'000, step, false, 4 * kMiB, activations,
+                            "activations", 0});
 }
 
 void TestTrace::writeSlices(int64_t step, int64_t start) {

@@ -27,6 +27,12 @@ class TestTrace {
   // From now on addStep also writes the four memory counters (memoryBytes) on a counter track,
   // created on first use; off by default (traces from before the memory account).
   void setMemoryCounters(bool on) { m_memory = on; }
+  // From now on addStep also writes device-memory events on a "device memory" track (kind
+  // memory, created on first use): at the first such step the baseline (weights 8 MiB and
+  // optimizer 16 MiB, address 0); per step activations +4 MiB at +100 us, workspace +1 MiB at
+  // +700 us and -1 MiB at +800 us, activations -4 MiB at +1500 us.
+  void setDeviceMemory(bool on) { m_deviceMemory = on; }
+  static constexpr int64_t kMiB = 1 << 20;
   // Bytes addStep reports for memory category `category` (0 weights, 1 grads, 2 optimizer,
   // 3 activations) at `step`.
   static double memoryBytes(int64_t step, int category);
@@ -47,12 +53,16 @@ class TestTrace {
  private:
   // Queues the step's slices (step, passes, per-layer phases) starting at `start`.
   void writeSlices(int64_t step, int64_t start);
+  // Queues the step's device-memory events (see setDeviceMemory).
+  void writeDeviceMemory(int64_t step, int64_t start);
 
   std::unique_ptr<storage::TraceWriter> m_writer;
   RunId m_run;
   TrackId m_track;
   TrackId m_counters;
   bool m_memory = false;
+  bool m_deviceMemory = false;
+  TrackId m_deviceTrack;
   int m_layers = 0;
   int m_experts = 0;
 };

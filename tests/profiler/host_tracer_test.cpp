@@ -92,5 +92,59 @@ TEST(HostTracer, WritesRowsForEveryEvent) {
   std::filesystem::remove(path);
 }
 
+TEST(HostTracer, MemoryEventsGoToOneDeviceMemoryTrackPerRank) {
+  std::string path = tempTrace("memory");
+  {
+    auto writer = storage::TraceWriter::create(path, {.overwrite = true});
+    ASSERT_TRUE(writer.isOk()) << writer.status().toString();
+    HostTracer tracer(writer->get(), 1);
+    tracer.onRunStart({.name = "m", .configToml = "", .backend = "cuda", .worldSize = 1,
+                       .numLayers = 1, .numExperts = 2, .startNs = 1000});
+    tracer.onMemory({.tsNs = 1000, .step = 0, .rank = 1, .isAllocation = true, .bytes = 4096,
+                     .address = 0, .category = "weights", .categoryInUseBytes = 4096});
+    tracer.onMemory({.tsNs = 1500, .step = 0, .rank = 1, .isAllocation = true, .bytes = 512,
+                     .address = 0xffff800000000000ull, .category = "activations",
+                     .categoryInUseBytes = 512});
+    tracer.onMemory({.tsNs = 1700, .step = 0, .rank = 1, .isAllocation = false, .bytes = 512,
+                     .address = 0xffff800000000000ull, .category = "activations",
+                     .categoryInUseBytes = 0});
+    tracer.onStep({.step = 0, .rank = 1, .startNs = 1000, .endNs = 2000});
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 2000, .stepsDone = 1});
+    ASSERT_TRUE((*writer)->close().isOk());
+  }
+  auto reader = storage::TraceReader::open(path);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  auto tracks = (*reader)->tracks();
+  ASSERT_TRUE(tracks.isOk());
+  std::vector<storage::TrackRow> memoryTracks;
+  for (const auto& t : *tracks) {
+    if (t.kind == storage::kTrackKindMemory) memoryTracks.push_back(t);
+  }
+  ASSERT_EQ(memoryTracks.size(), 1u);  // one track, created at the first event
+  EXPECT_EQ(memoryTracks[0].name, "device memory");
+  EXPECT_EQ(memoryTracks[0].rank, 1);
+  std::vector<storage::MemoryEventRow> rows;
+  ASSERT_TRUE((*reader)->forEachMemoryEvent([&](const storage::MemoryEventRow& r) {
+    rows.push_back(r);
+    return true;
+  }).isOk());
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& r : rows) EXPECT_EQ(r.track, memoryTracks[0].id);
+  EXPECT_EQ(rows[0].category, "weights");
+  EXPECT_EQ(rows[0].inUseBytes, 4096);
+  EXPECT_TRUE(rows[1].isAllocation);
+  EXPECT_EQ(uint64_t(rows[1].address), 0xffff800000000000ull);  // the full 64-bit pattern
+  EXPECT_FALSE(rows[2].isAllocation);
+  EXPECT_EQ(rows[2].tsNs, 1700);
+  EXPECT_EQ(rows[2].inUseBytes, 0);
+  auto series = (*reader)->memorySeries({0, 10'000}, 100);
+  ASSERT_TRUE(series.isOk());
+  ASSERT_EQ(series->size(), 2u);
+  EXPECT_EQ(series->at(0).category, "activations");
+  EXPECT_EQ(series->at(0).points,
+            (std::vector<storage::MemoryPoint>{{1500, 512}, {1700, 0}}));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace moewb::profiler

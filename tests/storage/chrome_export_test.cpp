@@ -117,6 +117,44 @@ TEST_F(ChromeExport, WritesCompleteCounterAndMetadataEvents) {
                                               "thread_name:trainer rank 1", "thread_name:memory"}));
 }
 
+TEST_F(ChromeExport, DeviceMemoryBecomesOneCounterPerCategory) {
+  const std::string path = m_dir.path("memory.moewb");
+  TrackId memory;
+  {
+    auto created = TraceWriter::create(path);
+    ASSERT_TRUE(created.isOk()) << created.status().toString();
+    auto& writer = **created;
+    const TrackId thread = writer.addTrack({TrackId(), "trainer thread", "thread", 1, 3});
+    memory = writer.addTrack({TrackId(), "device memory", kTrackKindMemory, 1, 0});
+    writer.addSlice(makeSlice(thread, "step", kBaseNs, 100'000, 0, -1, "step"));
+    writer.addMemoryEvent({memory, kBaseNs, 0, true, 4096, 0, "weights", 4096});
+    writer.addMemoryEvent({memory, kBaseNs + 2'000, 0, true, 512, 0x7000, "activations", 512});
+    writer.addMemoryEvent({memory, kBaseNs + 5'000, 0, false, 512, 0x7000, "activations", 0});
+    ASSERT_TRUE(writer.close().isOk());
+  }
+  auto reader = TraceReader::open(path);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  const std::string out = m_dir.path("memory.json");
+  ASSERT_TRUE(exportChromeTrace(**reader, out).isOk());
+  std::ifstream in(out);
+  const json doc = json::parse(in, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded());
+  const auto counters = eventsWithPhase(doc, "C");
+  ASSERT_EQ(counters.size(), 3u);
+  EXPECT_EQ(counters[0]["name"], "device memory.weights");
+  EXPECT_EQ(counters[0]["args"]["bytes"], 4096);
+  EXPECT_DOUBLE_EQ(counters[0]["ts"].get<double>(), 0.0);
+  EXPECT_EQ(counters[1]["name"], "device memory.activations");
+  EXPECT_DOUBLE_EQ(counters[1]["ts"].get<double>(), 2.0);
+  EXPECT_EQ(counters[1]["args"]["bytes"], 512);
+  EXPECT_EQ(counters[2]["args"]["bytes"], 0);
+  EXPECT_DOUBLE_EQ(counters[2]["ts"].get<double>(), 5.0);
+  for (const json& c : counters) {
+    EXPECT_EQ(c["pid"], 1);
+    EXPECT_EQ(c["tid"], memory.value);
+  }
+}
+
 TEST_F(ChromeExport, UnwritableDestinationNamesThePath) {
   const std::string out = m_dir.path("missing-dir/run.json");
   const Status status = exportChromeTrace(*m_reader, out);

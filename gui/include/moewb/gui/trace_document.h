@@ -70,6 +70,12 @@ class TraceDocument : public QObject {
   // The trace's config_change rows (live setting changes), in step and time order.
   ConfigChangeModel* configChangeModel() { return &m_configChanges; }
   const TimelineData& timeline() const { return m_timeline; }
+  // Tracks of kind "memory" (a rank's device memory, CUDA runs), in id order; empty otherwise.
+  const std::vector<storage::TrackRow>& memoryTracks() const { return m_memoryTracks; }
+  // The device-memory series of every memory track over `window`, downsampled to `buckets`
+  // (see storage::TraceReader::memorySeries; the timeline asks for one bucket per pixel).
+  // Reads the file (indexed, O(events in the window)); empty when nothing is open.
+  Result<std::vector<storage::MemorySeries>> memorySeries(TimeRange window, int buckets);
   // Memory account per step, in step order; empty for traces without memory counters. Samples
   // are mapped to the step row whose [start, end] holds their timestamp (by order of arrival
   // when the run has no step rows); with several ranks the first sample of a step is kept.
@@ -99,6 +105,7 @@ class TraceDocument : public QObject {
   QString m_path;
   std::optional<storage::RunRow> m_run;
   std::vector<storage::StatRow> m_stats;
+  std::vector<storage::TrackRow> m_memoryTracks;
   StepTableModel m_steps;
   ExpertLoadModel m_expertLoad;
   PhaseSummaryModel m_phases;

@@ -4,13 +4,16 @@
 // each event to rows: a "step" slice (depth 0) and a step row per StepEvent, phase slices with
 // the depth from phaseDepth(), one expert_load row per (layer, expert), counter rows; in parallel
 // runs a "collective" slice on the rank's comm track plus a collective row per collective, and
-// a2a_traffic rows per EP all-to-all. Costs on
+// a2a_traffic rows per EP all-to-all; per device allocation or free one memory_event row on the
+// event's rank's "device memory" track (kind "memory", created at its first event). Costs on
 // the engine thread: one row copy into the writer's queue per event; no I/O.
 // Thread-safety: the sink methods are called from the training thread only.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "moewb/base/ids.h"
 #include "moewb/engine/event_sink.h"
@@ -31,6 +34,7 @@ class HostTracer final : public engine::EventSink {
   void onExpertLoad(const engine::ExpertLoadEvent& event) override;
   void onCounter(const engine::CounterEvent& event) override;
   void onStep(const engine::StepEvent& event) override;
+  void onMemory(const engine::MemoryEvent& event) override;
   void onConfigChange(const engine::ConfigChangeEvent& event) override;
   void onCollective(const engine::CollectiveEvent& event) override;
   void onA2aTraffic(const engine::A2aTrafficEvent& event) override;
@@ -40,6 +44,9 @@ class HostTracer final : public engine::EventSink {
 
  private:
   TrackId counterTrack();
+  // The "device memory" track of `rank` (the event's rank; normally this tracer's), created on
+  // first use.
+  TrackId memoryTrack(int32_t rank);
 
   storage::TraceWriter* m_writer;
   int32_t m_rank;
@@ -48,6 +55,7 @@ class HostTracer final : public engine::EventSink {
   TrackId m_comm;
   TrackId m_thread;
   TrackId m_counters;
+  std::vector<std::pair<int32_t, TrackId>> m_memoryTracks;  // (rank, track); usually one
 };
 
 }  // namespace moewb::profiler

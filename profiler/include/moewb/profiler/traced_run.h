@@ -24,6 +24,7 @@
 #include "moewb/engine/event_sink.h"
 
 #include "moewb/engine/trainer.h"
+#include "moewb/profiler/gpu_capture.h"
 
 namespace moewb::engine {
 class ParallelTrainer;
@@ -48,6 +49,8 @@ struct TracedRunOptions {
   std::string dumpDir;          // where the dumps go
   std::string initWeightsPath;  // base weights to start from (Trainer::loadWeights; "" = init)
   std::string exportMergedPath; // after training, write merged weights here ("" = none)
+  bool gpuTrace = false;        // capture GPU activity with CUPTI (run.backend = cuda, one rank)
+  GpuCaptureOptions gpuCapture; // buffers of that capture
 };
 
 struct RunSummary {
@@ -67,7 +70,10 @@ class TracedRun {
   // trace at options.outPath and the trainer, and loads options.resumePath if given (a bad
   // checkpoint gives its error and removes the new trace again). Training then runs from the
   // checkpoint's step up to options.steps in total. options.initWeightsPath is loaded before the
-  // checkpoint (Trainer::loadWeights; a bad file fails create the same way). `observer` (may be null, must outlive the run)
+  // checkpoint (Trainer::loadWeights; a bad file fails create the same way). With
+  // options.gpuTrace the GPU capture starts before the trainer exists (kInvalidArgument unless
+  // run.backend = cuda on one rank; kUnimplemented in a build without CUPTI).
+  // `observer` (may be null, must outlive the run)
   // receives every engine event after the tracer, e.g. a progress printer.
   static Result<std::unique_ptr<TracedRun>> create(const engine::RunConfig& config,
                                                    const TracedRunOptions& options,
@@ -97,6 +103,7 @@ class TracedRun {
  private:
   class SummarySink;
   TracedRun() = default;
+  Status startGpuCapture(const TracedRunOptions& options);
   Status createTrainer(const TracedRunOptions& options);
   Status createParallelTrainer(const TracedRunOptions& options);
 
@@ -104,6 +111,7 @@ class TracedRun {
   int64_t m_steps = 0;
   std::string m_exportMergedPath;
   std::unique_ptr<storage::TraceWriter> m_writer;
+  std::unique_ptr<GpuCapture> m_gpuCapture;  // options.gpuTrace
   std::unique_ptr<HostTracer> m_tracer;
   std::unique_ptr<SummarySink> m_summary;
   std::unique_ptr<engine::FanOutSink> m_fanOut;

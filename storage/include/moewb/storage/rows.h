@@ -36,6 +36,8 @@ struct TrackRow {
 inline constexpr const char* kCategoryStep = "step";
 inline constexpr const char* kCategoryPhase = "phase";
 inline constexpr const char* kCategoryCollective = "collective";
+// Track kind of a rank's device-memory timeline (memory_event rows).
+inline constexpr const char* kTrackKindMemory = "memory";
 
 struct SliceRow {
   SliceId id;                 // assigned by the store
@@ -55,6 +57,20 @@ struct CounterRow {
   std::string name;           // "memory.activations_bytes"
   int64_t tsNs = 0;
   double value = 0;
+};
+
+// One allocation or free of a device memory pool (memory_event table). Rows of one track are
+// added in time order; inUseBytes is the category's total after the event, so a timeline is read
+// straight from the rows (no running sum).
+struct MemoryEventRow {
+  TrackId track;              // a track of kind kTrackKindMemory ("device memory" of a rank)
+  int64_t tsNs = 0;           // steady clock
+  int64_t step = -1;          // step the event happened in, -1 = none
+  bool isAllocation = true;   // false: a free
+  int64_t bytes = 0;          // block size, bytes
+  int64_t address = 0;        // device address as stored (bit pattern of the uint64), 0 = baseline
+  std::string category;       // "weights", "grads", "optimizer", "activations", "workspace"
+  int64_t inUseBytes = 0;     // bytes in use in the category after the event
 };
 
 struct StepRow {

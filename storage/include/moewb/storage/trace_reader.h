@@ -53,6 +53,30 @@ struct LayerImbalance {
   double hottestShare = 0;     // its share of all assignments in the range
 };
 
+// One point of a device-memory series: from tsNs on, `bytes` are in use (until the next point).
+struct MemoryPoint {
+  int64_t tsNs = 0;
+  int64_t bytes = 0;
+  bool operator==(const MemoryPoint&) const = default;
+};
+
+// Bytes in use of one category on one memory track over a window, downsampled (see
+// TraceReader::memorySeries).
+struct MemorySeries {
+  TrackId track;                    // a track of kind "memory" (one rank's device)
+  std::string category;             // "weights", "activations", ...
+  std::vector<MemoryPoint> points;  // ts ascending (equal ts possible)
+};
+
+// Whole-file totals of one category on one memory track (for `moewb info`).
+struct MemoryCategoryTotals {
+  TrackId track;
+  std::string category;
+  int64_t allocations = 0;  // alloc events, not counting baseline rows (address 0)
+  int64_t frees = 0;        // free events
+  int64_t peakBytes = 0;    // largest bytes in use after any event
+};
+
 class TraceReader {
  public:
   // Opens `path` read-only. Errors (kDataLoss / kNotFound / kFailedPrecondition, each message
@@ -84,6 +108,26 @@ class TraceReader {
   // over ranks; the mean is over the experts that layer has rows for anywhere in the file; steps
   // where a layer routed no tokens are left out (lastMaxOverMean is the last step with tokens).
   virtual Result<std::vector<LayerImbalance>> layerImbalance() = 0;
+
+  // Device memory in use per (memory track, category) over `window`, downsampled for drawing:
+  // the window is cut into `buckets` (>= 1) equal time buckets and each bucket that holds events
+  // gives at most two points, (its first event's ts, the largest bytes in use after any of its
+  // events) and, when the bucket ends at a different value, (its last event's ts, that value);
+  // so peaks survive downsampling and the level after each bucket is exact. When an event
+  // precedes the window, the series starts with (window.startNs, the bytes in use then).
+  // Every (track, category) of the file is returned, ordered by track then category name,
+  // also those with no points in the window; optionally only of `track`. Empty for a trace
+  // without memory events (or from a build whose memory_event table lacks in_use_bytes).
+  // Cost: two index probes per series plus one covering-index range scan over the window's
+  // events (no sort), in one read snapshot; the output is O(series * buckets).
+  virtual Result<std::vector<MemorySeries>> memorySeries(TimeWindow window, int32_t buckets,
+                                                         std::optional<TrackId> track = {});
+  // Per (memory track, category): allocation and free counts and the peak bytes in use, ordered
+  // by track then category name; empty without memory events. Cost: one scan of memory_event.
+  virtual Result<std::vector<MemoryCategoryTotals>> memoryTotals();
+  // Calls `visit` for every memory event in (ts, id) order, streaming; stops early when `visit`
+  // returns false. The default implementations of these three report no memory events.
+  virtual Status forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>& visit);
 
   // Calls `visit` for every slice in (start, id) order, streaming (memory O(1) in the number of
   // slices); stops early when `visit` returns false. `visit` may call other methods of this

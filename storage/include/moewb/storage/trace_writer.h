@@ -16,6 +16,7 @@
 #include <string>
 
 #include "moewb/base/status.h"
+#include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/rows.h"
 
 namespace moewb::storage {
@@ -43,12 +44,24 @@ class TraceWriter {
   virtual TrackId addTrack(const TrackRow& track) = 0;
   virtual void addSlice(const SliceRow& slice) = 0;
   virtual void addCounter(const CounterRow& counter) = 0;
+  // Queues one device-memory allocation or free (memory_event table); as cheap as addSlice.
+  virtual void addMemoryEvent(const MemoryEventRow& event) = 0;
   virtual void addExpertLoad(const ExpertLoadRow& load) = 0;
   // Queues one cell of an EP all-to-all traffic matrix (a2a_traffic table).
   virtual void addA2aTraffic(const A2aTrafficRow& traffic) = 0;
   // Queues the details of one collective (collective table); its slice is added separately.
   virtual void addCollective(const CollectiveRow& collective) = 0;
   virtual void addConfigChange(RunId run, const ConfigChangeRow& change) = 0;
+  // GPU activity (see gpu_rows.h): the slice and its detail row are written together; the
+  // detail row is keyed by the slice's id. The slice's category should be the matching
+  // kCategory* constant.
+  virtual void addGpuKernel(const SliceRow& slice, const GpuKernelRow& kernel) = 0;
+  virtual void addGpuMemcpy(const SliceRow& slice, const GpuMemcpyRow& memcpy) = 0;
+  virtual void addGpuMemset(const SliceRow& slice, const GpuMemsetRow& memset) = 0;
+  virtual void addGpuSync(const SliceRow& slice, const GpuSyncRow& sync) = 0;
+  virtual void addCudaApi(const SliceRow& slice, const CudaApiRow& call) = 0;
+  // Queues one device memory allocation or free (gpu_memory table).
+  virtual void addGpuMemory(const GpuMemoryRow& memory) = 0;
   // Upserts a stats row (same name replaces the value).
   virtual void addStat(const StatRow& stat) = 0;
   // Queues the step row and commits the transaction with everything queued before it.

@@ -1,0 +1,66 @@
+// `moewb info`: the kernel and GPU idle-gap summaries (see gpu_info.h).
+#include "gpu_info.h"
+
+#include <cstdio>
+#include <string>
+
+#include "moewb/base/units.h"
+#include "moewb/storage/gpu_summary.h"
+
+namespace moewb::cli {
+
+namespace {
+
+constexpr size_t kNameWidth = 48;
+
+// Long template-heavy kernel names are cut in the middle so both ends stay readable.
+std::string shortened(const std::string& name) {
+  if (name.size() <= kNameWidth) return name;
+  const size_t keep = (kNameWidth - 3) / 2;
+  return name.substr(0, keep) + "..." + name.substr(name.size() - keep);
+}
+
+void printIdle(const storage::GpuIdleSummary& idle) {
+  if (idle.steps == 0) return;
+  std::printf("\nGPU idle inside steps (no kernel, copy or memset on any stream)\n");
+  std::printf("  idle %s of %s step time (%.1f%%) over %lld steps; %lld gaps: %lld < 10 us, "
+              "%lld < 100 us, %lld < 1 ms, %lld >= 1 ms\n",
+              formatDurationNs(idle.idleNs).c_str(), formatDurationNs(idle.stepNs).c_str(),
+              100.0 * idle.idleShare(), (long long)idle.steps, (long long)idle.gapCount,
+              (long long)idle.gapsByLength[0], (long long)idle.gapsByLength[1],
+              (long long)idle.gapsByLength[2], (long long)idle.gapsByLength[3]);
+  if (idle.gapCount > 0) {
+    std::printf("  largest gap %s in step %lld\n", formatDurationNs(idle.largestGapNs).c_str(),
+                (long long)idle.largestGapStep);
+  }
+}
+
+}  // namespace
+
+void printGpuSummary(storage::TraceReader& reader, int top) {
+  auto kernels = storage::kernelSummary(reader, top);
+  if (!kernels.isOk()) {
+    std::printf("\nGPU kernels: %s\n", kernels.status().message().c_str());
+    return;
+  }
+  if (kernels->kernelCount == 0) return;
+  const storage::KernelSummary& k = *kernels;
+  std::printf("\nGPU kernels  %lld launches, total %s, mean %s, %.1f%% of step time\n",
+              (long long)k.kernelCount, formatDurationNs(k.kernelTotalNs).c_str(),
+              formatDurationNs(int64_t(k.meanNs())).c_str(),
+              100.0 * k.shareOfSteps(k.kernelTotalNs));
+  std::printf("  %-48s %8s %12s %12s %7s\n", "kernel", "count", "total", "mean", "share");
+  for (const storage::PhaseTotal& t : k.topKernels) {
+    std::printf("  %-48s %8lld %12s %12s %6.1f%%\n", shortened(t.name).c_str(),
+                (long long)t.count, formatDurationNs(t.totalNs).c_str(),
+                formatDurationNs(int64_t(t.meanNs())).c_str(), 100.0 * k.shareOfSteps(t.totalNs));
+  }
+  auto idle = storage::gpuIdleSummary(reader);
+  if (!idle.isOk()) {
+    std::printf("\nGPU idle: %s\n", idle.status().message().c_str());
+    return;
+  }
+  printIdle(*idle);
+}
+
+}  // namespace moewb::cli

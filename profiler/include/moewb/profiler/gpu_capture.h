@@ -1,0 +1,49 @@
+// GpuCapture: in-process capture of a CUDA run's GPU activity (CUPTI Activity API) into the trace:
+// kernels, memcpy, memset, device memory, synchronisation, runtime and driver API calls and NVTX
+// ranges, each kernel / copy / memset attributed to the step, layer and phase it ran under (see
+// profiler/src/gpu/gpu_trace_builder.h).
+//
+// Lifecycle: create() before the engine makes its first CUDA or NVTX call (it points
+// NVTX_INJECTION64_PATH at libcupti so the engine's NVTX ranges reach CUPTI), add the capture to
+// the engine's sinks (it only copies phase and step events), train, then stop() before the
+// writer is closed. CUPTI hands its buffers to a parser thread; nothing is parsed on the engine's
+// thread. After each step the parser thread flushes CUPTI and writes that step's rows. Dropped
+// CUPTI records and attribution problems are counted in the stats table; the CUPTI-to-steady
+// clock offset is kept in meta (cupti_clock_offset_ns, cupti_clock_offset_start_ns).
+// Only one capture may be active in a process at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "moewb/base/status.h"
+#include "moewb/engine/event_sink.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace moewb::profiler {
+
+struct GpuCaptureOptions {
+  int64_t bufferBytes = 8 << 20;  // bytes per CUPTI activity buffer
+  int32_t maxBuffers = 64;        // buffers held by CUPTI or waiting to be parsed; when all are in
+                                  // use CUPTI drops records (counted in stats)
+  int32_t rank = 0;               // tags the GPU tracks
+};
+
+class GpuCapture : public engine::EventSink {
+ public:
+  // Starts capturing. Errors: kUnimplemented in a build without CUPTI (MOEWB_CUDA=OFF);
+  // kFailedPrecondition when another capture is active; kInternal naming the failed CUPTI call.
+  // `writer` must outlive the capture.
+  static Result<std::unique_ptr<GpuCapture>> create(storage::TraceWriter* writer,
+                                                    const GpuCaptureOptions& options);
+  // True when this build can capture (CUPTI was found at build time).
+  static bool available();
+  ~GpuCapture() override = default;
+
+  // Flushes CUPTI, writes every remaining row, the stats and meta rows, and disables the
+  // capture. Idempotent; the first error of the capture is returned. Call from the thread that
+  // owns the run, before the writer is closed.
+  virtual Status stop() = 0;
+};
+
+}  // namespace moewb::profiler

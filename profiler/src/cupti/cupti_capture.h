@@ -1,0 +1,93 @@
+// CuptiCapture: the GpuCapture of builds with CUPTI (see moewb/profiler/gpu_capture.h).
+//
+// Threads: CUPTI calls bufferRequested / bufferCompleted from its own threads (or from the thread
+// that flushes); they only hand out pooled buffers and queue completed ones (O(1) under a mutex).
+// The parser thread parses queued buffers (ActivityParser), feeds the GpuTraceBuilder, and after
+// each step flushes CUPTI, recalibrates the clocks and resolves that step. The engine thread
+// only copies phase and step events into the builder.
+// Buffers: at most options.maxBuffers exist; a request beyond that gets no buffer, so CUPTI drops
+// those records (counted: cupti_buffers_refused, cupti_dropped_records).
+#pragma once
+
+#include <cupti.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cupti/activity_parser.h"
+#include "gpu/clock_calibration.h"
+#include "gpu/gpu_trace_builder.h"
+#include "moewb/profiler/gpu_capture.h"
+
+namespace moewb::profiler::cupti {
+
+class CuptiCapture final : public GpuCapture {
+ public:
+  // See GpuCapture::create.
+  static Result<std::unique_ptr<GpuCapture>> start(storage::TraceWriter* writer,
+                                                   const GpuCaptureOptions& options);
+  ~CuptiCapture() override;
+
+  void onRunStart(const engine::RunStartEvent& event) override;
+  void onPhase(const engine::PhaseEvent& event) override;
+  void onExpertLoad(const engine::ExpertLoadEvent&) override {}
+  void onCounter(const engine::CounterEvent&) override {}
+  void onStep(const engine::StepEvent& event) override;
+  void onRunEnd(const engine::RunEndEvent&) override {}
+  Status stop() override;
+
+ private:
+  struct Completed {
+    uint8_t* buffer;
+    size_t validBytes;
+  };
+
+  CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions& options);
+  Status enable();
+  void disable();
+  static void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords);
+  static void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buffer,
+                                       size_t size, size_t validSize);
+  void requestBuffer(uint8_t** buffer, size_t* size);
+  void completeBuffer(CUcontext context, uint32_t streamId, uint8_t* buffer, size_t validSize);
+
+  // Parser thread.
+  void parserLoop();
+  void parseCompleted();
+  Status flushAndCalibrate(uint32_t flag);
+  Status calibrate();
+  void writeStats();
+  void recordError(const Status& status);
+
+  storage::TraceWriter* m_writer;
+  GpuCaptureOptions m_options;
+  gpu::ClockCalibration m_clock;  // parser thread (and create before it starts)
+  ActivityParser m_parser{&m_clock};
+  gpu::GpuTraceBuilder m_builder;
+  std::vector<CUpti_ActivityKind> m_enabled;
+
+  std::mutex m_bufferMutex;  // guards the pool
+  std::vector<uint8_t*> m_freeBuffers;
+  int32_t m_buffersInUse = 0;
+  std::atomic<int64_t> m_buffersRefused{0};
+  std::atomic<int64_t> m_dropped{0};
+
+  std::mutex m_queueMutex;  // guards the fields up to m_stopping
+  std::condition_variable m_wake;
+  std::vector<Completed> m_completed;
+  int64_t m_lastStep = -1;
+  bool m_stopping = false;
+
+  int64_t m_resolvedStep = -1;  // parser thread
+  std::thread m_thread;
+  std::mutex m_errorMutex;
+  Status m_error;
+  bool m_stopped = false;
+};
+
+}  // namespace moewb::profiler::cupti
