@@ -61,19 +61,7 @@ CudaModel::CudaModel(CudaContext& context, Model<float>& host, CudaParameters pa
 }
 
 void CudaModel::applyLiveDims(const ModelDims& d) {
-  m_dims.topK = d.topK;
-  m_dims.auxLossCoef = d.auxLossCoef;
-  m_dims.moe.seqAuxLossCoef = d.moe.seqAuxLossCoef;
-  m_dims.moe.zLossCoef = d.moe.zLossCoef;
-  m_dims.moe.routeScale = d.moe.routeScale;
-  m_dims.moe.capacityFactor = d.moe.capacityFactor;
-  m_dims.moe.dropPolicy = d.moe.dropPolicy;
-  m_dims.moe.permuteIntoExperts = d.moe.permuteIntoExperts;
-  m_dims.moe.combineIntoExperts = d.moe.combineIntoExperts;
-  m_dims.loss = d.loss;
-  m_dims.sparse.topK = d.sparse.topK;
-  m_dims.sparse.indexerLossCoef = d.sparse.indexerLossCoef;
-  m_dims.kda.chunkSize = d.kda.chunkSize;
+  m_dims.applyLiveSettings(d);
 }
 
 std::string CudaModel::layerName(int64_t layer, const char* local) const {

@@ -90,6 +90,22 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   return dims;
 }
 
+void ModelDims::applyLiveSettings(const ModelDims& d) {
+  topK = d.topK;
+  auxLossCoef = d.auxLossCoef;
+  moe.seqAuxLossCoef = d.moe.seqAuxLossCoef;
+  moe.zLossCoef = d.moe.zLossCoef;
+  moe.routeScale = d.moe.routeScale;
+  moe.capacityFactor = d.moe.capacityFactor;
+  moe.dropPolicy = d.moe.dropPolicy;
+  moe.permuteIntoExperts = d.moe.permuteIntoExperts;
+  moe.combineIntoExperts = d.moe.combineIntoExperts;
+  loss = d.loss;
+  sparse.topK = d.sparse.topK;
+  sparse.indexerLossCoef = d.sparse.indexerLossCoef;
+  kda.chunkSize = d.kda.chunkSize;
+}
+
 template <typename T>
 Model<T>::Model(const ModelDims& dims, ThreadPool& pool) : m_dims(dims), m_pool(pool) {
   const int64_t v = dims.vocabSize, d = dims.dModel;
@@ -340,19 +356,7 @@ MoeGrads<T> Model<T>::moeGrads(int32_t layer) {
 
 template <typename T>
 void Model<T>::applyLiveDims(const ModelDims& d) {
-  m_dims.topK = d.topK;
-  m_dims.auxLossCoef = d.auxLossCoef;
-  m_dims.moe.seqAuxLossCoef = d.moe.seqAuxLossCoef;
-  m_dims.moe.zLossCoef = d.moe.zLossCoef;
-  m_dims.moe.routeScale = d.moe.routeScale;
-  m_dims.moe.capacityFactor = d.moe.capacityFactor;
-  m_dims.moe.dropPolicy = d.moe.dropPolicy;
-  m_dims.moe.permuteIntoExperts = d.moe.permuteIntoExperts;
-  m_dims.moe.combineIntoExperts = d.moe.combineIntoExperts;
-  m_dims.loss = d.loss;
-  m_dims.sparse.topK = d.sparse.topK;
-  m_dims.sparse.indexerLossCoef = d.sparse.indexerLossCoef;
-  m_dims.kda.chunkSize = d.kda.chunkSize;
+  m_dims.applyLiveSettings(d);
 }
 
 template <typename T>

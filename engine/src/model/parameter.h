@@ -60,6 +60,10 @@ struct ModelDims {
   // The mixer of layer l: 'A', 'K' or 'S'.
   char mixerOf(int64_t layer) const { return mixerPattern[size_t(layer) % mixerPattern.size()]; }
   static ModelDims fromConfig(const RunConfig& config);
+  // Copies from `d` the settings a live patch may change (Trainer::liveKeys): top-k, balancing
+  // coefficients, route scale, capacity and drop policy, fusion flags, the loss head, sparse
+  // top-k and indexer weight, KDA chunk size. Shapes stay as they are.
+  void applyLiveSettings(const ModelDims& d);
 };
 
 }  // namespace moewb::engine
