@@ -9,14 +9,26 @@
 // z-loss over the valid tokens (double, fixed order) on the device. Backward, per token group:
 // for each vocabulary block, recompute the strip, turn it into G = dz (bf16), dh_group += G
 // Wv_block (fp32 workspace, rounded to bf16 once per group) and dWv_block += G^T h_group (fp32,
-// added into the gradient). Exact (no gradient filtering: that needs data-dependent skips, later
-// work), and deterministic (cuBLAS GEMMs and fixed-order kernels, no atomics). Memory beyond
+// added into the gradient). Exact unless filterEps != 0, and deterministic (cuBLAS GEMMs and
+// fixed-order kernels; the filter's only atomics are order-free integer maxima). Memory beyond
 // inputs/outputs: fp32 strip groupTokens*vocabBlock (+ a bf16 one and an fp32 [groupTokens, D] dh
 // accumulator in the backward) and four fp32 [N] vectors; never N*V unless the options ask for
 // strips that large. Costs: forward 2 N V D flops, backward 6 N V D; ceil(N/group) * ceil(V/block)
 // strips, 2 launches per forward strip, 4 per backward strip. No host synchronisation (N_valid
 // stays on the device). Targets equal to loss.ignoreIndex or outside [0, V) are ignored (the CPU
 // reference CHECKs the latter).
+// Gradient filtering (filterEps != 0), as ops/cce/cce.h: the strip is cut into tiles of
+// filterTokenBlock tokens x the vocabulary block (token tiles aligned at token 0 as the
+// reference's token blocks: the backward rounds groupTokens down to whole tiles); a tile whose
+// every |dz / g_t| (fp32, before the bf16 rounding; ignored rows count 0) is below the threshold
+// adds nothing to dh (and, with filterWeightGrad, nothing to dWv). Decided on the device: the
+// gradient kernel writes each tile's max |dz / g_t| (int-ordered fp32 bits, atomicMax), a second
+// kernel writes the strip with the filtered tiles zeroed for the dh GEMM, and dWv still sees the
+// whole strip unless filterWeightGrad. Same result as cceBackward with tokenBlock =
+// filterTokenBlock, the same vocabBlock, filterEps and filterWeightGrad (up to fp32 vs reference
+// precision on tiles whose maximum lies at the threshold). Costs over the exact backward: one more
+// elementwise pass over the bf16 strip and a bf16 strip of memory; the GEMMs still multiply the
+// zeroed tiles (no speed gain yet: a tile-skipping dh GEMM could read the per-tile maxima).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +43,11 @@ namespace moewb::engine::cuda {
 struct CceCudaOptions {
   int64_t groupTokens = 4096;  // token rows per strip (> 0)
   int64_t vocabBlock = 4096;   // vocabulary columns per strip (> 0)
+  // Threshold on |dz / g_t| per tile (ops/cce/cce.h); 0 = exact, < 0 (kCceFilterAuto) =
+  // cceFilterThreshold<float>, i.e. FLT_EPSILON / 32.
+  double filterEps = 0.0;
+  int64_t filterTokenBlock = 64;  // tokens per filter tile (CceOptions::tokenBlock, > 0)
+  bool filterWeightGrad = false;  // also filter dWv (as CceOptions::filterWeightGrad)
   LinearLossOptions loss;
 };
 

@@ -4,6 +4,7 @@
 
 #include "cuda/gemm.h"
 #include "data/batch.h"
+#include "ops/cce/cce.h"
 #include "ops/cce/cce_cuda.h"
 #include "ops/chunk_loss/chunk_loss_cuda.h"
 #include "ops/cross_entropy/cross_entropy_cuda.h"
@@ -12,12 +13,12 @@
 namespace moewb::engine::cuda {
 
 struct LossSavedCuda {
-  CceSavedCuda cce;                 // loss.kind = "cce"
-  ChunkLossSavedCuda chunk;         // loss.kind = "chunk"
-  DeviceTensor<float> logits;       // [N, V] fp32 (dense)
-  DeviceTensor<float> lse;          // [N]
-  DeviceTensor<float> tokenLoss;    // [N]
-  DeviceTensor<int32_t> validCount; // [1]
+  CceSavedCuda cce;                  // loss.kind = "cce"
+  ChunkLossSavedCuda chunk;          // loss.kind = "chunk"
+  DeviceTensor<float> logits;        // [N, V] fp32 (dense)
+  DeviceTensor<float> lse;           // [N]
+  DeviceTensor<float> tokenLoss;     // [N]
+  DeviceTensor<int32_t> validCount;  // [1]
 };
 
 LossStateCuda::LossStateCuda() = default;
@@ -36,6 +37,8 @@ LinearLossOptions linearLossOptions() {
 CceCudaOptions cceOptions(const ModelDims& dims) {
   CceCudaOptions options;
   options.vocabBlock = dims.loss.cceVocabBlock;
+  options.filterEps = dims.loss.cceFilterEps;  // 0 = exact; tiles as model/lm_loss.cpp's CceOptions
+  options.filterTokenBlock = CceOptions().tokenBlock;
   options.loss = linearLossOptions();
   return options;
 }
@@ -49,20 +52,10 @@ ChunkLossCudaOptions chunkOptions(const ModelDims& dims) {
 
 }  // namespace
 
-Status checkLossSupportedCuda(const ModelDims& dims) {
-  if (dims.loss.kind == "cce" && dims.loss.cceFilterEps != 0) {
-    return unimplemented("loss.cce_filter_eps = " + std::to_string(dims.loss.cceFilterEps) +
-                         ": CCE gradient filtering does not run on the CUDA backend yet; use 0 "
-                         "(exact) or run.backend = \"cpu\"");
-  }
-  return Status::ok();
-}
-
 Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const DeviceTensor<bf16>& h,
                        const bf16* lmHead, const DeviceTensor<int32_t>& targets,
                        LossStateCuda& state) {
   const int64_t n = h.dim(0), d = h.dim(1), v = dims.vocabSize;
-  MOEWB_RETURN_IF_ERROR(checkLossSupportedCuda(dims));
   state.saved = std::make_unique<LossSavedCuda>();
   LossSavedCuda& s = *state.saved;
   MOEWB_ASSIGN_OR_RETURN(s.logits, context.newTensor<float>({n, v}, MemoryCategory::kActivations));
@@ -91,7 +84,6 @@ Result<DeviceTensor<bf16>> lossBackwardCuda(CudaContext& context, const ModelDim
                                             const DeviceTensor<bf16>& h, const bf16* lmHead,
                                             const DeviceTensor<int32_t>& targets,
                                             LossStateCuda& state, float* lmHeadGrad) {
-  MOEWB_RETURN_IF_ERROR(checkLossSupportedCuda(dims));
   const int64_t n = h.dim(0), d = h.dim(1), v = dims.vocabSize;
   LossSavedCuda& s = *state.saved;
   if (dims.loss.kind != "dense") {
@@ -113,7 +105,8 @@ Result<DeviceTensor<bf16>> lossBackwardCuda(CudaContext& context, const ModelDim
   s.logits = DeviceTensor<float>();
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dh,
                          context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
-  MOEWB_RETURN_IF_ERROR(linearBackwardDataCuda(context, dLogits.data(), lmHead, dh.data(), n, d, v));
+  MOEWB_RETURN_IF_ERROR(
+      linearBackwardDataCuda(context, dLogits.data(), lmHead, dh.data(), n, d, v));
   MOEWB_RETURN_IF_ERROR(
       linearBackwardWeightCuda(context, dLogits.data(), h.data(), lmHeadGrad, n, d, v));
   return dh;

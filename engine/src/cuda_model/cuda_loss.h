@@ -21,9 +21,6 @@ struct LossStateCuda {
   DeviceTensor<float> loss;  // [1] mean CE (nats)
 };
 
-// kUnimplemented naming loss.kind when its CUDA op is not available, else ok.
-Status checkLossSupportedCuda(const ModelDims& dims);
-
 // Fills state.loss from h[N, D], the LM head [V, D] and targets[N].
 Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const DeviceTensor<bf16>& h,
                        const bf16* lmHead, const DeviceTensor<int32_t>& targets,

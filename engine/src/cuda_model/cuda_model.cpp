@@ -29,7 +29,7 @@ Status CudaModel::checkSupported(const ModelDims& dims) {
                          "yet; use run.backend = \"cpu\"");
   }
   for (char kind : dims.mixerPattern) MOEWB_RETURN_IF_ERROR(checkMixerSupportedCuda(kind, dims));
-  return checkLossSupportedCuda(dims);
+  return Status::ok();
 }
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(CudaContext& context, Model<float>& host) {

@@ -1,11 +1,13 @@
 // cceForwardCuda / cceBackwardCuda against ops/cce (double, exact: no gradient filtering): lse,
 // loss, z-loss, dh and dWv (added into random initial values), with several strips per token
 // group and a partial last vocabulary block, soft-cap and z-loss on and off, ignored targets,
-// and a batch with no valid target.
+// and a batch with no valid target; and the filtered backward (filterEps) against the filtered
+// reference.
 #include "ops/cce/cce_cuda.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_test_util.h"
@@ -104,6 +106,123 @@ TEST_F(CceCudaTest, ForwardAndBackwardMatchReference) {
 
 TEST_F(CceCudaTest, NoValidTargetGivesZeroLossAndGradients) {
   runCase(context(), CceCase{17, 16, 40, 8, 16, 0.0, 0.0, true}, 9500);
+}
+
+// Gradient filtering. Feature 0 of h is 1 and wv[v, 0] a per-vocab-block bias: hot blocks 0
+// and 3 (every target, so their tiles always keep), warm blocks 1, 2, 4, 5, 6 (p ~ 1.5e-4, about a
+// fifth of the probability mass: filtered at 1e-3, a large share of dh) and cold blocks 7.. (p ~
+// 1e-16: filtered by the auto threshold too). The GPU must give the reference's filtered result.
+struct FilterCase {
+  double filterEps;  // CceCudaOptions::filterEps (kCceFilterAuto: the reference's own rule)
+  bool filterWeightGrad;
+  int64_t groupTokens;  // GPU strip rows (rounded down to whole 64-token tiles)
+};
+
+void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
+  constexpr int64_t n = 130, d = 48, vocab = 3001, vocabBlock = 256, tokenBlock = 64;
+  ThreadPool pool(2);
+  Tensor<float> h = randomTensor({n, d}, seed);
+  for (int64_t t = 0; t < n; ++t) h[t * d] = 1.0f;
+  h = roundedToBf16(h);
+  Tensor<float> wv = randomTensor({vocab, d}, seed + 1, 0.3 / std::sqrt(double(d)));
+  for (int64_t v = 0; v < vocab; ++v) {
+    const int64_t b = v / vocabBlock;
+    wv[v * d] = (b == 0 || b == 3) ? 1.0f : b <= 6 ? -1.5f : -29.0f;
+  }
+  wv = roundedToBf16(wv);
+  Tensor<float> dWv0 = randomTensor({vocab, d}, seed + 2, 0.01);
+  Tensor<int32_t> targets({n});
+  for (int64_t i = 0; i < n; ++i) {
+    targets[i] = int32_t((i * 37 + 11) % vocabBlock + (i % 2 == 0 ? 3 * vocabBlock : 0));
+    if (i % 7 == 3) targets[i] = kDefaultIgnoreIndex;
+  }
+  const float dLoss = 1.25f;
+  CceCudaOptions options;
+  options.groupTokens = fc.groupTokens;
+  options.vocabBlock = vocabBlock;
+  options.filterEps = fc.filterEps;
+  options.filterTokenBlock = tokenBlock;
+  options.filterWeightGrad = fc.filterWeightGrad;
+
+  MOEWB_ASSIGN_OR_FAIL(auto dH, toDeviceBf16(context, h, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(auto dWv, toDeviceBf16(context, wv, MemoryCategory::kWeights));
+  MOEWB_ASSIGN_OR_FAIL(auto dTargets, toDevice(context, targets, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(auto dGradWv, toDevice(context, dWv0, MemoryCategory::kGrads));
+  MOEWB_ASSIGN_OR_FAIL(auto dLossOut, poisonedFloat(context, {1}));
+  MOEWB_ASSIGN_OR_FAIL(auto dDh, poisonedBf16(context, {n, d}));
+  CceSavedCuda saved;
+  MOEWB_ASSERT_OK(cceForwardCuda(context, dH.data(), dWv.data(), dTargets.data(), n, d, vocab,
+                                 options, saved, dLossOut.data(), nullptr));
+  MOEWB_ASSERT_OK(cceBackwardCuda(context, dH.data(), dWv.data(), dTargets.data(), n, d, vocab,
+                                  options, saved, dLoss, dDh.data(), dGradWv.data()));
+
+  // The reference in double with the threshold the GPU uses (the auto rule of float: a double
+  // reference's own auto would be epsilon<double> / 32).
+  CceOptions gpuRule;
+  gpuRule.filterEps = fc.filterEps;
+  const double threshold = cceFilterThreshold<float>(gpuRule);
+  CceOptions refOptions;
+  refOptions.tokenBlock = tokenBlock;
+  refOptions.vocabBlock = vocabBlock;
+  refOptions.filterEps = threshold;
+  refOptions.filterWeightGrad = fc.filterWeightGrad;
+  CceSaved<double> refSaved;
+  Tensor<double> hd = toDouble(h), wvd = toDouble(wv);
+  cceForward<double>(pool, hd, wvd, targets, refOptions, refSaved);
+  Tensor<double> dWvWant = toDouble(dWv0);
+  CceStats stats;
+  Tensor<double> dhWant =
+      cceBackward<double>(pool, hd, wvd, targets, refOptions, refSaved, dLoss, dWvWant, &stats);
+  CceOptions exactOptions = refOptions;
+  exactOptions.filterEps = 0;
+  Tensor<double> dWvExact = toDouble(dWv0);
+  Tensor<double> dhExact =
+      cceBackward<double>(pool, hd, wvd, targets, exactOptions, refSaved, dLoss, dWvExact);
+
+  // The inputs do what they should: many tiles filtered, and every tile's max |dz / g_t| far
+  // from the threshold (fp32 vs double cannot flip a decision).
+  EXPECT_EQ(stats.tiles, 3 * 12);
+  EXPECT_GE(stats.skippedTiles, 3 * 5);
+  EXPECT_LT(stats.skippedTiles, stats.tiles);
+  for (int64_t t0 = 0; t0 < n; t0 += tokenBlock) {
+    for (int64_t v0 = 0; v0 < vocab; v0 += vocabBlock) {
+      double maxAbs = 0;
+      for (int64_t t = t0; t < std::min(n, t0 + tokenBlock); ++t) {
+        if (targets[t] == kDefaultIgnoreIndex) continue;
+        for (int64_t v = v0; v < std::min(vocab, v0 + vocabBlock); ++v) {
+          double z = 0;
+          for (int64_t j = 0; j < d; ++j) z += hd[t * d + j] * wvd[v * d + j];
+          maxAbs = std::max(
+              maxAbs, std::fabs(std::exp(z - refSaved.lse[t]) - (v == targets[t] ? 1.0 : 0.0)));
+        }
+      }
+      EXPECT_TRUE(maxAbs < threshold / 1.25 || maxAbs > threshold * 1.25)
+          << "tile " << t0 << "," << v0 << ": " << maxAbs << " vs " << threshold;
+    }
+  }
+  if (fc.filterEps > 0) {  // the filtered result is not the exact one
+    EXPECT_GT(relativeError(toFloat(dhWant), toFloat(dhExact)), 0.05);
+  }
+
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dhGot, toHostFloat(context, dDh));
+  MOEWB_ASSIGN_OR_FAIL(Tensor<float> dWvGot, toHost(context, dGradWv));
+  EXPECT_LT(relativeError(dhGot, toFloat(dhWant)), 1e-2);
+  EXPECT_LT(relativeError(minus(dWvGot, dWv0), minus(toFloat(dWvWant), dWv0)), 1e-2);
+}
+
+TEST_F(CceCudaTest, FilteredBackwardMatchesFilteredReference) {
+  uint64_t seed = 9700;
+  const FilterCase cases[] = {
+      {1e-3, false, 4096},          // one strip per vocab block
+      {1e-3, false, 100},           // strips of 64 tokens (groupTokens rounded to whole tiles)
+      {1e-3, true, 100},            // dWv filtered too
+      {kCceFilterAuto, false, 64},  // epsilon<float> / 32: only the cold blocks
+  };
+  for (const FilterCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "eps " << c.filterEps << " weights " << c.filterWeightGrad
+                                    << " group " << c.groupTokens);
+    runFilterCase(context(), c, seed += 10);
+  }
 }
 
 }  // namespace
