@@ -146,6 +146,13 @@ TEST_F(CudaModelTest, HybridKdaSparseCceStepMatchesCpu) {
   expectStepMatchesCpu(hybridConfig(), 0.15);
 }
 
+// samples/configs/small.toml itself (dense warm-up stage at step 0, as its first step runs).
+TEST_F(CudaModelTest, SmallSampleConfigStepMatchesCpu) {
+  auto config = loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/small.toml");
+  ASSERT_TRUE(config.isOk()) << config.status().toString();
+  expectStepMatchesCpu(config.value(), 0.15);
+}
+
 TEST_F(CudaModelTest, HybridDenseWarmupChunkLossStepMatchesCpu) {
   RunConfig config = hybridConfig();
   config.sparse.warmupSteps = 10;  // dense warm-up stage
