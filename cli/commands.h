@@ -17,5 +17,6 @@ void addRunCommand(CLI::App& app, std::function<int()>* action);
 void addInfoCommand(CLI::App& app, std::function<int()>* action);
 void addExportCommand(CLI::App& app, std::function<int()>* action);
 void addConfigCommand(CLI::App& app, std::function<int()>* action);
+void addCaptureCommand(CLI::App& app, std::function<int()>* action);
 
 }  // namespace moewb::cli

@@ -14,7 +14,25 @@ namespace {
 constexpr size_t kNameWidth = 48;
 
 // Long template-heavy kernel names are cut in the middle so both ends stay readable.
-std::string shortened(const std::string& name) {
+// What a reader recognises a kernel by: its qualified name without "(anonymous namespace)::",
+// without the return type of a template and without the parameter list (Nsight's short form),
+// elided in the middle when still too wide.
+std::string shortened(const std::string& demangled) {
+  std::string name = demangled;
+  const std::string anonymous = "(anonymous namespace)::";
+  for (size_t at = name.find(anonymous); at != std::string::npos; at = name.find(anonymous)) {
+    name.erase(at, anonymous.size());
+  }
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  int depth = 0;  // template angle brackets
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name[i] == '(' && depth == 0 && i > 0) {
+      name.resize(i);
+      break;
+    }
+  }
   if (name.size() <= kNameWidth) return name;
   const size_t keep = (kNameWidth - 3) / 2;
   return name.substr(0, keep) + "..." + name.substr(name.size() - keep);
@@ -45,10 +63,13 @@ void printGpuSummary(storage::TraceReader& reader, int top) {
   }
   if (kernels->kernelCount == 0) return;
   const storage::KernelSummary& k = *kernels;
-  std::printf("\nGPU kernels  %lld launches, total %s, mean %s, %.1f%% of step time\n",
-              (long long)k.kernelCount, formatDurationNs(k.kernelTotalNs).c_str(),
-              formatDurationNs(int64_t(k.meanNs())).c_str(),
-              100.0 * k.shareOfSteps(k.kernelTotalNs));
+  // A captured foreign program (moewb capture) has no steps: no share of step time to print.
+  const bool hasSteps = k.stepTotalNs > 0;
+  std::printf("\nGPU kernels  %lld launches, total %s, mean %s", (long long)k.kernelCount,
+              formatDurationNs(k.kernelTotalNs).c_str(),
+              formatDurationNs(int64_t(k.meanNs())).c_str());
+  if (hasSteps) std::printf(", %.1f%% of step time", 100.0 * k.shareOfSteps(k.kernelTotalNs));
+  std::printf("\n");
   std::printf("  %-48s %8s %12s %12s %7s\n", "kernel", "count", "total", "mean", "share");
   for (const storage::PhaseTotal& t : k.topKernels) {
     std::printf("  %-48s %8lld %12s %12s %6.1f%%\n", shortened(t.name).c_str(),

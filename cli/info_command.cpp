@@ -101,6 +101,19 @@ void printDeviceMemory(storage::TraceReader& reader) {
   }
 }
 
+// GPU capture runs: the capture mode, and each flight-recorder trigger that fired (meta keys
+// written by the capture). Prints nothing for traces without a GPU capture.
+void printGpuCaptureMode(std::map<std::string, std::string>& meta) {
+  if (meta.contains("gpu_capture_mode")) {
+    std::printf("gpu capture  %s\n", meta["gpu_capture_mode"].c_str());
+  }
+  if (!meta.contains("gpu_capture_triggers")) return;
+  std::istringstream lines(meta["gpu_capture_triggers"]);
+  for (std::string line; std::getline(lines, line);) {
+    std::printf("  trigger fired  %s\n", line.c_str());
+  }
+}
+
 void printPhases(const std::vector<storage::PhaseTotal>& totals, int top) {
   int64_t stepNs = 0;
   for (const auto& t : totals) {
@@ -151,6 +164,7 @@ int infoCommand(const InfoArgs& args) {
     if (!steps.isOk()) return fail(steps.status());
     printSteps(*steps);
   }
+  printGpuCaptureMode(*meta);
   printMemory(reader);
   printDeviceMemory(reader);
   auto totals = reader.phaseTotals();

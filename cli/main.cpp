@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   moewb::cli::addInfoCommand(app, &action);
   moewb::cli::addExportCommand(app, &action);
   moewb::cli::addConfigCommand(app, &action);
+  moewb::cli::addCaptureCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,12 +3,14 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
+#include "moewb/profiler/capture_mode.h"
 #include "moewb/profiler/traced_run.h"
 #include "progress_printer.h"
 
@@ -31,6 +33,7 @@ struct RunArgs {
   std::string exportMergedPath;
   int32_t ranks = 0;  // --ranks: parallel.world_size (0 = from the config)
   bool gpuTrace = false;  // --gpu-trace: CUPTI capture of the CUDA run
+  profiler::CaptureModeArgs capture;  // --trace-every, --trace-steps, --flight-recorder, --trigger-*
 };
 
 // Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
@@ -121,6 +124,15 @@ int runCommand(const RunArgs& args) {
   options.exportMergedPath = args.exportMergedPath;
   options.checkpointEverySteps = args.checkpointEvery;
   options.gpuTrace = args.gpuTrace;
+  profiler::CaptureModeArgs captureArgs = args.capture;
+  captureArgs.gpuTrace = args.gpuTrace;
+  captureArgs.plannedSteps = args.steps >= 0 ? args.steps : config->run.steps;
+  auto mode = profiler::parseCaptureMode(captureArgs);
+  if (!mode.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", mode.status().message().c_str());
+    return kExitBadInput;
+  }
+  options.gpuCapture.mode = *mode;
   options.checkpointDir =
       args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
   int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
@@ -135,6 +147,9 @@ int runCommand(const RunArgs& args) {
   }
   std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", config->run.name.c_str(),
                config->run.backend.c_str(), (long long)planned, outPath.c_str());
+  if (args.gpuTrace && !options.gpuCapture.mode.isEveryStep()) {
+    std::fprintf(stderr, "  GPU capture: %s\n", options.gpuCapture.mode.describe().c_str());
+  }
   if (config->parallel.worldSize > 1) {
     const engine::ParallelSection& p = config->parallel;
     std::fprintf(stderr, "  %d in-process ranks: ep = %d, fsdp = %d, replicate = %d\n",
@@ -200,7 +215,40 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
                 "also record the GPU activity with CUPTI (kernels, copies, memsets, memory, "
                 "synchronisation, CUDA API calls, NVTX), each kernel tagged with its step, layer "
                 "and phase; needs run.backend = cuda on one rank");
-  cmd->callback([args, action] { *action = [args] { return runCommand(*args); }; });
+  // Capture modes: plain values here, turned into optionals (given or not) in the callback so
+  // that parseCaptureMode can say which option is wrong.
+  auto every = std::make_shared<int64_t>(0);
+  auto window = std::make_shared<std::string>();
+  auto flight = std::make_shared<int64_t>(0);
+  auto load = std::make_shared<double>(0), stepMs = std::make_shared<double>(0),
+       memoryGiB = std::make_shared<double>(0);
+  CLI::Option* everyOpt = cmd->add_option(
+      "--trace-every", *every, "with --gpu-trace: capture only every N-th step (steps 0, N, 2N, "
+      "..., or counted from the start of --trace-steps); CUPTI is off in between");
+  CLI::Option* windowOpt = cmd->add_option(
+      "--trace-steps", *window, "with --gpu-trace: capture only steps A..B-1 (a single A = step "
+      "A); CUPTI is off outside the window")->type_name("A:B");
+  CLI::Option* flightOpt = cmd->add_option(
+      "--flight-recorder", *flight, "with --gpu-trace: record every step but keep only the last N "
+      "steps' GPU rows in memory; write them when a --trigger-* fires");
+  CLI::Option* loadOpt = cmd->add_option(
+      "--trigger-load", *load, "flight-recorder trigger: expert max/mean load above X in any "
+      "layer");
+  CLI::Option* stepMsOpt = cmd->add_option(
+      "--trigger-step-ms", *stepMs, "flight-recorder trigger: step time above Y ms");
+  CLI::Option* memoryOpt = cmd->add_option(
+      "--trigger-memory-gib", *memoryGiB, "flight-recorder trigger: the step's peak device "
+      "memory above Z GiB");
+  cmd->callback([=] {
+    profiler::CaptureModeArgs& c = args->capture;
+    if (everyOpt->count() > 0) c.traceEvery = *every;
+    if (windowOpt->count() > 0) c.traceSteps = *window;
+    if (flightOpt->count() > 0) c.flightRecorder = *flight;
+    if (loadOpt->count() > 0) c.triggerLoad = *load;
+    if (stepMsOpt->count() > 0) c.triggerStepMs = *stepMs;
+    if (memoryOpt->count() > 0) c.triggerMemoryGiB = *memoryGiB;
+    *action = [args] { return runCommand(*args); };
+  });
 }
 
 }  // namespace moewb::cli

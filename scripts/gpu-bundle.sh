@@ -11,11 +11,14 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEWB_CUDA=ON -DMO
 op_benches=(attention_cuda_bench loss_cuda_bench kda_cuda_bench sparse_attention_cuda_bench
             moe_glue_cuda_bench)
 cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests profiler_cuda_tests moewb moe_layer_cuda_bench \
-  train_step_cuda_bench "${op_benches[@]}"
+  moewb_inject capture_target capture_cuda_tests \
+  train_step_cuda_bench trace_overhead_cuda_bench "${op_benches[@]}"
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/configs
 binaries=(build-gpu/tests/engine_cuda/engine_cuda_tests build-gpu/tests/profiler_cuda/profiler_cuda_tests
-          build-gpu/cli/moewb
+          build-gpu/cli/moewb build-gpu/cli/libmoewb_inject.so
+          build-gpu/tests/profiler_cuda/capture_target build-gpu/tests/profiler_cuda/capture_cuda_tests
           build-gpu/bench/moe_layer_cuda_bench build-gpu/bench/train_step_cuda_bench
+          build-gpu/bench/trace_overhead_cuda_bench
           "${op_benches[@]/#/build-gpu/bench/}")
 for binary in "${binaries[@]}"; do
   cp "$binary" .gpu/bin/ && strip .gpu/bin/"$(basename "$binary")"
@@ -28,9 +31,11 @@ done
 # OpenBLAS carries kernels for every x86 CPU (36 MiB); packed it is 4 MiB. gpu-test.sh unpacks it.
 xz -T "$(nproc)" -f .gpu/lib/libopenblas.so.0
 cp samples/configs/*.toml .gpu/configs/
-cp scripts/gpu-test.sh .gpu/
+cp scripts/gpu-test.sh scripts/capture-anchor-check.py .gpu/
 # The PyTorch baselines run in the same device call as our benchmarks (ratios, not absolutes).
 if [[ -d ../shared/anchors ]]; then
   mkdir -p .gpu/anchors && cp ../shared/anchors/*.py .gpu/anchors/
 fi
+# Every binary carries the engine's kernels (~9 MiB each); packed they fit the 64 MiB transfer.
+tar -C .gpu -cJf .gpu/bin.tar.xz bin && rm -rf .gpu/bin
 du -sh .gpu

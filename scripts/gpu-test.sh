@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
 # test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
-# $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [bench] [-- gtest filter]
+# $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [bench] [-- gtest filter]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
 mkdir -p "$out"
 [[ -f "$here/lib/libopenblas.so.0.xz" ]] && xz -d -f "$here/lib/libopenblas.so.0.xz"
+[[ -f "$here/bin.tar.xz" ]] && tar -C "$here" -xJf "$here/bin.tar.xz" && rm -f "$here/bin.tar.xz"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 filter="*"
 steps=()
@@ -26,6 +27,8 @@ for step in "${steps[@]}"; do
         >"$out/gpu-tests.log" 2>&1 || status=1
       "$here/bin/profiler_cuda_tests" --gtest_filter="$filter" \
         --gtest_output="xml:$out/profiler-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
+      "$here/bin/capture_cuda_tests" --gtest_filter="$filter" \
+        --gtest_output="xml:$out/capture-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
       grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran" "$out/gpu-tests.log" | tail -40 ;;
     memcheck)
       compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
@@ -40,7 +43,20 @@ for step in "${steps[@]}"; do
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 20 \
         --gpu-trace -o "$out/small-gputrace.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
       "$here/bin/moewb" info "$out/small-gputrace.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      # Capture modes: a step window (CUPTI off outside it) and a flight recorder on step time.
+      "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 40 \
+        --gpu-trace --trace-steps 10:15 -o "$out/small-window.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$out/small-window.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 40 \
+        --gpu-trace --flight-recorder 4 --trigger-step-ms 20 -o "$out/small-flight.sqlite" -f -q \
+        >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$out/small-flight.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
       cat "$out/cli.log" ;;
+    capture)
+      # moewb capture of a PyTorch script against the PyTorch profiler's kernel count (issue 5).
+      python3 "$here/capture-anchor-check.py" --moewb "$here/bin/moewb" \
+        --script "$here/anchors/moe_layer.py" --out "$out/capture" >"$out/capture.log" 2>&1 || status=1
+      tail -20 "$out/capture.log" ;;
     bench)
       # Ours and the PyTorch baselines (anchors/, copied next to this script) in the same call.
       # Attention runs at T = 4096 and 16384 (the anchor's default T = 32768 does not fit our
@@ -62,8 +78,12 @@ for step in "${steps[@]}"; do
         "$here/bin/train_step_cuda_bench" "$here/configs/tiny.toml" --steps 30 \
           --set data.batch_size=64 --set model.seq_len=256 --set model.d_model=256 \
           --set moe.num_experts=32 --set moe.top_k=4 --set moe.d_ff=512 --set run.name=wide
+        # Tracing overhead (untraced / host trace / + CUPTI every step) on the small and a
+        # launch-heavy config, next to the PyTorch profiler's overhead on its MoE layer step.
+        "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 40 --reps 3
+        (cd "$here/anchors" && python3 profiler_overhead.py)
       } 2>&1 | tee "$out/bench.jsonl" ;;
-    *) echo "unknown step $step (accepted: tests, memcheck, cli, bench)"; status=2 ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, bench)"; status=2 ;;
   esac
 done
 exit $status

@@ -59,6 +59,10 @@ void TraceDocument::close() {
   m_run.reset();
   m_stats.clear();
   m_memoryTracks.clear();
+  m_gpuStreamTracks.clear();
+  m_hostTracks.clear();
+  m_hasGpuTracks = false;
+  m_gpuDetails.clear();
   m_steps.setRows({});
   m_expertLoad.setRows({});
   m_phases.clear();
@@ -79,9 +83,22 @@ Status TraceDocument::loadRunInfo() {
   MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
   MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
   m_memoryTracks.clear();
+  m_gpuStreamTracks.clear();
+  m_hostTracks.clear();
+  m_hasGpuTracks = false;
   for (const storage::TrackRow& t : tracks) {
     if (t.kind == storage::kTrackKindMemory) m_memoryTracks.push_back(t);
+    if (t.kind == storage::kTrackKindStream) m_gpuStreamTracks.push_back(t);
+    if (t.kind == storage::kTrackKindStream || t.kind == storage::kTrackKindCudaApi) {
+      m_hasGpuTracks = true;
+    } else {
+      m_hostTracks.push_back(t.id);
+    }
   }
+  std::stable_sort(m_gpuStreamTracks.begin(), m_gpuStreamTracks.end(),
+                   [](const storage::TrackRow& a, const storage::TrackRow& b) {
+                     return a.rank != b.rank ? a.rank < b.rank : a.id < b.id;
+                   });
   if (tracks.size() != m_timeline.tracks().size()) m_timeline.setTracks(tracks);
   return Status::ok();
 }
@@ -90,6 +107,34 @@ Result<std::vector<storage::MemorySeries>> TraceDocument::memorySeries(TimeRange
                                                                        int buckets) {
   if (!m_reader || m_memoryTracks.empty()) return std::vector<storage::MemorySeries>{};
   return m_reader->memorySeries({window.startNs, window.endNs}, buckets);
+}
+
+Result<std::vector<storage::GpuLane>> TraceDocument::gpuLanes(TimeRange window, int buckets) {
+  if (!m_reader || m_gpuStreamTracks.empty()) return std::vector<storage::GpuLane>{};
+  return m_reader->gpuLanes({window.startNs, window.endNs}, buckets);
+}
+
+Status TraceDocument::selectGpuSlice(SliceId slice) {
+  if (!m_reader) {
+    m_gpuDetails.clear();
+    return Status::ok();
+  }
+  auto details = m_reader->gpuSliceDetails(slice);
+  if (!details.isOk()) {
+    m_gpuDetails.clear();
+    return details.status();
+  }
+  std::optional<storage::LayerLoad> load;
+  if (details->has_value() && (*details)->slice.step >= 0 && (*details)->slice.layer >= 0) {
+    auto read = m_reader->layerLoad((*details)->slice.step, (*details)->slice.layer);
+    if (!read.isOk()) {
+      m_gpuDetails.clear();
+      return read.status();
+    }
+    load = std::move(read).value();
+  }
+  m_gpuDetails.setDetails(*details, load, m_timeline.bounds().startNs);
+  return Status::ok();
 }
 
 Status TraceDocument::loadAll() {
@@ -140,7 +185,21 @@ Status TraceDocument::loadNewSlices(int64_t fromNs) {
   if (bounds.endNs <= bounds.startNs && bounds.startNs == 0) return Status::ok();
   const storage::TimeWindow window{std::max(fromNs, bounds.startNs - 1), bounds.endNs + 1};
   if (window.endNs <= window.startNs) return Status::ok();
-  MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->slices(window));
+  std::vector<storage::SliceRow> rows;
+  if (!m_hasGpuTracks) {
+    MOEWB_ASSIGN_OR_RETURN(rows, m_reader->slices(window));
+  } else {
+    // Only the host tracks (indexed per track), so kernels and API calls are never read here.
+    for (TrackId track : m_hostTracks) {
+      MOEWB_ASSIGN_OR_RETURN(auto part, m_reader->slices(window, track));
+      rows.insert(rows.end(), std::make_move_iterator(part.begin()),
+                  std::make_move_iterator(part.end()));
+    }
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const storage::SliceRow& a, const storage::SliceRow& b) {
+                       return a.startNs < b.startNs;
+                     });
+  }
   std::vector<bool> accepted;
   m_lastNewSlices = int(m_timeline.addSlices(rows, &accepted));
   if (m_lastNewSlices == 0) return Status::ok();

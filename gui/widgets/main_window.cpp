@@ -156,11 +156,33 @@ void MainWindow::createDocks() {
   QDockWidget* stepDock = dock(tr("Steps"), "steps", m_stepTable);
   QDockWidget* phaseDock = dock(tr("Phase summary"), "phases", m_phaseTable);
   QDockWidget* changeDock = dock(tr("Config changes"), "config changes", m_changeTable);
+  // GPU details: what a click on a kernel in the timeline selected (launch details and the
+  // expert load of its step and layer), tabbed with the summaries and raised on each click.
+  m_gpuTable = new QTableView;
+  m_gpuTable->setModel(m_document.gpuDetailsModel());
+  m_gpuTable->setWordWrap(false);
+  m_gpuTable->setTextElideMode(Qt::ElideMiddle);
+  QDockWidget* gpuDock = dock(tr("GPU kernel"), "gpu kernel", m_gpuTable);
   tabifyDockWidget(phaseDock, changeDock);
+  tabifyDockWidget(phaseDock, gpuDock);
   phaseDock->raise();
   resizeDocks({liveDock, stepDock, phaseDock}, {470, 470, 470}, Qt::Horizontal);
   resizeDocks({liveDock, stepDock, phaseDock}, {440, 230, 230}, Qt::Vertical);
-  m_docks = {liveDock, stepDock, phaseDock, changeDock};
+  m_docks = {liveDock, stepDock, phaseDock, changeDock, gpuDock};
+  m_gpuTable->verticalHeader()->hide();
+  m_gpuTable->verticalHeader()->setDefaultSectionSize(22);
+  m_gpuTable->setAlternatingRowColors(true);
+  m_gpuTable->horizontalHeader()->setStretchLastSection(true);
+  m_gpuTable->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+  connect(m_timeline, &TimelineView::gpuSliceActivated, this, [this, gpuDock](qint64 id) {
+    const Status status = m_document.selectGpuSlice(SliceId(id));
+    if (!status.isOk()) {
+      statusBar()->showMessage(QString::fromStdString(status.toString()), 15000);
+      return;
+    }
+    gpuDock->show();
+    gpuDock->raise();
+  });
 }
 
 void MainWindow::createActions() {

@@ -57,6 +57,8 @@ class MainWindow : public QMainWindow {
   RunController* runController() const { return m_runner; }
   LiveControlPanel* liveControlPanel() const { return m_livePanel; }
   QTableView* configChangeTable() const { return m_changeTable; }
+  // The "GPU kernel" dock's table (document()->gpuDetailsModel()).
+  QTableView* gpuDetailsTable() const { return m_gpuTable; }
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
 
@@ -97,6 +99,7 @@ class MainWindow : public QMainWindow {
   QTableView* m_stepTable = nullptr;
   QTableView* m_phaseTable = nullptr;
   QTableView* m_changeTable = nullptr;
+  QTableView* m_gpuTable = nullptr;  // GPU kernel details
   LiveControlPanel* m_livePanel = nullptr;
   std::vector<QDockWidget*> m_docks;  // in View menu order
   QTimer* m_liveTimer = nullptr;

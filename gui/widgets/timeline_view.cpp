@@ -29,6 +29,7 @@ void TimelineView::setDocument(TraceDocument* document) {
     connect(m_document, &TraceDocument::opened, this, [this] {
       m_fit = true;
       m_selectedStep.reset();
+      m_selectedGpuSlice.reset();
       onDataChanged();
     });
     connect(m_document, &TraceDocument::refreshed, this, &TimelineView::onDataChanged);
@@ -101,6 +102,39 @@ void TimelineView::rebuildDrawList() {
   }
   m_drawList = buildDrawList(m_document->timeline(), m_geometry);
   rebuildMemory();
+  rebuildGpu();
+}
+
+void TimelineView::rebuildGpu() {
+  m_gpuLanes.clear();
+  m_gpuItems.clear();
+  if (!m_document || m_document->gpuStreamTracks().empty()) return;
+  // One bucket per pixel column; a failed read leaves the lanes empty (as for memory rows).
+  auto lanes = m_document->gpuLanes({m_geometry.startNs, m_geometry.endNs},
+                                     int(std::ceil(m_geometry.widthPx)));
+  if (!lanes.isOk()) return;
+  m_gpuLanes = std::move(lanes).value();
+  m_gpuItems = layoutGpuItems(m_gpuLanes, m_geometry);
+}
+
+QRect TimelineView::gpuLaneRect(int lane) const {
+  if (!m_document || lane < 0 || size_t(lane) >= m_document->gpuStreamTracks().size()) return {};
+  return QRect(kGutterPx, m_gpuTop + lane * kLaneHeightPx, width() - kGutterPx, kLaneHeightPx);
+}
+
+int TimelineView::gpuLaneAtY(int y) const {
+  if (!m_document || y < m_gpuTop) return -1;
+  const int lane = (y - m_gpuTop) / kLaneHeightPx;
+  return size_t(lane) < m_document->gpuStreamTracks().size() ? lane : -1;
+}
+
+const storage::GpuLaneItem* TimelineView::gpuItemAtPos(const QPoint& pos) const {
+  if (pos.x() < kGutterPx) return nullptr;
+  const int lane = gpuLaneAtY(pos.y());
+  if (lane < 0) return nullptr;
+  const GpuDrawItem* d = gpuItemAt(m_gpuItems, lane, plotX(pos.x()));
+  if (!d || size_t(d->lane) >= m_gpuLanes.size()) return nullptr;
+  return &m_gpuLanes[size_t(d->lane)].items[size_t(d->item)];
 }
 
 void TimelineView::rebuildMemory() {
@@ -180,6 +214,9 @@ void TimelineView::layoutLanes() {
     m_rows.push_back({int(i), y, first});
     y += kLaneHeightPx;
   }
+  const size_t streams = m_document->gpuStreamTracks().size();
+  m_gpuTop = y + (streams ? kTrackGapPx : 0);
+  y = m_gpuTop + int(streams) * kLaneHeightPx;
   m_memoryTop = y + kTrackGapPx;
 }
 
@@ -212,6 +249,8 @@ void TimelineView::resizeEvent(QResizeEvent* event) {
 QSize TimelineView::sizeHint() const {
   int lanesBottom = m_rows.empty() ? 4 * kLaneHeightPx : m_rows.back().top + kLaneHeightPx;
   if (m_document && !m_rows.empty()) {
+    const int streams = int(m_document->gpuStreamTracks().size());
+    if (streams > 0) lanesBottom += kTrackGapPx + streams * kLaneHeightPx;
     lanesBottom += int(m_document->memoryTracks().size()) * (kMemoryRowPx + kTrackGapPx);
   }
   return {900, std::max(220, lanesBottom + kLegendPx + 8)};

@@ -12,6 +12,11 @@
 // under the host lanes: a stacked area of bytes in use per category over the same time axis,
 // rebuilt with the draw list from the reader's per-pixel downsampled series (max per column, so
 // peaks stay visible); hovering it shows every category's bytes at that time.
+// Traces with GPU capture get one lane per CUDA stream under the host lanes (above the memory
+// rows): kernels, copies and memsets coloured by kind with elided names, read per window from
+// the reader's downsampled stream lanes (slices under a pixel fold into hatched runs). Clicking a
+// kernel selects it and emits gpuSliceActivated (the main window shows its launch details and
+// the expert load of its step and layer) and stepActivated for its step.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
 #pragma once
 
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "moewb/gui/config_markers.h"
+#include "moewb/gui/gpu_timeline.h"
 #include "moewb/gui/memory_timeline.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
@@ -60,6 +66,17 @@ class TimelineView : public QWidget {
   // the memory-per-step chart).
   static QColor memoryColor(const std::string& category);
 
+  // The GPU stream lanes of the visible window (one per document->gpuStreamTracks() entry, same
+  // order) and their laid-out items, rebuilt with the draw list; empty without GPU capture.
+  const std::vector<storage::GpuLane>& gpuLanes() const { return m_gpuLanes; }
+  const std::vector<GpuDrawItem>& gpuItems() const { return m_gpuItems; }
+  // Widget rectangle of GPU lane `lane` (plot part only); empty if none.
+  QRect gpuLaneRect(int lane) const;
+  // The GPU item under widget point `pos`, or nullptr.
+  const storage::GpuLaneItem* gpuItemAtPos(const QPoint& pos) const;
+  // The GPU slice selected by the last click, if any.
+  std::optional<SliceId> selectedGpuSlice() const { return m_selectedGpuSlice; }
+
   // Shows all data and keeps showing all of it as a live trace grows.
   void fitAll();
   // Zooms by `factor` (> 1 in) about plot x `anchorX`; pans by `shiftPx` (positive = later).
@@ -74,6 +91,8 @@ class TimelineView : public QWidget {
  signals:
   // The user clicked a slice that belongs to `step`.
   void stepActivated(qint64 step);
+  // The user clicked a GPU kernel, copy or memset (not a folded run): its slice id.
+  void gpuSliceActivated(qint64 sliceId);
   // The visible window changed (zoom, pan, fit, resize).
   void windowChanged();
 
@@ -106,6 +125,7 @@ class TimelineView : public QWidget {
   void rebuildDrawList();
   void rebuildMarkers();
   void rebuildMemory();
+  void rebuildGpu();
   void layoutLanes();
   void updateLegend();
   double plotWidth() const;
@@ -113,6 +133,9 @@ class TimelineView : public QWidget {
   int laneAtY(int y) const;
   Hit hitAt(const QPoint& pos) const;
   QString tooltipText(const Hit& hit) const;
+  QString gpuTooltipText(const storage::GpuLaneItem& item) const;
+  // Index of the GPU lane at widget y, or -1.
+  int gpuLaneAtY(int y) const;
   QString laneLabel(const LaneRow& row) const;
   TimeRange dataBounds() const;
 
@@ -124,6 +147,8 @@ class TimelineView : public QWidget {
   void paintGutter(QPainter& p) const;
   void paintMemory(QPainter& p) const;
   void paintMemoryGutter(QPainter& p) const;
+  void paintGpu(QPainter& p) const;
+  void paintGpuGutter(QPainter& p) const;
   // Index into m_memory of the stack drawn in memory row `row`, or -1.
   int memoryStackOfRow(int row) const;
   void paintLegend(QPainter& p) const;
@@ -143,6 +168,10 @@ class TimelineView : public QWidget {
   std::vector<ConfigMarker> m_markers;
   std::vector<MemoryStack> m_memory;
   int m_memoryTop = 0;  // y of the first memory row, px
+  std::vector<storage::GpuLane> m_gpuLanes;
+  std::vector<GpuDrawItem> m_gpuItems;
+  int m_gpuTop = 0;  // y of the first GPU lane, px
+  std::optional<SliceId> m_selectedGpuSlice;
   int m_hoverMarker = -1;
   std::vector<std::string> m_legend;  // phase families present, in display order
   bool m_fit = true;

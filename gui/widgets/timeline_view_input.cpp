@@ -62,10 +62,21 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
     m_dragging = false;
     unsetCursor();
     if (!m_dragMoved) {
-      const Hit hit = hitAt(event->position().toPoint());
+      const QPoint pos = event->position().toPoint();
+      const Hit hit = hitAt(pos);
+      const storage::GpuLaneItem* gpu = hit.item ? nullptr : gpuItemAtPos(pos);
+      m_selectedGpuSlice.reset();
       if (hit.slice && hit.slice->step >= 0 && !hit.item->isFolded()) {
         m_selectedStep = hit.slice->step;
         emit stepActivated(hit.slice->step);
+      } else if (gpu && !gpu->isFolded()) {
+        m_selectedGpuSlice = gpu->id;
+        const int64_t step = gpu->step;
+        emit gpuSliceActivated(gpu->id.value);
+        if (step >= 0) {
+          m_selectedStep = step;
+          emit stepActivated(step);
+        }
       } else {
         m_selectedStep.reset();
       }
@@ -88,6 +99,10 @@ void TimelineView::mouseDoubleClickEvent(QMouseEvent* event) {
   if (hit.item) {
     const int64_t pad = std::max<int64_t>((hit.item->endNs - hit.item->startNs) / 20, 1);
     showTimeRange({hit.item->startNs - pad, hit.item->endNs + pad});
+  } else if (const storage::GpuLaneItem* gpu = gpuItemAtPos(event->position().toPoint())) {
+    const int64_t startNs = gpu->startNs, endNs = gpu->endNs;  // the lanes are rebuilt below
+    const int64_t pad = std::max<int64_t>((endNs - startNs) / 20, 1);
+    showTimeRange({startNs - pad, endNs + pad});
   }
   event->accept();
 }
@@ -137,6 +152,8 @@ bool TimelineView::event(QEvent* event) {
                          this);
     } else if (hit.item) {
       QToolTip::showText(help->globalPos(), tooltipText(hit), this);
+    } else if (const storage::GpuLaneItem* gpu = gpuItemAtPos(help->pos())) {
+      QToolTip::showText(help->globalPos(), gpuTooltipText(*gpu), this);
     } else if (const QString memory = memoryTextAt(help->pos()); !memory.isEmpty()) {
       QToolTip::showText(help->globalPos(), memory, this);
     } else {
@@ -167,6 +184,26 @@ QString TimelineView::tooltipText(const Hit& hit) const {
   if (s.step >= 0) text += tr("<br>step %1").arg(s.step);
   text += s.layer >= 0 ? tr("<br>layer %1").arg(s.layer) : tr("<br>layer: whole model");
   return text;
+}
+
+QString TimelineView::gpuTooltipText(const storage::GpuLaneItem& item) const {
+  const int64_t originNs = dataBounds().startNs;
+  auto dur = [](int64_t ns) { return QString::fromStdString(formatDurationNs(ns)); };
+  if (item.isFolded()) {
+    return tr("<b>%1</b> folded (each shorter than a pixel)<br>span %2, from +%3"
+              "<br><i>zoom in to separate them</i>")
+        .arg(QString::fromStdString(gpuItemLabel(item)).toHtmlEscaped())
+        .arg(dur(item.durNs()))
+        .arg(dur(item.startNs - originNs));
+  }
+  QString text = tr("<b>%1</b><br>%2, duration %3<br>start +%4")
+                     .arg(QString::fromStdString(item.name).toHtmlEscaped())
+                     .arg(QString::fromStdString(item.category))
+                     .arg(dur(item.durNs()))
+                     .arg(dur(item.startNs - originNs));
+  if (item.step >= 0) text += tr("<br>step %1").arg(item.step);
+  if (item.layer >= 0) text += tr("<br>layer %1").arg(item.layer);
+  return text + tr("<br><i>click for launch details and expert load</i>");
 }
 
 }  // namespace moewb::gui

@@ -1,5 +1,5 @@
-// TimelineView painting: ruler, lane backgrounds, the prepared draw items, the device-memory
-// rows, gutter and legend.
+// TimelineView painting: ruler, lane backgrounds, the prepared draw items, the GPU stream lanes,
+// the device-memory rows, gutter and legend.
 // Nothing here searches the data: it walks m_drawList, which is rebuilt elsewhere.
 #include <QPainter>
 #include <QPainterPath>
@@ -29,12 +29,14 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.save();
   p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
   paintItems(p);
+  paintGpu(p);
   paintMemory(p);
   paintMarkers(p);
   p.restore();
   paintRuler(p);
   paintMarkerFlags(p);
   paintGutter(p);
+  paintGpuGutter(p);
   paintMemoryGutter(p);
   paintLegend(p);
 }
@@ -85,6 +87,58 @@ void TimelineView::paintMemory(QPainter& p) const {
     p.drawText(QRect(r.left() + 4, r.top() + 1, 200, 14), Qt::AlignLeft | Qt::AlignVCenter,
                QString::fromStdString(formatBytes(int64_t(scale.max))));
   }
+}
+
+// GPU stream lanes: alternate background, then the laid-out items coloured by kind; folded runs
+// hatched; the selected slice outlined; names elided to the item's width.
+void TimelineView::paintGpu(QPainter& p) const {
+  const size_t streams = m_document->gpuStreamTracks().size();
+  for (size_t lane = 0; lane < streams; ++lane) {
+    if (lane % 2 == 0) p.fillRect(gpuLaneRect(int(lane)), theme::alternate());
+  }
+  const QFontMetrics fm(font());
+  const QColor folded = foldedColor();
+  for (const GpuDrawItem& d : m_gpuItems) {
+    if (size_t(d.lane) >= m_gpuLanes.size() || size_t(d.lane) >= streams) continue;
+    const storage::GpuLaneItem& item = m_gpuLanes[size_t(d.lane)].items[size_t(d.item)];
+    const QRectF r(kGutterPx + d.x0, m_gpuTop + d.lane * kLaneHeightPx + 2, d.x1 - d.x0,
+                   kLaneHeightPx - 4);
+    const QColor color = gpuCategoryColor(item.category);
+    if (item.isFolded()) {
+      p.fillRect(r, color.darker(170));
+      p.fillRect(r, QBrush(folded, Qt::BDiagPattern));
+    } else {
+      p.fillRect(r, color);
+    }
+    const bool selected = !item.isFolded() && m_selectedGpuSlice && item.id == *m_selectedGpuSlice;
+    if (r.width() > 4 || selected) {
+      p.setPen(selected ? QPen(theme::accent(), 2) : QPen(color.lighter(130), 1));
+      p.drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));
+    }
+    if (r.width() > 28) {
+      const QRectF textRect = r.adjusted(4, 0, -3, 0);
+      p.setPen(item.isFolded() ? theme::text() : textColorOn(color));
+      p.drawText(textRect, Qt::AlignVCenter | Qt::AlignLeft,
+                 fm.elidedText(QString::fromStdString(gpuItemLabel(item)), Qt::ElideRight,
+                               int(textRect.width())));
+    }
+  }
+}
+
+// Gutter of the GPU lanes: the stream track names.
+void TimelineView::paintGpuGutter(QPainter& p) const {
+  const auto& tracks = m_document->gpuStreamTracks();
+  QFont bold = font();
+  bold.setBold(true);
+  p.setFont(bold);
+  p.setPen(theme::text());
+  for (size_t lane = 0; lane < tracks.size(); ++lane) {
+    const QRect r(10, m_gpuTop + int(lane) * kLaneHeightPx, kGutterPx - 16, kLaneHeightPx);
+    p.drawText(r, Qt::AlignVCenter | Qt::AlignLeft,
+               QFontMetrics(bold).elidedText(QString::fromStdString(gpuLaneLabel(tracks[lane])),
+                                             Qt::ElideRight, r.width()));
+  }
+  p.setFont(font());
 }
 
 // Gutter of the memory rows: the row name and a swatch per category (top band first).
@@ -261,13 +315,22 @@ void TimelineView::paintLegend(QPainter& p) const {
   const QFontMetrics fm(font());
   const QString note = tr("darker shade = backward");
   const int noteWidth = fm.horizontalAdvance(note) + 20;
+  // GPU kinds first (three short entries), then the phase families as far as they fit.
+  std::vector<std::pair<std::string, QColor>> entries;
+  if (!m_document->gpuStreamTracks().empty()) {
+    for (const char* kind : {storage::kCategoryKernel, storage::kCategoryMemcpy,
+                             storage::kCategoryMemset}) {
+      entries.emplace_back(kind, gpuCategoryColor(kind));
+    }
+  }
+  for (const std::string& family : m_legend) entries.emplace_back(family, phaseColor(family));
   int x = 10;
-  for (const std::string& family : m_legend) {
+  for (const auto& [family, color] : entries) {
     const QString label = QString::fromStdString(family);
     const int w = 14 + 4 + fm.horizontalAdvance(label) + 14;
     if (x + w > width() - noteWidth) break;
     const QRect swatch(x, top + (kLegendPx - 12) / 2, 14, 12);
-    p.fillRect(swatch, phaseColor(family));
+    p.fillRect(swatch, color);
     p.setPen(theme::text());
     p.drawText(QRect(x + 18, top, w, kLegendPx), Qt::AlignVCenter | Qt::AlignLeft, label);
     x += w;

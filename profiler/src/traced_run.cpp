@@ -151,6 +151,7 @@ Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
 }
 
 Result<RunSummary> TracedRun::run() {
+  if (m_gpuCapture && m_trainer) m_gpuCapture->setFirstStep(m_trainer->stepsDone());
   Status trained = m_parallel ? m_parallel->run(m_steps)
                               : m_trainer->run(m_steps - m_trainer->stepsDone());
   Status captured = m_gpuCapture ? m_gpuCapture->stop() : Status::ok();

@@ -4,9 +4,17 @@
 // Layout: {"displayTimeUnit":"ms","metadata":{meta keys..., "runs":[...]},"traceEvents":[...]}.
 // pid = rank, tid = track id; "M" events name processes ("rank N") and threads (track names);
 // slices become "X" events, counter samples "C" events, device-memory events "C" events named
-// "device memory.<category>" with the category's bytes in use. ts/dur are microseconds (double) relative
-// to the first slice start. The file is written as <out>.part and renamed at the end, so a failed
-// export leaves nothing half-written behind. Cost: one pass over slices, counters and memory events.
+// "device memory.<category>" with the category's bytes in use. ts/dur are microseconds (double)
+// relative to the first slice start.
+// GPU capture: the CUDA stream tracks (kind "stream") are threads of a process "GPU" (pid
+// kGpuPidBase + rank, one tid per stream track) holding the kernel, memcpy and memset "X" events;
+// each API call is joined to the GPU work it launched (same correlation id and rank) by a flow
+// arrow: "s" at the call's start on its API thread, "f" (binding to the enclosing slice) at the
+// work's start, both with the flow id correlation id * 1024 + rank.
+// The file is written as <out>.part and renamed at the end, so a failed export leaves nothing
+// half-written behind. Cost: one pass over slices, counters and memory events; memory O(tracks)
+// plus the API calls whose work has not started yet (calls that launch no work, such as
+// synchronisations, stay held until the end).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -15,8 +23,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "moewb/base/units.h"
+#include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::storage {
@@ -38,6 +48,23 @@ class EventStream {
   std::ofstream& m_out;
   bool m_first = true;
 };
+
+// Process ids of the per-rank "GPU" processes (pid = kGpuPidBase + rank), clear of rank pids.
+constexpr int32_t kGpuPidBase = 1'000'000;
+
+bool isStreamTrack(const TrackRow& track) {
+  return track.kind == kTrackKindStream;
+}
+
+// The chrome pid of `track`: its rank, or the rank's GPU process for a stream track.
+int32_t pidOf(const TrackRow& track) {
+  return isStreamTrack(track) ? kGpuPidBase + track.rank : track.rank;
+}
+
+// Flow id of the launch with correlation id `correlationId` on `rank` (ids are per process).
+int64_t flowId(int64_t correlationId, int32_t rank) {
+  return correlationId * 1024 + rank;
+}
 
 double toUs(int64_t ns) {
   return double(ns) / double(kNsPerUs);
@@ -62,8 +89,8 @@ Result<json> metadataObject(TraceReader& reader) {
 }
 
 void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
-  std::set<int32_t> ranks;
-  for (const TrackRow& track : tracks) ranks.insert(track.rank);
+  std::set<int32_t> ranks, gpuRanks;
+  for (const TrackRow& track : tracks) (isStreamTrack(track) ? gpuRanks : ranks).insert(track.rank);
   for (int32_t rank : ranks) {
     events.write({{"name", "process_name"},
                   {"ph", "M"},
@@ -71,44 +98,115 @@ void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
                   {"tid", 0},
                   {"args", {{"name", fmt::format("rank {}", rank)}}}});
   }
+  for (int32_t rank : gpuRanks) {
+    const int32_t pid = kGpuPidBase + rank;
+    events.write({{"name", "process_name"},
+                  {"ph", "M"},
+                  {"pid", pid},
+                  {"tid", 0},
+                  {"args", {{"name", rank == 0 ? std::string("GPU")
+                                               : fmt::format("GPU (rank {})", rank)}}}});
+    // Below the host processes.
+    events.write({{"name", "process_sort_index"},
+                  {"ph", "M"},
+                  {"pid", pid},
+                  {"tid", 0},
+                  {"args", {{"sort_index", pid}}}});
+  }
   for (const TrackRow& track : tracks) {
     events.write({{"name", "thread_name"},
                   {"ph", "M"},
-                  {"pid", track.rank},
+                  {"pid", pidOf(track)},
                   {"tid", track.id.value},
                   {"args", {{"name", track.name}}}});
     events.write({{"name", "thread_sort_index"},
                   {"ph", "M"},
-                  {"pid", track.rank},
+                  {"pid", pidOf(track)},
                   {"tid", track.id.value},
                   {"args", {{"sort_index", track.id.value}}}});
   }
 }
 
+// Joins API calls to the GPU work they launched and writes each pair's flow events.
+class FlowWriter {
+ public:
+  FlowWriter(EventStream& events, int64_t originNs) : m_events(events), m_originNs(originNs) {}
+  // Sees a slice in start order on a track with chrome pid `pid` of rank `rank`.
+  void add(const SliceRow& s, int32_t pid, int32_t rank) {
+    if (s.correlationId == 0) return;
+    const int64_t id = flowId(s.correlationId, rank);
+    if (s.category == kCategoryApi) {
+      m_pending[id] = {pid, s.track.value, s.startNs};
+      return;
+    }
+    if (!isGpuWorkCategory(s.category)) return;
+    auto it = m_pending.find(id);
+    if (it == m_pending.end()) return;
+    const Pending& call = it->second;
+    m_events.write({{"name", "launch"},
+                    {"cat", "cuda_flow"},
+                    {"ph", "s"},
+                    {"id", id},
+                    {"ts", toUs(call.startNs - m_originNs)},
+                    {"pid", call.pid},
+                    {"tid", call.tid},
+                    {"args", {{"correlation_id", s.correlationId}}}});
+    m_events.write({{"name", "launch"},
+                    {"cat", "cuda_flow"},
+                    {"ph", "f"},
+                    {"bp", "e"},
+                    {"id", id},
+                    {"ts", toUs(s.startNs - m_originNs)},
+                    {"pid", pid},
+                    {"tid", s.track.value},
+                    {"args", {{"correlation_id", s.correlationId}}}});
+    m_pending.erase(it);
+  }
+
+ private:
+  struct Pending {
+    int32_t pid = 0;
+    int64_t tid = 0;
+    int64_t startNs = 0;
+  };
+  EventStream& m_events;
+  int64_t m_originNs;
+  std::unordered_map<int64_t, Pending> m_pending;  // by flow id
+};
+
 Status writeBody(TraceReader& reader, std::ofstream& out) {
   MOEWB_ASSIGN_OR_RETURN(const json metadata, metadataObject(reader));
   MOEWB_ASSIGN_OR_RETURN(const std::vector<TrackRow> tracks, reader.tracks());
   MOEWB_ASSIGN_OR_RETURN(const TimeWindow bounds, reader.timeBounds());
-  std::map<int64_t, int32_t> rankOfTrack;
-  for (const TrackRow& track : tracks) rankOfTrack[track.id.value] = track.rank;
+  std::map<int64_t, const TrackRow*> trackById;
+  for (const TrackRow& track : tracks) trackById[track.id.value] = &track;
   auto rankOf = [&](TrackId track) {
-    auto it = rankOfTrack.find(track.value);
-    return it == rankOfTrack.end() ? 0 : it->second;
+    auto it = trackById.find(track.value);
+    return it == trackById.end() ? 0 : it->second->rank;
+  };
+  auto pidOfTrack = [&](TrackId track) {
+    auto it = trackById.find(track.value);
+    return it == trackById.end() ? 0 : pidOf(*it->second);
   };
   const int64_t originNs = bounds.startNs;
 
   out << R"({"displayTimeUnit":"ms","metadata":)" << metadata.dump() << R"(,"traceEvents":[)";
   EventStream events(out);
   writeNameEvents(events, tracks);
+  FlowWriter flows(events, originNs);
   MOEWB_RETURN_IF_ERROR(reader.forEachSlice([&](const SliceRow& s) {
+    json args = {{"step", s.step}, {"layer", s.layer}, {"depth", s.depth}};
+    if (s.correlationId != 0) args["correlation_id"] = s.correlationId;
+    const int32_t pid = pidOfTrack(s.track);
     events.write({{"name", s.name},
                   {"cat", s.category},
                   {"ph", "X"},
                   {"ts", toUs(s.startNs - originNs)},
                   {"dur", toUs(s.durNs)},
-                  {"pid", rankOf(s.track)},
+                  {"pid", pid},
                   {"tid", s.track.value},
-                  {"args", {{"step", s.step}, {"layer", s.layer}, {"depth", s.depth}}}});
+                  {"args", std::move(args)}});
+    flows.add(s, pid, rankOf(s.track));
     return bool(out);
   }));
   MOEWB_RETURN_IF_ERROR(reader.forEachCounter([&](const CounterRow& c) {

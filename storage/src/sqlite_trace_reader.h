@@ -6,7 +6,8 @@
 // slice(start_ns) (or slice(track, start_ns)), where maxSliceDur is one meta lookup written by
 // the writer; timeBounds is three index probes; counters(window) one index range per track;
 // steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables;
-// memorySeries is index probes plus a covering-index range scan (sqlite_trace_reader_memory.cpp).
+// memorySeries is index probes plus a covering-index range scan (sqlite_trace_reader_memory.cpp);
+// the GPU lane and kernel-detail queries are in sqlite_trace_reader_gpu.cpp.
 // Multi-statement queries run in one read transaction so they see one snapshot.
 #pragma once
 
@@ -78,6 +79,10 @@ class SqliteTraceReader final : public TraceReader {
                                                  std::optional<TrackId> track) override;
   Result<std::vector<MemoryCategoryTotals>> memoryTotals() override;
   Status forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>& visit) override;
+  Result<std::vector<GpuLane>> gpuLanes(TimeWindow window, int32_t buckets,
+                                        std::optional<TrackId> track) override;
+  Result<std::optional<GpuSliceDetails>> gpuSliceDetails(SliceId slice) override;
+  Result<std::optional<LayerLoad>> layerLoad(int64_t step, int32_t layer) override;
 
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
@@ -89,6 +94,8 @@ class SqliteTraceReader final : public TraceReader {
   Result<TimeWindow> timeBoundsInSnapshot();
   // Whether memory_event has the columns this build reads (step, in_use_bytes); cached.
   Result<bool> hasMemoryColumns();
+  Result<std::vector<GpuLane>> gpuLanesInSnapshot(TimeWindow window, int32_t buckets,
+                                                  std::optional<TrackId> track);
   Result<std::vector<MemorySeries>> memorySeriesInSnapshot(TimeWindow window, int32_t buckets,
                                                            std::optional<TrackId> track);
   // Runs `body` inside BEGIN ... COMMIT so that its statements see one snapshot.

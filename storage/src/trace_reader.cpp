@@ -1,5 +1,5 @@
 // TraceReader's factory, the default (non-streaming) implementations of its forEach* methods and
-// the defaults of the memory queries (no memory events).
+// the defaults of the memory and GPU queries (no memory events, no GPU rows).
 #include "moewb/storage/trace_reader.h"
 
 #include "sqlite_trace_reader.h"
@@ -38,6 +38,18 @@ Result<std::vector<MemoryCategoryTotals>> TraceReader::memoryTotals() {
 
 Status TraceReader::forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>&) {
   return Status::ok();
+}
+
+Result<std::vector<GpuLane>> TraceReader::gpuLanes(TimeWindow, int32_t, std::optional<TrackId>) {
+  return std::vector<GpuLane>{};
+}
+
+Result<std::optional<GpuSliceDetails>> TraceReader::gpuSliceDetails(SliceId) {
+  return std::optional<GpuSliceDetails>{};
+}
+
+Result<std::optional<LayerLoad>> TraceReader::layerLoad(int64_t, int32_t) {
+  return std::optional<LayerLoad>{};
 }
 
 }  // namespace moewb::storage

@@ -217,6 +217,31 @@ TEST(CliBadInput, UnknownSubcommandOrOptionExitsTwo) {
   EXPECT_EQ(runMoewb("--version", dir.path()).exitCode, 0);
 }
 
+TEST(CliBadInput, GpuCaptureModeOptionsAreValidatedBeforeAnythingIsWritten) {
+  TempDir dir("cli-capture-modes");
+  const std::string trace = dir.file("never.sqlite");
+  const std::string run = "run --config " + tinyConfig() + " --steps 4 --out " + trace + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--trace-every 2", "--trace-every chooses which steps the GPU capture records; it needs "
+                          "--gpu-trace"},
+      {"--gpu-trace --trace-every 0", "--trace-every 0 is out of range; accepted: N >= 1"},
+      {"--gpu-trace --trace-steps 5:3", "--trace-steps '5:3' is not a step range; accepted: A:B"},
+      {"--gpu-trace --trace-steps 10:20", "captures nothing: the run trains steps 0..3"},
+      {"--gpu-trace --flight-recorder 4", "has no trigger and would never write"},
+      {"--gpu-trace --trigger-step-ms 5", "--trigger-step-ms needs --flight-recorder N"},
+      {"--gpu-trace --flight-recorder 4 --trigger-load 0.5",
+       "--trigger-load 0.5 is out of range; accepted: a max/mean expert load X > 1"},
+      {"--gpu-trace --flight-recorder 4 --trigger-step-ms 5 --trace-steps 1:3",
+       "cannot be combined with --trace-steps"},
+  };
+  for (const auto& [options, message] : cases) {
+    ProcessResult r = runMoewb(run + options, dir.path());
+    EXPECT_EQ(r.exitCode, 2) << options;
+    EXPECT_NE(r.err.find(message), std::string::npos) << options << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(trace)) << options;
+  }
+}
+
 }  // namespace
 }  // namespace moewb::cli::testing
 

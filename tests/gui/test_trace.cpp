@@ -68,6 +68,7 @@ Status TestTrace::addStep(int64_t step) {
     }
   }
   if (m_deviceMemory) writeDeviceMemory(step, start);
+  if (m_gpu) writeGpu(step, start);
   m_writer->addStep(row);
   return m_writer->flush();
 }
@@ -169,6 +170,46 @@ Status TestTrace::flush() {
 Status TestTrace::finish() {
   m_writer->finishRun(m_run, "completed", "", kOriginNs + 1'000 * kStepNs);
   return m_writer->close();
+}
+
+void TestTrace::writeGpu(int64_t step, int64_t start) {
+  using namespace storage;
+  if (!m_apiTrack.isValid()) {
+    m_apiTrack = m_writer->addTrack({TrackId(), "CUDA API thread", kTrackKindCudaApi, 0, 11});
+    m_stream7 = m_writer->addTrack({TrackId(), "GPU 0 stream 7", kTrackKindStream, 0, 7});
+    m_stream13 = m_writer->addTrack({TrackId(), "GPU 0 stream 13", kTrackKindStream, 0, 13});
+  }
+  const int64_t copyCorr = step * 1000 + 999;
+  m_writer->addCudaApi(
+      {SliceId(), m_apiTrack, start + 10'000, 3'000, "cudaMemcpyAsync", kCategoryApi, step, -1,
+       copyCorr, 0},
+      {"runtime", 41, 11, 0, "step"});
+  m_writer->addGpuMemcpy({SliceId(), m_stream13, start + 20'000, 50'000, "memcpy HtoD",
+                          kCategoryMemcpy, step, -1, copyCorr, 0},
+                         {0, 13, 1, 2, 3, 4 * kMiB, "step"});
+  for (int l = 0; l < m_layers; ++l) {
+    const int64_t corr = step * 1000 + l * 10 + 1;
+    m_writer->addCudaApi({SliceId(), m_apiTrack, start + 100'000 + l * kGpuLayerStrideNs, 5'000,
+                          "cudaLaunchKernel", kCategoryApi, step, l, corr, 0},
+                         {"runtime", 211, 11, 0, "experts.fwd"});
+    GpuKernelRow k{0, 7, 64, l + 1, 1, 256, 1, 1, 96, 4096, 16384,
+                   "_ZN5moewb23grouped_gemm_fwd_kernelEv", "grouped_gemm_fwd_kernel",
+                   "experts.fwd"};
+    m_writer->addGpuKernel(
+        {SliceId(), m_stream7, start + kGpuKernelOffsetNs + l * kGpuLayerStrideNs, kGpuKernelNs,
+         "void moewb::grouped_gemm_fwd_kernel<__nv_bfloat16, 128, 64>(moewb::GemmArgs)",
+         kCategoryKernel, step, l, corr, 0},
+        k);
+  }
+  m_writer->addGpuMemset({SliceId(), m_stream13, start + 1'500'000, 10'000, "memset",
+                          kCategoryMemset, step, -1, 0, 0},
+                         {0, 13, 1024, 0, 3, "step"});
+  for (int i = 0; i < 20; ++i) {
+    GpuKernelRow k{0, 7, 8, 1, 1, 128, 1, 1, 16, 0, 0, "_Z11elementwisev", "elementwise", "step"};
+    m_writer->addGpuKernel({SliceId(), m_stream7, start + 1'600'000 + i * 2'000, 1'000,
+                            "elementwise(float*)", kCategoryKernel, step, -1, 0, 0},
+                           k);
+  }
 }
 
 }  // namespace moewb::gui::testing

@@ -32,6 +32,19 @@ class TestTrace {
   // optimizer 16 MiB, address 0); per step activations +4 MiB at +100 us, workspace +1 MiB at
   // +700 us and -1 MiB at +800 us, activations -4 MiB at +1500 us.
   void setDeviceMemory(bool on) { m_deviceMemory = on; }
+  // From now on addStep also writes GPU capture rows: a "CUDA API thread" track (kind cuda_api)
+  // and two stream tracks, "GPU 0 stream 7" and "GPU 0 stream 13" (kind stream). Per step and
+  // layer l: cudaLaunchKernel at +100 us + l * 300 us (5 us) launching grouped_gemm_fwd_kernel on
+  // stream 7 at kGpuKernelOffsetNs + l * kGpuLayerStrideNs for kGpuKernelNs (grid 64 x (l+1),
+  // block 256, 96 registers, 4 KiB static + 16 KiB dynamic shared, phase experts.fwd, layer l);
+  // per step a 4 MiB HtoD memcpy on stream 13 at +20 us (50 us, launched by cudaMemcpyAsync at
+  // +10 us), a memset on stream 13 at +1500 us (10 us) and 20 elementwise kernels of 1 us on
+  // stream 7 every 2 us from +1600 us. Correlation ids: step * 1000 + l * 10 + 1 (kernels),
+  // step * 1000 + 999 (memcpy).
+  void setGpuActivity(bool on) { m_gpu = on; }
+  static constexpr int64_t kGpuKernelOffsetNs = 110'000;
+  static constexpr int64_t kGpuLayerStrideNs = 300'000;
+  static constexpr int64_t kGpuKernelNs = 200'000;
   static constexpr int64_t kMiB = 1 << 20;
   // Bytes addStep reports for memory category `category` (0 weights, 1 grads, 2 optimizer,
   // 3 activations) at `step`.
@@ -55,6 +68,8 @@ class TestTrace {
   void writeSlices(int64_t step, int64_t start);
   // Queues the step's device-memory events (see setDeviceMemory).
   void writeDeviceMemory(int64_t step, int64_t start);
+  // Queues the step's GPU capture rows (see setGpuActivity).
+  void writeGpu(int64_t step, int64_t start);
 
   std::unique_ptr<storage::TraceWriter> m_writer;
   RunId m_run;
@@ -63,6 +78,8 @@ class TestTrace {
   bool m_memory = false;
   bool m_deviceMemory = false;
   TrackId m_deviceTrack;
+  bool m_gpu = false;
+  TrackId m_apiTrack, m_stream7, m_stream13;
   int m_layers = 0;
   int m_experts = 0;
 };

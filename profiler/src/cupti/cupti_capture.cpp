@@ -5,7 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
+#include <optional>
 #include <string>
 
 #include "cupti/cupti_check.h"
@@ -31,6 +34,8 @@ constexpr CUpti_ActivityKind kKinds[] = {
     CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_MARKER,
 };
 constexpr size_t kBufferAlignment = 8;
+// Firings listed in meta gpu_capture_triggers; later ones are only counted.
+constexpr int64_t kMaxLoggedFirings = 100;
 
 std::mutex g_activeMutex;  // serialises start/stop of captures
 std::atomic<CuptiCapture*> g_active{nullptr};
@@ -50,7 +55,14 @@ void pointNvtxAtCupti() {
 }  // namespace
 
 CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions& options)
-    : m_writer(writer), m_options(options), m_builder(writer, options.rank) {}
+    : m_writer(writer),
+      m_options(options),
+      m_flight(options.mode.isFlightRecorder() ? std::make_unique<gpu::FlightRecorderWriter>(writer)
+                                               : nullptr),
+      m_builder(m_flight ? static_cast<storage::TraceWriter*>(m_flight.get()) : writer,
+                options.rank),
+      m_triggers(options.mode.triggers),
+      m_window(options.mode.flightRecorderSteps) {}
 
 CuptiCapture::~CuptiCapture() {
   (void)stop();
@@ -60,6 +72,12 @@ Result<std::unique_ptr<GpuCapture>> CuptiCapture::start(storage::TraceWriter* wr
                                                         const GpuCaptureOptions& options) {
   if (options.bufferBytes < 1024 || options.maxBuffers < 0) {
     return invalidArgument("GPU capture buffers: bufferBytes must be >= 1024 and maxBuffers >= 0");
+  }
+  const CaptureMode& mode = options.mode;
+  if (mode.everySteps < 1 || mode.firstStep < 0 || mode.endStep <= mode.firstStep ||
+      mode.flightRecorderSteps < 0 || mode.isFlightRecorder() != mode.triggers.any()) {
+    return invalidArgument("GPU capture mode '" + mode.describe() + "': needs everySteps >= 1, "
+                           "0 <= firstStep < endStep, and triggers exactly with a flight recorder");
   }
   std::lock_guard lock(g_activeMutex);
   if (g_active.load() != nullptr) {
@@ -84,22 +102,37 @@ Status CuptiCapture::enable() {
     MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityRegisterCallbacks(&bufferRequested, &bufferCompleted));
     g_callbacksRegistered = true;
   }
-  for (CUpti_ActivityKind kind : kKinds) {
-    MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityEnable(kind));
-    m_enabled.push_back(kind);
-  }
+  if (m_options.mode.capturesStep(0)) MOEWB_RETURN_IF_ERROR(setKindsEnabled(true));
   MOEWB_RETURN_IF_ERROR(calibrate());
+  m_writer->setMeta("gpu_capture_mode", m_options.mode.describe());
   m_writer->setMeta("cupti_clock_offset_start_ns", std::to_string(m_clock.firstOffsetNs()));
   m_writer->setMeta("cupti_clock_offset_ns", std::to_string(m_clock.lastOffsetNs()));
   return Status::ok();
 }
 
 void CuptiCapture::disable() {
+  if (Status status = setKindsEnabled(false); !status.isOk()) recordError(status);
+}
+
+// Enabling or disabling the kinds is what makes the steps outside a window cost nothing: no
+// API callbacks, no kernel records, no buffers.
+Status CuptiCapture::setKindsEnabled(bool on) {
+  std::lock_guard lock(m_kindsMutex);
+  if (on) {
+    for (CUpti_ActivityKind kind : kKinds) {
+      if (std::find(m_enabled.begin(), m_enabled.end(), kind) != m_enabled.end()) continue;
+      MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityEnable(kind));
+      m_enabled.push_back(kind);
+    }
+    return Status::ok();
+  }
+  Status first;
   for (CUpti_ActivityKind kind : m_enabled) {
     Status status = MOEWB_CUPTI_STATUS(cuptiActivityDisable(kind));
-    if (!status.isOk()) recordError(status);
+    if (first.isOk()) first = status;
   }
   m_enabled.clear();
+  return first;
 }
 
 // ---- CUPTI callbacks ---------------------------------------------------------------------
@@ -171,15 +204,36 @@ void CuptiCapture::onRunStart(const engine::RunStartEvent&) {
   m_builder.setTrainerThread(uint32_t(syscall(SYS_gettid)));
 }
 
+void CuptiCapture::setFirstStep(int64_t step) {
+  if (m_options.mode.isFlightRecorder()) return;
+  if (Status s = setKindsEnabled(m_options.mode.capturesStep(step)); !s.isOk()) recordError(s);
+}
+
 void CuptiCapture::onPhase(const engine::PhaseEvent& event) {
-  m_builder.addPhase(event);
+  if (m_options.mode.capturesStep(event.step)) m_builder.addPhase(event);
+}
+
+void CuptiCapture::onExpertLoad(const engine::ExpertLoadEvent& event) {
+  if (m_flight) m_triggers.addExpertLoad(event);
 }
 
 void CuptiCapture::onStep(const engine::StepEvent& event) {
+  const CaptureMode& mode = m_options.mode;
+  std::optional<gpu::TriggerFiring> firing;
+  if (m_flight) {
+    firing = m_triggers.endStep(event);
+  } else if (mode.capturesStep(event.step + 1) != mode.capturesStep(event.step)) {
+    // The step's work is finished (the engine synchronises before onStep), so switching here
+    // loses no record of this step and misses none of the next.
+    if (Status s = setKindsEnabled(mode.capturesStep(event.step + 1)); !s.isOk()) recordError(s);
+  }
+  if (!mode.capturesStep(event.step)) return;
   m_builder.addStep(event.step, event.startNs, event.endNs);
+  m_stepsCaptured.fetch_add(1);
   {
     std::lock_guard lock(m_queueMutex);
     m_lastStep = event.step;
+    if (firing) m_firings.push_back(std::move(*firing));
   }
   m_wake.notify_one();
 }
@@ -251,6 +305,7 @@ void CuptiCapture::parserLoop() {
       if (Status s = flushAndCalibrate(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); !s.isOk()) recordError(s);
       parseCompleted();
       m_builder.resolveAll();
+      writeFiredSteps(INT64_MAX);
       writeStats();
       return;
     }
@@ -259,9 +314,36 @@ void CuptiCapture::parserLoop() {
       parseCompleted();
       m_builder.resolveThrough(step);
       m_resolvedStep = step;
+      writeFiredSteps(step);
       writeStats();
     }
   }
+}
+
+// Flight recorder: writes the held steps of every firing up to `throughStep` (all resolved), then
+// keeps only the last N steps.
+void CuptiCapture::writeFiredSteps(int64_t throughStep) {
+  if (!m_flight) return;
+  // Firings of steps after `throughStep` (pushed since the parser read the step) wait: their
+  // rows are not all resolved yet.
+  std::vector<gpu::TriggerFiring> firings;
+  {
+    std::lock_guard lock(m_queueMutex);
+    auto later = std::stable_partition(m_firings.begin(), m_firings.end(),
+                                       [&](const auto& f) { return f.step <= throughStep; });
+    firings.assign(std::make_move_iterator(m_firings.begin()), std::make_move_iterator(later));
+    m_firings.erase(m_firings.begin(), later);
+  }
+  for (const gpu::TriggerFiring& firing : firings) {
+    const auto [first, last] = m_window.onFiring(firing.step);
+    m_flightStepsWritten += m_flight->writeSteps(first, last);
+    if (++m_firingCount <= kMaxLoggedFirings) {
+      m_firingLog += (m_firingLog.empty() ? "" : "\n") + firing.reason + " (wrote steps " +
+                     std::to_string(first) + ".." + std::to_string(last) + ")";
+      m_writer->setMeta("gpu_capture_triggers", m_firingLog);
+    }
+  }
+  m_flight->dropBefore(m_window.oldestKept(throughStep));
 }
 
 void CuptiCapture::writeStats() {
@@ -287,6 +369,23 @@ void CuptiCapture::writeStats() {
        "engine phase events without a matching NVTX range");
   stat("nvtx_ranges_unclosed", c.unclosedRanges, "warning",
        "NVTX ranges still open when the capture stopped");
+  if (!m_options.mode.isEveryStep()) {
+    m_writer->addStat({"gpu_steps_captured", "info", m_stepsCaptured.load(),
+                       "steps whose GPU activity CUPTI recorded (" +
+                           m_options.mode.describe() + ")"});
+  }
+  if (m_flight) {
+    const std::string first = m_firingLog.substr(0, m_firingLog.find('\n'));
+    m_writer->addStat({"flight_recorder_triggers", "info", m_firingCount,
+                       m_firingCount == 0 ? "flight-recorder triggers that fired (none)"
+                                          : "flight-recorder triggers that fired (first: " +
+                                                first + ")"});
+    m_writer->addStat({"flight_recorder_steps_written", "info", m_flightStepsWritten,
+                       "steps whose GPU rows the flight recorder wrote"});
+    m_writer->addStat({"flight_recorder_rows_discarded", "info", m_flight->rowsDiscarded(),
+                       "GPU rows the flight recorder dropped (steps no trigger asked for, work "
+                       "outside steps)"});
+  }
 }
 
 void CuptiCapture::recordError(const Status& status) {

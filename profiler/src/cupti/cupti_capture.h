@@ -5,6 +5,10 @@
 // The parser thread parses queued buffers (ActivityParser), feeds the GpuTraceBuilder, and after
 // each step flushes CUPTI, recalibrates the clocks and resolves that step. The engine thread
 // only copies phase and step events into the builder.
+// Modes: the activity kinds are enabled and disabled on the trainer thread at step ends
+// (setKindsEnabled, under a mutex); only captured steps' host events reach the builder. The
+// flight recorder puts a FlightRecorderWriter between the builder and the writer; the parser
+// thread writes the held steps a firing asks for and drops the rest (gpu/flight_recorder.h).
 // Buffers: at most options.maxBuffers exist; a request beyond that gets no buffer, so CUPTI drops
 // those records (counted: cupti_buffers_refused, cupti_dropped_records).
 #pragma once
@@ -21,6 +25,7 @@
 
 #include "cupti/activity_parser.h"
 #include "gpu/clock_calibration.h"
+#include "gpu/flight_recorder.h"
 #include "gpu/gpu_trace_builder.h"
 #include "moewb/profiler/gpu_capture.h"
 
@@ -35,11 +40,12 @@ class CuptiCapture final : public GpuCapture {
 
   void onRunStart(const engine::RunStartEvent& event) override;
   void onPhase(const engine::PhaseEvent& event) override;
-  void onExpertLoad(const engine::ExpertLoadEvent&) override {}
+  void onExpertLoad(const engine::ExpertLoadEvent& event) override;
   void onCounter(const engine::CounterEvent&) override {}
   void onStep(const engine::StepEvent& event) override;
   void onRunEnd(const engine::RunEndEvent&) override {}
   Status stop() override;
+  void setFirstStep(int64_t step) override;
 
  private:
   struct Completed {
@@ -50,6 +56,7 @@ class CuptiCapture final : public GpuCapture {
   CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions& options);
   Status enable();
   void disable();
+  Status setKindsEnabled(bool on);
   static void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords);
   static void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buffer,
                                        size_t size, size_t validSize);
@@ -61,6 +68,7 @@ class CuptiCapture final : public GpuCapture {
   void parseCompleted();
   Status flushAndCalibrate(uint32_t flag);
   Status calibrate();
+  void writeFiredSteps(int64_t throughStep);
   void writeStats();
   void recordError(const Status& status);
 
@@ -68,8 +76,17 @@ class CuptiCapture final : public GpuCapture {
   GpuCaptureOptions m_options;
   gpu::ClockCalibration m_clock;  // parser thread (and create before it starts)
   ActivityParser m_parser{&m_clock};
+  std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder
   gpu::GpuTraceBuilder m_builder;
+  std::mutex m_kindsMutex;  // guards m_enabled
   std::vector<CUpti_ActivityKind> m_enabled;
+
+  gpu::FlightTriggers m_triggers;  // trainer thread
+  gpu::FlightWindow m_window;      // parser thread
+  std::atomic<int64_t> m_stepsCaptured{0};
+  int64_t m_firingCount = 0;       // parser thread
+  int64_t m_flightStepsWritten = 0;
+  std::string m_firingLog;         // parser thread: the firings, one per line (capped)
 
   std::mutex m_bufferMutex;  // guards the pool
   std::vector<uint8_t*> m_freeBuffers;
@@ -80,6 +97,7 @@ class CuptiCapture final : public GpuCapture {
   std::mutex m_queueMutex;  // guards the fields up to m_stopping
   std::condition_variable m_wake;
   std::vector<Completed> m_completed;
+  std::vector<gpu::TriggerFiring> m_firings;  // fired, not yet written
   int64_t m_lastStep = -1;
   bool m_stopping = false;
 

@@ -92,6 +92,11 @@ void GpuTraceBuilder::resolveThrough(int64_t step) {
   resolveUntil(it->second.endNs);
 }
 
+void GpuTraceBuilder::resolveBefore(int64_t cutoffNs) {
+  takeHostEvents();
+  resolveUntil(cutoffNs);
+}
+
 void GpuTraceBuilder::resolveAll() {
   takeHostEvents();
   m_counters.unclosedRanges += int64_t(m_openRanges.size());
@@ -109,12 +114,14 @@ int64_t GpuTraceBuilder::stepAt(int64_t tsNs) const {
 }
 
 std::string GpuTraceBuilder::outsidePhase(int64_t tsNs) const {
+  if (m_foreign) return "external";
   if (stepAt(tsNs) >= 0) return "step";
   if (m_steps.empty() || tsNs < m_steps.begin()->second.startNs) return "setup";
   return "";
 }
 
 bool GpuTraceBuilder::isTrainerRange(const Range& range) const {
+  if (m_foreign) return true;  // a foreign program's own ranges name its phases
   return range.domain == kEngineDomain &&
          (m_trainerThread == 0 || range.threadId == m_trainerThread);
 }
@@ -158,22 +165,38 @@ void GpuTraceBuilder::resolveUntil(int64_t cutoffNs) {
   std::map<uint32_t, std::vector<ApiCall>> calls;
   std::vector<Range> laterRanges;
   for (Range& r : m_ranges) {
+    if (m_foreign && r.startNs < cutoffNs && r.endNs >= cutoffNs) {
+      // Written now, and kept (unwritten) so that calls after the cutoff still lie inside it.
+      Range keep = r;
+      keep.open = true;
+      laterRanges.push_back(std::move(keep));
+    }
     (r.startNs < cutoffNs ? ranges[r.threadId] : laterRanges).push_back(std::move(r));
   }
   m_ranges = std::move(laterRanges);
+  if (m_foreign && cutoffNs != kNoCutoff) {
+    for (const auto& [id, start] : m_openRanges) {
+      if (start.tsNs >= cutoffNs) continue;
+      Range open{start.tsNs, kNoCutoff, start.threadId, start.name, start.domain};
+      open.open = true;
+      ranges[start.threadId].push_back(std::move(open));
+    }
+  }
   std::vector<ApiCall> laterCalls;
   for (ApiCall& c : m_calls) {
     (c.startNs < cutoffNs ? calls[c.threadId] : laterCalls).push_back(std::move(c));
   }
   m_calls = std::move(laterCalls);
 
-  std::vector<Range*> moewbRanges;
-  for (auto& [thread, list] : ranges) {
-    for (Range& r : list) {
-      if (isTrainerRange(r)) moewbRanges.push_back(&r);
+  if (!m_foreign) {  // a foreign program has no PhaseEvents to pair its ranges with
+    std::vector<Range*> moewbRanges;
+    for (auto& [thread, list] : ranges) {
+      for (Range& r : list) {
+        if (isTrainerRange(r)) moewbRanges.push_back(&r);
+      }
     }
+    matchRanges(moewbRanges);
   }
-  matchRanges(moewbRanges);
 
   m_attributionAge.emplace_back();
   for (auto& [thread, list] : calls) resolveThread(thread, ranges[thread], list);
@@ -231,11 +254,13 @@ void GpuTraceBuilder::resolveThread(uint32_t threadId, std::vector<Range>& range
     for (; r < ranges.size() && ranges[r].startNs <= ts; ++r) {
       const Range& range = ranges[r];
       popEnded(range.startNs);
-      const int64_t step = range.step >= 0 ? range.step : stepAt(range.startNs);
-      storage::SliceRow slice{SliceId(), track, range.startNs, range.endNs - range.startNs,
-                              range.name, storage::kCategoryNvtx, step, range.layer, 0,
-                              int32_t(stack.size())};
-      m_writer->addSlice(slice);
+      if (!range.open) {
+        const int64_t step = range.step >= 0 ? range.step : stepAt(range.startNs);
+        storage::SliceRow slice{SliceId(), track, range.startNs, range.endNs - range.startNs,
+                                range.name, storage::kCategoryNvtx, step, range.layer, 0,
+                                int32_t(stack.size())};
+        m_writer->addSlice(slice);
+      }
       stack.push_back(&range);
     }
   };

@@ -9,6 +9,10 @@
 // clock agreement between host events and CUPTI. Kernels, copies, memsets, memory and sync
 // records take the attribution of the API call with their correlation id. Work inside a step but
 // outside every range gets phase "step", work before the first step "setup".
+// Foreign programs (`moewb capture`, setForeignProgram): there are no steps and no PhaseEvents;
+// the innermost NVTX range of any domain on the calling thread names the phase, work outside
+// every range gets phase "external", and rows keep step -1 and layer -1. resolveBefore(cutoff)
+// writes what started before a time; ranges still open then count as enclosing later calls.
 //
 // Ordering: records may arrive in any order across buffers; resolveThrough(step) writes every
 // record of the steps up to `step` and must only be called once all records of calls made before
@@ -51,8 +55,14 @@ class GpuTraceBuilder {
   void addPhase(const engine::PhaseEvent& event);
   void addStep(int64_t step, int64_t startNs, int64_t endNs);
 
+  // Before the first record: attribute a foreign program's work (see the file comment).
+  void setForeignProgram() { m_foreign = true; }
+
   // Parser thread.
   void addRecords(std::vector<Record>&& records);
+  // Writes every record that started before `cutoffNs` (steady clock); call only once every
+  // record of API calls made before the cutoff has been added (flush CUPTI first).
+  void resolveBefore(int64_t cutoffNs);
   // Writes every record of steps <= `step` (and of calls before that step's end).
   void resolveThrough(int64_t step);
   // Writes everything still held (end of capture).
@@ -68,6 +78,7 @@ class GpuTraceBuilder {
     std::string domain;
     int64_t step = -1;
     int32_t layer = -1;
+    bool open = false;  // still open at the cutoff: encloses calls, written once it closes
   };
   struct Attribution {
     int64_t step = -1;
@@ -94,6 +105,7 @@ class GpuTraceBuilder {
 
   storage::TraceWriter* m_writer;
   int32_t m_rank;
+  bool m_foreign = false;
 
   std::mutex m_hostMutex;  // guards the three host fields below
   uint32_t m_trainerThreadShared = 0;

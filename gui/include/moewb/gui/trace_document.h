@@ -1,7 +1,10 @@
 // TraceDocument: one open trace file and everything the views show about it.
 //
-// open() opens the file with storage::TraceReader and loads the first run's steps, every slice,
-// the expert loads and the tracks into the models and the timeline store. refresh() reads only
+// open() opens the file with storage::TraceReader and loads the first run's steps, every host
+// slice, the expert loads and the tracks into the models and the timeline store. GPU capture
+// slices (tracks of kind stream and cuda_api) are not loaded: the timeline asks for the stream
+// lanes of its window (gpuLanes, downsampled by the reader), and selectGpuSlice fills the GPU
+// details model from the file. refresh() reads only
 // what is new since the last load, for a trace that a run is still writing (WAL): steps after the
 // last step held, slices from the end of the last committed step on (duplicates are skipped) and
 // expert loads of newly committed steps and the memory counters up to the last committed step;
@@ -19,6 +22,7 @@
 #include "moewb/base/status.h"
 #include "moewb/gui/config_change_model.h"
 #include "moewb/gui/expert_load_model.h"
+#include "moewb/gui/gpu_details_model.h"
 #include "moewb/gui/phase_summary_model.h"
 #include "moewb/gui/step_table_model.h"
 #include "moewb/gui/timeline_data.h"
@@ -76,6 +80,17 @@ class TraceDocument : public QObject {
   // (see storage::TraceReader::memorySeries; the timeline asks for one bucket per pixel).
   // Reads the file (indexed, O(events in the window)); empty when nothing is open.
   Result<std::vector<storage::MemorySeries>> memorySeries(TimeRange window, int buckets);
+  // Tracks of kind "stream" (CUDA streams of GPU capture), ordered by rank then id; empty for
+  // traces without GPU capture.
+  const std::vector<storage::TrackRow>& gpuStreamTracks() const { return m_gpuStreamTracks; }
+  // The stream lanes over `window` with `buckets` buckets (storage::TraceReader::gpuLanes; the
+  // timeline asks for one bucket per pixel). Empty when nothing is open or there are no streams.
+  Result<std::vector<storage::GpuLane>> gpuLanes(TimeRange window, int buckets);
+  // Fills gpuDetailsModel() with GPU slice `slice`'s details and the expert load of its step and
+  // layer; clears it when the slice is not GPU work. Errors: read errors (the model is cleared).
+  Status selectGpuSlice(SliceId slice);
+  // The details of the GPU slice last selected with selectGpuSlice.
+  GpuDetailsModel* gpuDetailsModel() { return &m_gpuDetails; }
   // Memory account per step, in step order; empty for traces without memory counters. Samples
   // are mapped to the step row whose [start, end] holds their timestamp (by order of arrival
   // when the run has no step rows); with several ranks the first sample of a step is kept.
@@ -106,6 +121,10 @@ class TraceDocument : public QObject {
   std::optional<storage::RunRow> m_run;
   std::vector<storage::StatRow> m_stats;
   std::vector<storage::TrackRow> m_memoryTracks;
+  std::vector<storage::TrackRow> m_gpuStreamTracks;
+  std::vector<TrackId> m_hostTracks;  // tracks whose slices are loaded (not stream / cuda_api)
+  bool m_hasGpuTracks = false;        // the file has stream or cuda_api tracks
+  GpuDetailsModel m_gpuDetails;
   StepTableModel m_steps;
   ExpertLoadModel m_expertLoad;
   PhaseSummaryModel m_phases;

@@ -10,6 +10,11 @@
 // thread. After each step the parser thread flushes CUPTI and writes that step's rows. Dropped
 // CUPTI records and attribution problems are counted in the stats table; the CUPTI-to-steady
 // clock offset is kept in meta (cupti_clock_offset_ns, cupti_clock_offset_start_ns).
+// Capture modes (options.mode, capture_mode.h): outside the steps a mode captures, the CUPTI
+// activity kinds are disabled (enabled again at the end of the step before the next captured
+// one), so CUPTI records nothing there; the flight recorder records every step and writes only
+// the steps its triggers ask for. The mode is kept in meta (gpu_capture_mode), the triggers that
+// fired in meta (gpu_capture_triggers) and stats (flight_recorder_triggers).
 // Only one capture may be active in a process at a time.
 #pragma once
 
@@ -18,6 +23,7 @@
 
 #include "moewb/base/status.h"
 #include "moewb/engine/event_sink.h"
+#include "moewb/profiler/capture_mode.h"
 #include "moewb/storage/trace_writer.h"
 
 namespace moewb::profiler {
@@ -27,6 +33,7 @@ struct GpuCaptureOptions {
   int32_t maxBuffers = 64;        // buffers held by CUPTI or waiting to be parsed; when all are in
                                   // use CUPTI drops records (counted in stats)
   int32_t rank = 0;               // tags the GPU tracks
+  CaptureMode mode;               // which steps are captured (default: every step)
 };
 
 class GpuCapture : public engine::EventSink {
@@ -39,6 +46,11 @@ class GpuCapture : public engine::EventSink {
   // True when this build can capture (CUPTI was found at build time).
   static bool available();
   ~GpuCapture() override = default;
+
+  // The step the trainer starts at (0, or a resumed checkpoint's step); call before training.
+  // A mode that does not capture that step disables CUPTI until its first captured step. Without
+  // the call the capture assumes step 0. Trainer thread.
+  virtual void setFirstStep(int64_t step) { (void)step; }
 
   // Flushes CUPTI, writes every remaining row, the stats and meta rows, and disables the
   // capture. Idempotent; the first error of the capture is returned. Call from the thread that

@@ -50,7 +50,7 @@ struct TracedRunOptions {
   std::string initWeightsPath;  // base weights to start from (Trainer::loadWeights; "" = init)
   std::string exportMergedPath; // after training, write merged weights here ("" = none)
   bool gpuTrace = false;        // capture GPU activity with CUPTI (run.backend = cuda, one rank)
-  GpuCaptureOptions gpuCapture; // buffers of that capture
+  GpuCaptureOptions gpuCapture; // buffers and capture mode (which steps) of that capture
 };
 
 struct RunSummary {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "moewb/base/status.h"
+#include "moewb/storage/gpu_queries.h"
 #include "moewb/storage/rows.h"
 
 namespace moewb::storage {
@@ -128,6 +129,24 @@ class TraceReader {
   // Calls `visit` for every memory event in (ts, id) order, streaming; stops early when `visit`
   // returns false. The default implementations of these three report no memory events.
   virtual Status forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>& visit);
+
+  // GPU stream lanes over `window`, downsampled for drawing: one GpuLane per track of kind
+  // "stream" (ordered by rank, then track id; also lanes without items), optionally only `track`.
+  // The window is cut into `buckets` (>= 1) equal buckets; slices at least one bucket long are
+  // items of their own, and runs of shorter slices whose gaps are shorter than one bucket fold
+  // into one item (count > 1), so a lane has O(buckets) items however many kernels it ran.
+  // Errors: read errors. Cost: one index range scan of slice(track, start_ns) per stream track
+  // over the window (rows read O(slices in the window)), in one read snapshot. The default
+  // implementation reports no lanes.
+  virtual Result<std::vector<GpuLane>> gpuLanes(TimeWindow window, int32_t buckets,
+                                                std::optional<TrackId> track = {});
+  // The details of GPU slice `slice` (kernel, memcpy or memset, with its launching API call
+  // found by correlation id); nullopt when the slice does not exist or is not GPU work.
+  // Cost: a few primary-key probes and one probe of the correlation index.
+  virtual Result<std::optional<GpuSliceDetails>> gpuSliceDetails(SliceId slice);
+  // Expert load of (step, layer), summed over ranks; nullopt without rows for it. Cost: one
+  // range of the expert_load(step, layer) index.
+  virtual Result<std::optional<LayerLoad>> layerLoad(int64_t step, int32_t layer);
 
   // Calls `visit` for every slice in (start, id) order, streaming (memory O(1) in the number of
   // slices); stops early when `visit` returns false. `visit` may call other methods of this

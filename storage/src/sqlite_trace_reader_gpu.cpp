@@ -1,0 +1,314 @@
+// The reader's GPU queries: the stream lanes of a time window (downsampled by folding slices
+// shorter than one bucket), the details of one GPU slice with the API call that launched it, and
+// the expert load of one (step, layer). Lanes read each stream track's slices through the
+// slice(track, start_ns) index; details are primary-key probes plus one probe of the correlation
+// index; the layer load is one range of expert_load(step, layer). Files written before the GPU
+// tables existed give no lanes and no details.
+#include <algorithm>
+#include <limits>
+
+#include "sqlite_trace_reader.h"
+
+namespace moewb::storage {
+
+std::string GpuSliceDetails::phase() const {
+  if (kernel) return kernel->phase;
+  if (memcpy) return memcpy->phase;
+  if (memset) return memset->phase;
+  return {};
+}
+
+namespace detail {
+
+namespace {
+
+constexpr const char* kStreamTracksSql =
+    "SELECT id, name, kind, rank, thread_id FROM track WHERE kind = ?1 ORDER BY rank, id";
+
+// ?1 = lowest start to scan, ?2 = window end (exclusive), ?3 = window start, ?4 = track.
+constexpr const char* kGpuLaneSql =
+    "SELECT s.id, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), s.step, "
+    "s.layer, s.correlation_id, coalesce(kn.text, '') "
+    "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "LEFT JOIN gpu_kernel k ON k.slice = s.id LEFT JOIN string kn ON kn.id = k.short_name "
+    "WHERE s.track = ?4 AND s.start_ns >= ?1 AND s.start_ns < ?2 AND s.start_ns + s.dur_ns > ?3 "
+    "ORDER BY s.start_ns, s.id";
+
+constexpr const char* kSliceByIdSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth "
+    "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "WHERE s.id = ?1";
+
+constexpr const char* kKernelSql =
+    "SELECT k.device_id, k.stream_id, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, "
+    "k.block_z, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes, "
+    "coalesce(m.text, ''), coalesce(sn.text, ''), coalesce(p.text, '') FROM gpu_kernel k "
+    "LEFT JOIN string m ON m.id = k.mangled_name LEFT JOIN string sn ON sn.id = k.short_name "
+    "LEFT JOIN string p ON p.id = k.phase WHERE k.slice = ?1";
+
+constexpr const char* kMemcpySql =
+    "SELECT m.device_id, m.stream_id, m.copy_kind, m.src_kind, m.dst_kind, m.bytes, "
+    "coalesce(p.text, '') FROM gpu_memcpy m LEFT JOIN string p ON p.id = m.phase "
+    "WHERE m.slice = ?1";
+
+constexpr const char* kMemsetSql =
+    "SELECT m.device_id, m.stream_id, m.bytes, m.value, m.memory_kind, coalesce(p.text, '') "
+    "FROM gpu_memset m LEFT JOIN string p ON p.id = m.phase WHERE m.slice = ?1";
+
+// The API call with correlation id ?1 on a track of rank ?2 (correlation ids are per process).
+constexpr const char* kApiCallSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth, a.api, a.cbid, a.thread_id, a.return_value, "
+    "coalesce(p.text, '') "
+    "FROM slice s JOIN cuda_api a ON a.slice = s.id JOIN track t ON t.id = s.track "
+    "LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "LEFT JOIN string p ON p.id = a.phase "
+    "WHERE s.correlation_id = ?1 AND t.rank = ?2 ORDER BY s.id LIMIT 1";
+
+constexpr const char* kLayerLoadSql =
+    "SELECT expert, sum(tokens), sum(dropped) FROM expert_load WHERE step = ?1 AND layer = ?2 "
+    "GROUP BY expert ORDER BY expert";
+
+int64_t lowestStartToScan(int64_t startNs, int64_t maxDurNs) {
+  return startNs < std::numeric_limits<int64_t>::min() + maxDurNs
+             ? std::numeric_limits<int64_t>::min()
+             : startNs - maxDurNs;
+}
+
+SliceRow sliceRowFrom(const Statement& s) {
+  SliceRow row;
+  row.id = SliceId(s.columnInt(0));
+  row.track = TrackId(s.columnInt(1));
+  row.startNs = s.columnInt(2);
+  row.durNs = s.columnInt(3);
+  row.name = s.columnText(4);
+  row.category = s.columnText(5);
+  row.step = s.columnInt(6);
+  row.layer = int32_t(s.columnInt(7));
+  row.correlationId = s.columnInt(8);
+  row.depth = int32_t(s.columnInt(9));
+  return row;
+}
+
+TrackRow trackRowFrom(const Statement& s) {
+  return {TrackId(s.columnInt(0)), s.columnText(1), s.columnText(2), int32_t(s.columnInt(3)),
+          s.columnInt(4)};
+}
+
+// Folds runs of short slices of one lane (see TraceReader::gpuLanes).
+class LaneFolder {
+ public:
+  LaneFolder(std::vector<GpuLaneItem>* out, double bucketNs) : m_out(out), m_bucketNs(bucketNs) {}
+  void add(GpuLaneItem item) {
+    const bool narrow = double(item.durNs()) < m_bucketNs;
+    if (m_open && narrow && double(item.startNs - m_fold.endNs) < m_bucketNs) {
+      m_fold.count++;
+      m_fold.endNs = std::max(m_fold.endNs, item.endNs);
+      if (m_fold.category != item.category) m_fold.category = "mixed";
+      return;
+    }
+    flush();
+    if (narrow) {
+      m_fold = std::move(item);
+      m_open = true;
+    } else {
+      m_out->push_back(std::move(item));
+    }
+  }
+  void flush() {
+    if (!m_open) return;
+    if (m_fold.count > 1) {
+      m_fold.name.clear();
+      m_fold.shortName.clear();
+    }
+    m_out->push_back(std::move(m_fold));
+    m_open = false;
+  }
+
+ private:
+  std::vector<GpuLaneItem>* m_out;
+  double m_bucketNs;
+  GpuLaneItem m_fold;
+  bool m_open = false;
+};
+
+Result<bool> tableExists(Database& db, const char* name) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1"));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(std::string(name)));
+  return query.step();
+}
+
+}  // namespace
+
+Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanes(TimeWindow window, int32_t buckets,
+                                                         std::optional<TrackId> track) {
+  return inReadTransaction<std::vector<GpuLane>>(
+      [&] { return gpuLanesInSnapshot(window, buckets, track); });
+}
+
+Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow window,
+                                                                   int32_t buckets,
+                                                                   std::optional<TrackId> track) {
+  std::vector<GpuLane> lanes;
+  MOEWB_ASSIGN_OR_RETURN(const bool hasKernels, tableExists(m_db, "gpu_kernel"));
+  if (!hasKernels) return lanes;
+  MOEWB_ASSIGN_OR_RETURN(Statement tracks, Statement::prepare(m_db, kStreamTracksSql));
+  MOEWB_RETURN_IF_ERROR(tracks.bindAll(std::string(kTrackKindStream)));
+  for (;;) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, tracks.step());
+    if (!hasRow) break;
+    TrackRow row = trackRowFrom(tracks);
+    if (!track || row.id == *track) lanes.push_back({std::move(row), {}});
+  }
+  if (window.endNs <= window.startNs || lanes.empty()) return lanes;
+  const double bucketNs =
+      (double(window.endNs) - double(window.startNs)) / double(std::max<int32_t>(buckets, 1));
+  MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
+  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kGpuLaneSql));
+  for (GpuLane& lane : lanes) {
+    query.reset();
+    MOEWB_RETURN_IF_ERROR(query.bindAll(lowestStartToScan(window.startNs, maxDurNs), window.endNs,
+                                        window.startNs, lane.track.id.value));
+    LaneFolder folder(&lane.items, bucketNs);
+    for (;;) {
+      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+      if (!hasRow) break;
+      GpuLaneItem item;
+      item.id = SliceId(query.columnInt(0));
+      item.track = lane.track.id;
+      item.startNs = query.columnInt(1);
+      item.endNs = item.startNs + query.columnInt(2);
+      item.name = query.columnText(3);
+      item.category = query.columnText(4);
+      item.step = query.columnInt(5);
+      item.layer = int32_t(query.columnInt(6));
+      item.correlationId = query.columnInt(7);
+      item.shortName = query.columnText(8);
+      folder.add(std::move(item));
+    }
+    folder.flush();
+  }
+  return lanes;
+}
+
+Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceId slice) {
+  return inReadTransaction<std::optional<GpuSliceDetails>>(
+      [&]() -> Result<std::optional<GpuSliceDetails>> {
+        std::optional<GpuSliceDetails> none;
+        MOEWB_ASSIGN_OR_RETURN(const bool hasGpuTables, tableExists(m_db, "gpu_kernel"));
+        if (!hasGpuTables) return none;
+        GpuSliceDetails details;
+        {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kSliceByIdSql));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (!found) return none;
+          details.slice = sliceRowFrom(q);
+        }
+        {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kKernelSql));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) {
+            GpuKernelRow k;
+            k.deviceId = int32_t(q.columnInt(0));
+            k.streamId = q.columnInt(1);
+            k.gridX = int32_t(q.columnInt(2));
+            k.gridY = int32_t(q.columnInt(3));
+            k.gridZ = int32_t(q.columnInt(4));
+            k.blockX = int32_t(q.columnInt(5));
+            k.blockY = int32_t(q.columnInt(6));
+            k.blockZ = int32_t(q.columnInt(7));
+            k.registersPerThread = int32_t(q.columnInt(8));
+            k.staticSharedBytes = int32_t(q.columnInt(9));
+            k.dynamicSharedBytes = int32_t(q.columnInt(10));
+            k.mangledName = q.columnText(11);
+            k.shortName = q.columnText(12);
+            k.phase = q.columnText(13);
+            details.kernel = std::move(k);
+          }
+        }
+        if (!details.kernel) {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemcpySql));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) {
+            details.memcpy = GpuMemcpyRow{int32_t(q.columnInt(0)), q.columnInt(1),
+                                          int32_t(q.columnInt(2)), int32_t(q.columnInt(3)),
+                                          int32_t(q.columnInt(4)), q.columnInt(5),
+                                          q.columnText(6)};
+          }
+        }
+        if (!details.kernel && !details.memcpy) {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemsetSql));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) {
+            details.memset =
+                GpuMemsetRow{int32_t(q.columnInt(0)), q.columnInt(1),          q.columnInt(2),
+                             int32_t(q.columnInt(3)), int32_t(q.columnInt(4)), q.columnText(5)};
+          }
+        }
+        if (!details.kernel && !details.memcpy && !details.memset) return none;
+        {
+          MOEWB_ASSIGN_OR_RETURN(
+              Statement q,
+              Statement::prepare(
+                  m_db, "SELECT id, name, kind, rank, thread_id FROM track WHERE id = ?1"));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(details.slice.track.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) details.track = trackRowFrom(q);
+        }
+        if (details.slice.correlationId != 0) {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kApiCallSql));
+          MOEWB_RETURN_IF_ERROR(
+              q.bindAll(details.slice.correlationId, int64_t(details.track.rank)));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) {
+            details.apiCall = sliceRowFrom(q);
+            details.apiDetails =
+                CudaApiRow{q.columnText(10), int32_t(q.columnInt(11)), q.columnInt(12),
+                           int32_t(q.columnInt(13)), q.columnText(14)};
+          }
+        }
+        return std::optional<GpuSliceDetails>(std::move(details));
+      });
+}
+
+Result<std::optional<LayerLoad>> SqliteTraceReader::layerLoad(int64_t step, int32_t layer) {
+  MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kLayerLoadSql));
+  MOEWB_RETURN_IF_ERROR(q.bindAll(step, int64_t(layer)));
+  LayerLoad load;
+  load.step = step;
+  load.layer = layer;
+  bool any = false;
+  for (;;) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
+    if (!hasRow) break;
+    const int64_t expert = q.columnInt(0);
+    if (expert < 0 || expert > (1 << 20)) continue;  // untrusted file: no giant vectors
+    any = true;
+    if (size_t(expert) >= load.tokens.size()) {
+      load.tokens.resize(size_t(expert) + 1, 0);
+      load.dropped.resize(size_t(expert) + 1, 0);
+    }
+    load.tokens[size_t(expert)] = q.columnInt(1);
+    load.dropped[size_t(expert)] = q.columnInt(2);
+  }
+  if (!any) return std::optional<LayerLoad>{};
+  for (size_t e = 0; e < load.tokens.size(); ++e) {
+    load.totalTokens += load.tokens[e];
+    if (load.tokens[e] > load.tokens[size_t(load.hottestExpert)]) load.hottestExpert = int32_t(e);
+  }
+  if (load.totalTokens > 0) {
+    const double mean = double(load.totalTokens) / double(load.tokens.size());
+    load.maxOverMean = double(load.tokens[size_t(load.hottestExpert)]) / mean;
+  }
+  return std::optional<LayerLoad>(std::move(load));
+}
+
+}  // namespace detail
+}  // namespace moewb::storage
