@@ -25,7 +25,8 @@ for binary in "${binaries[@]}"; do
 done
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libfmt.so.9 libtomlplusplus.so.3 \
            libbenchmark.so.1debian libspdlog.so.1.10; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  # (awk reads all of ldconfig's output: exiting early would SIGPIPE it under pipefail)
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
   [[ -n "$path" ]] && cp -L "$path" .gpu/lib/
 done
 # OpenBLAS carries kernels for every x86 CPU (36 MiB); packed it is 4 MiB. gpu-test.sh unpacks it.

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "cuda/gemm.h"
-#include "cuda/nvtx_range.h"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
 
@@ -59,7 +58,6 @@ Status checkLayerDims(const KdaDims& dims) {
 Status kdaLayerForwardCuda(CudaContext& context, const KdaDims& dims, const bf16* x,
                            const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved) {
   MOEWB_RETURN_IF_ERROR(checkLayerDims(dims));
-  NvtxRange range("kda.forward");
   const int64_t n = dims.tokens(), d = dims.dModel, p = dims.innerDim(), r = dims.rank();
   const int64_t h = dims.numHeads, kd = dims.headDim, w = dims.convKernel;
   const cudaStream_t stream = context.stream();
@@ -128,7 +126,6 @@ Status kdaLayerBackwardCuda(CudaContext& context, const KdaDims& dims, const bf1
                             const bf16* x, const KdaWeightsCuda& weights,
                             const KdaSavedCuda& saved, const KdaGradsCuda& grads, bf16* dx) {
   MOEWB_RETURN_IF_ERROR(checkLayerDims(dims));
-  NvtxRange range("kda.backward");
   const int64_t n = dims.tokens(), d = dims.dModel, p = dims.innerDim(), r = dims.rank();
   const int64_t h = dims.numHeads, kd = dims.headDim, w = dims.convKernel;
   const cudaStream_t stream = context.stream();
