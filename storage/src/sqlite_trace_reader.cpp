@@ -37,6 +37,18 @@ Result<std::vector<Row>> collectRows(Statement& statement, Map map) {
   return rows;
 }
 
+
+CounterRow counterFromColumns(const Statement& s) {
+  CounterRow row;
+  row.track = TrackId(s.columnInt(0));
+  row.name = s.columnText(1);
+  row.tsNs = s.columnInt(2);
+  row.value = s.columnDouble(3);
+  return row;
+}
+
+}  // namespace
+
 SliceRow sliceFromColumns(const Statement& s) {
   SliceRow row;
   row.id = SliceId(s.columnInt(0));
@@ -52,16 +64,15 @@ SliceRow sliceFromColumns(const Statement& s) {
   return row;
 }
 
-CounterRow counterFromColumns(const Statement& s) {
-  CounterRow row;
-  row.track = TrackId(s.columnInt(0));
+TrackRow trackFromColumns(const Statement& s) {
+  TrackRow row;
+  row.id = TrackId(s.columnInt(0));
   row.name = s.columnText(1);
-  row.tsNs = s.columnInt(2);
-  row.value = s.columnDouble(3);
+  row.kind = s.columnText(2);
+  row.rank = int32_t(s.columnInt(3));
+  row.threadId = s.columnInt(4);
   return row;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<SqliteTraceReader>> SqliteTraceReader::open(const std::string& path) {
   MOEWB_RETURN_IF_ERROR(checkTraceFileHeader(path));
@@ -158,15 +169,7 @@ Result<std::vector<TrackRow>> SqliteTraceReader::tracks() {
   MOEWB_ASSIGN_OR_RETURN(
       Statement query,
       Statement::prepare(m_db, "SELECT id, name, kind, rank, thread_id FROM track ORDER BY id"));
-  return collectRows<TrackRow>(query, [](const Statement& s) {
-    TrackRow row;
-    row.id = TrackId(s.columnInt(0));
-    row.name = s.columnText(1);
-    row.kind = s.columnText(2);
-    row.rank = int32_t(s.columnInt(3));
-    row.threadId = s.columnInt(4);
-    return row;
-  });
+  return collectRows<TrackRow>(query, trackFromColumns);
 }
 
 Result<std::vector<StepRow>> SqliteTraceReader::steps(RunId run, int64_t fromStep) {

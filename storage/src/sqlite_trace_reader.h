@@ -20,6 +20,12 @@
 
 namespace moewb::storage::detail {
 
+// The row of a statement selecting "id, track, start_ns, dur_ns, name text, category text, step,
+// layer, correlation_id, depth" (the slice columns with names resolved), in that order.
+SliceRow sliceFromColumns(const Statement& s);
+// The row of a statement selecting "id, name, kind, rank, thread_id" from track, in that order.
+TrackRow trackFromColumns(const Statement& s);
+
 // ?1 = lowest start to scan (window.start - max slice duration), ?2 = window end (exclusive),
 // ?3 = window start; with the track variant, ?4 = track.
 inline constexpr const char* kSliceWindowSql =

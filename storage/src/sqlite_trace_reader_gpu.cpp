@@ -76,26 +76,6 @@ int64_t lowestStartToScan(int64_t startNs, int64_t maxDurNs) {
              : startNs - maxDurNs;
 }
 
-SliceRow sliceRowFrom(const Statement& s) {
-  SliceRow row;
-  row.id = SliceId(s.columnInt(0));
-  row.track = TrackId(s.columnInt(1));
-  row.startNs = s.columnInt(2);
-  row.durNs = s.columnInt(3);
-  row.name = s.columnText(4);
-  row.category = s.columnText(5);
-  row.step = s.columnInt(6);
-  row.layer = int32_t(s.columnInt(7));
-  row.correlationId = s.columnInt(8);
-  row.depth = int32_t(s.columnInt(9));
-  return row;
-}
-
-TrackRow trackRowFrom(const Statement& s) {
-  return {TrackId(s.columnInt(0)), s.columnText(1), s.columnText(2), int32_t(s.columnInt(3)),
-          s.columnInt(4)};
-}
-
 // Folds runs of short slices of one lane (see TraceReader::gpuLanes).
 class LaneFolder {
  public:
@@ -160,7 +140,7 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
   for (;;) {
     MOEWB_ASSIGN_OR_RETURN(const bool hasRow, tracks.step());
     if (!hasRow) break;
-    TrackRow row = trackRowFrom(tracks);
+    TrackRow row = trackFromColumns(tracks);
     if (!track || row.id == *track) lanes.push_back({std::move(row), {}});
   }
   if (window.endNs <= window.startNs || lanes.empty()) return lanes;
@@ -206,7 +186,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
           MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (!found) return none;
-          details.slice = sliceRowFrom(q);
+          details.slice = sliceFromColumns(q);
         }
         {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kKernelSql));
@@ -260,7 +240,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
                   m_db, "SELECT id, name, kind, rank, thread_id FROM track WHERE id = ?1"));
           MOEWB_RETURN_IF_ERROR(q.bindAll(details.slice.track.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) details.track = trackRowFrom(q);
+          if (found) details.track = trackFromColumns(q);
         }
         if (details.slice.correlationId != 0) {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kApiCallSql));
@@ -268,7 +248,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
               q.bindAll(details.slice.correlationId, int64_t(details.track.rank)));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
-            details.apiCall = sliceRowFrom(q);
+            details.apiCall = sliceFromColumns(q);
             details.apiDetails =
                 CudaApiRow{q.columnText(10), int32_t(q.columnInt(11)), q.columnInt(12),
                            int32_t(q.columnInt(13)), q.columnText(14)};

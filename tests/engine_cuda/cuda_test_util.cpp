@@ -55,6 +55,13 @@ double relativeError(const Tensor<float>& got, const Tensor<float>& want) {
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
+Tensor<float> minus(const Tensor<float>& a, const Tensor<float>& b) {
+  MOEWB_CHECK(a.sameShape(b));
+  Tensor<float> out(a.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) out[i] = a[i] - b[i];
+  return out;
+}
+
 double maxAbsDifference(const Tensor<float>& got, const Tensor<float>& want) {
   if (!got.sameShape(want)) return std::numeric_limits<double>::infinity();
   double most = 0;

@@ -52,6 +52,8 @@ Tensor<double> toDouble(const Tensor<float>& x);
 Tensor<float> toFloat(const Tensor<double>& x);
 // ||got - want||_2 / max(||want||_2, tiny); +inf when got holds a NaN or Inf or shapes differ.
 double relativeError(const Tensor<float>& got, const Tensor<float>& want);
+// a - b element by element (same shapes): the change an op added into a gradient.
+Tensor<float> minus(const Tensor<float>& a, const Tensor<float>& b);
 // max_i |got[i] - want[i]|; +inf for NaN/Inf or different shapes (for gradients that vanish
 // analytically, where a relative error would compare rounding noise with rounding noise).
 double maxAbsDifference(const Tensor<float>& got, const Tensor<float>& want);

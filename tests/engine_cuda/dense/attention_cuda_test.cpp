@@ -17,12 +17,6 @@ namespace {
 
 using AttentionCudaTest = CudaTest;
 
-Tensor<float> minus(const Tensor<float>& a, const Tensor<float>& b) {
-  Tensor<float> out(a.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) out[i] = a[i] - b[i];
-  return out;
-}
-
 TEST_F(AttentionCudaTest, ForwardAndBackwardMatchReference) {
   ThreadPool pool(1);
   uint64_t seed = 6000;

@@ -24,12 +24,6 @@ struct CceCase {
   bool noneValid;
 };
 
-Tensor<float> minus(const Tensor<float>& a, const Tensor<float>& b) {
-  Tensor<float> out(a.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) out[i] = a[i] - b[i];
-  return out;
-}
-
 void runCase(CudaContext& context, const CceCase& c, uint64_t seed) {
   ThreadPool pool(1);
   Tensor<float> h = roundedToBf16(randomTensor({c.n, c.d}, seed));

@@ -59,11 +59,7 @@ Tensor<double> minus(const Tensor<double>& a, const Tensor<float>& b) {
   return y;
 }
 
-Tensor<float> minusF(const Tensor<float>& a, const Tensor<float>& b) {
-  Tensor<float> y(a.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) y[i] = a[i] - b[i];
-  return y;
-}
+using ::moewb::engine::cuda::minus;  // the float overload (cuda_test_util.h)
 
 // The layer's parameters in SparseAttentionWeights order, bf16-rounded.
 std::vector<Tensor<float>> makeParams(const SparseAttentionDims& dims, uint64_t seed) {
@@ -277,7 +273,7 @@ TEST_F(SparseAttentionCudaTest, IndexerForwardScoresLogitsKlAndBackwardMatchRefe
                       refGrads);
       for (size_t i = 0; i < dg.size(); ++i) {
         MOEWB_ASSIGN_OR_FAIL(Tensor<float> got, toHost(context(), dg[i]));
-        EXPECT_LT(relativeError(minusF(got, g0[i]), toFloat(minus(gWant[i], g0[i]))), 1e-2)
+        EXPECT_LT(relativeError(minus(got, g0[i]), toFloat(minus(gWant[i], g0[i]))), 1e-2)
             << "indexer grad " << i << " T=" << seqLen << " k=" << topK;
       }
     }
@@ -368,7 +364,7 @@ TEST_F(SparseAttentionCudaTest, CoreForwardBackwardAndTargetMatchReference) {
         EXPECT_LT(relativeError(dqGot, toFloat(dq)), 1e-2) << where;
         EXPECT_LT(relativeError(dkGot, toFloat(dk)), 1e-2) << where;
         EXPECT_LT(relativeError(dvGot, toFloat(dv)), 1e-2) << where;
-        EXPECT_LT(relativeError(minusF(dSinkGot, dSink0), toFloat(minus(dSinkWant, dSink0))), 1e-2)
+        EXPECT_LT(relativeError(minus(dSinkGot, dSink0), toFloat(minus(dSinkWant, dSink0))), 1e-2)
             << where;
         // Deterministic: a second backward gives bitwise the same dk, dv.
         MOEWB_ASSIGN_OR_FAIL(auto dDk2, poisonedBf16(context(), {n, kvw}));
@@ -467,7 +463,7 @@ TEST_F(SparseAttentionCudaTest, LayerForwardBackwardMatchReferenceInBothStages) 
         for (size_t i = 0; i < dg.size(); ++i) {
           MOEWB_ASSIGN_OR_FAIL(Tensor<float> got, toHost(context(), dg[i]));
           const double bound = names[i].name.rfind("indexer.", 0) == 0 ? 5e-2 : 2e-2;
-          const Tensor<float> gotDelta = minusF(got, g0[i]);
+          const Tensor<float> gotDelta = minus(got, g0[i]);
           const Tensor<float> wantDelta = toFloat(minus(gWant[i], g0[i]));
           if (maxAbsDifference(wantDelta, Tensor<float>(wantDelta.shape())) < 1e-7) {
             // T = 1: one key, the indexer's softmax is constant and its gradient vanishes.
