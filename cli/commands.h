@@ -18,5 +18,7 @@ void addInfoCommand(CLI::App& app, std::function<int()>* action);
 void addExportCommand(CLI::App& app, std::function<int()>* action);
 void addConfigCommand(CLI::App& app, std::function<int()>* action);
 void addCaptureCommand(CLI::App& app, std::function<int()>* action);
+void addLaunchCommand(CLI::App& app, std::function<int()>* action);
+void addMergeCommand(CLI::App& app, std::function<int()>* action);
 
 }  // namespace moewb::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   moewb::cli::addExportCommand(app, &action);
   moewb::cli::addConfigCommand(app, &action);
   moewb::cli::addCaptureCommand(app, &action);
+  moewb::cli::addLaunchCommand(app, &action);
+  moewb::cli::addMergeCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
+#include "moewb/engine/distributed_trainer.h"
 #include "moewb/profiler/capture_mode.h"
 #include "moewb/profiler/traced_run.h"
 #include "progress_printer.h"
@@ -81,27 +83,60 @@ void printSummary(const profiler::RunSummary& s) {
   }
 }
 
-Result<engine::RunConfig> buildConfig(const RunArgs& args) {
+// Under a launcher (moewb launch, torchrun, srun) with WORLD_SIZE > 1 every process is one rank:
+// parallel.world_size comes from the launcher and the ranks train on GPUs over NCCL.
+Result<engine::RunConfig> buildConfig(const RunArgs& args,
+                                      const std::optional<engine::LauncherRank>& launcher) {
   MOEWB_ASSIGN_OR_RETURN(engine::RunConfig config, engine::loadConfigFile(args.configPath));
-  if (args.ranks > 0) {  // the same as --set parallel.world_size=N, before the other overrides
+  int32_t ranks = args.ranks;
+  if (launcher) {
+    if (ranks > 0 && ranks != launcher->worldSize) {
+      return invalidArgument("--ranks " + std::to_string(ranks) + " but the launcher started " +
+                             std::to_string(launcher->worldSize) +
+                             " processes (WORLD_SIZE); accepted: no --ranks under a launcher");
+    }
+    ranks = launcher->worldSize;
+    if (config.run.backend == "auto") config.run.backend = "cuda";
+  }
+  if (ranks > 0) {  // the same as --set parallel.world_size=N, before the other overrides
     MOEWB_RETURN_IF_ERROR(
-        engine::applyOverride(config, "parallel.world_size=" + std::to_string(args.ranks)));
+        engine::applyOverride(config, "parallel.world_size=" + std::to_string(ranks)));
   }
   for (const auto& assignment : args.overrides) {
     MOEWB_RETURN_IF_ERROR(engine::applyOverride(config, assignment));
   }
   Status valid = engine::validateConfig(config);
   if (!valid.isOk()) return valid.withContext(args.configPath);
+  if (launcher && config.run.backend != "cuda") {
+    return invalidArgument("run.backend = \"" + config.run.backend + "\": the ranks of a "
+                           "multi-process run train on GPUs over NCCL; accepted: \"cuda\" or "
+                           "\"auto\" (e.g. --set run.backend=cuda)");
+  }
   return config;
 }
 
+// runs/x.sqlite -> runs/x.rank3.sqlite: each process of a multi-process run writes its own file.
+std::string rankPath(const std::string& path, int32_t rank) {
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) +
+                             p.extension().string())).string();
+}
+
 int runCommand(const RunArgs& args) {
-  auto config = buildConfig(args);
+  auto launcherFound = engine::detectLauncherRank();
+  if (!launcherFound.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", launcherFound.status().message().c_str());
+    return kExitBadInput;
+  }
+  std::optional<engine::LauncherRank> launcher = *launcherFound;
+  auto config = buildConfig(args, launcher);
   if (!config.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n", config.status().message().c_str());
     return kExitBadInput;
   }
-  std::string outPath = args.outPath.empty() ? "runs/" + config->run.name + ".sqlite" : args.outPath;
+  const std::string basePath =
+      args.outPath.empty() ? "runs/" + config->run.name + ".sqlite" : args.outPath;
+  const std::string outPath = launcher ? rankPath(basePath, launcher->rank) : basePath;
   if (!args.force && std::filesystem::exists(outPath)) {
     std::fprintf(stderr, "moewb run: %s already exists; pass --force to replace it or --out to "
                          "choose another file\n", outPath.c_str());
@@ -124,6 +159,15 @@ int runCommand(const RunArgs& args) {
   options.exportMergedPath = args.exportMergedPath;
   options.checkpointEverySteps = args.checkpointEvery;
   options.gpuTrace = args.gpuTrace;
+  options.launcherRank = launcher ? launcher->rank : -1;
+  // A rank whose GPU work is stuck behind a dead peer's collective: the trace already says so;
+  // end the process without running destructors that would wait on the GPU.
+  options.onStuckRank = [outPath](const Status& status) {
+    std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
+                 status.message().c_str(), outPath.c_str());
+    std::fflush(stderr);
+    std::_Exit(kExitFailure);
+  };
   profiler::CaptureModeArgs captureArgs = args.capture;
   captureArgs.gpuTrace = args.gpuTrace;
   captureArgs.plannedSteps = args.steps >= 0 ? args.steps : config->run.steps;
@@ -133,6 +177,7 @@ int runCommand(const RunArgs& args) {
     return kExitBadInput;
   }
   options.gpuCapture.mode = *mode;
+  options.gpuCapture.kinds = args.capture.gpuTraceKinds;
   options.checkpointDir =
       args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
   int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
@@ -152,8 +197,14 @@ int runCommand(const RunArgs& args) {
   }
   if (config->parallel.worldSize > 1) {
     const engine::ParallelSection& p = config->parallel;
-    std::fprintf(stderr, "  %d in-process ranks: ep = %d, fsdp = %d, replicate = %d\n",
-                 p.worldSize, p.ep, p.fsdpDegree(), p.replicateDegree());
+    const std::string where =
+        launcher ? "rank " + std::to_string(launcher->rank) + " of " + std::to_string(p.worldSize) +
+                       " processes (NCCL, GPU " + std::to_string(launcher->localRank) + ")"
+        : config->run.backend == "cuda" ? std::to_string(p.worldSize) +
+                                              " virtual ranks sharing GPU 0"
+                                        : std::to_string(p.worldSize) + " in-process ranks";
+    std::fprintf(stderr, "  %s: ep = %d, fsdp = %d, replicate = %d\n", where.c_str(), p.ep,
+                 p.fsdpDegree(), p.replicateDegree());
   }
   g_activeRun = run->get();
   std::signal(SIGINT, onInterrupt);
@@ -166,6 +217,11 @@ int runCommand(const RunArgs& args) {
     return kExitFailure;
   }
   printSummary(*summary);
+  if (launcher && launcher->rank == 0) {
+    std::printf("  merge the ranks' traces: moewb merge -o %s %s ... %s\n", basePath.c_str(),
+                rankPath(basePath, 0).c_str(),
+                rankPath(basePath, config->parallel.worldSize - 1).c_str());
+  }
   if (!args.exportMergedPath.empty()) {
     std::printf("  merged weights  %s\n", args.exportMergedPath.c_str());
   }
@@ -187,8 +243,11 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
       ->type_name("KEY=VALUE");
   cmd->add_flag("--force,-f", args->force, "replace the output file if it exists");
   cmd->add_option("--ranks", args->ranks,
-                  "train on N in-process ranks (threads) = --set parallel.world_size=N; with "
-                  "parallel.ep / parallel.fsdp / parallel.replicate, all ranks trace into --out")
+                  "train on N ranks in this process = --set parallel.world_size=N: threads on "
+                  "the CPU, or with run.backend = cuda virtual ranks sharing GPU 0; with "
+                  "parallel.ep / parallel.fsdp / parallel.replicate, all ranks trace into --out. "
+                  "Under `moewb launch` (or torchrun / srun) each process is one rank over NCCL "
+                  "and writes --out with .rankR before the extension")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--resume", args->resumePath,
                   "continue from a checkpoint (its step up to --steps in total)")
@@ -215,6 +274,26 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
                 "also record the GPU activity with CUPTI (kernels, copies, memsets, memory, "
                 "synchronisation, CUDA API calls, NVTX), each kernel tagged with its step, layer "
                 "and phase; needs run.backend = cuda on one rank");
+  cmd->add_option_function<std::string>(
+         "--gpu-trace-kinds",
+         [args](const std::string& list) {
+           args->capture.gpuTraceKinds = profiler::parseGpuTraceKinds(list).value();
+         },
+         std::string("with --gpu-trace: record only these kinds, like nsys --trace (default "
+                     "all): ") +
+             profiler::kGpuTraceKindNames +
+             ". A kernel, copy or memset gets its step, layer and phase from its launching API "
+             "call's correlation id and the NVTX range around that call: without runtime and "
+             "driver its kernels cannot be attributed (driver covers cuBLAS's launches), without "
+             "nvtx they get no layer or phase; fewer kinds cost less")
+      ->check(CLI::Validator(
+          [](std::string& list) {
+            auto kinds = profiler::parseGpuTraceKinds(list);
+            return kinds.isOk() ? std::string() : kinds.status().message();
+          },
+          "", "gpu trace kinds"))
+      ->needs(cmd->get_option("--gpu-trace"))
+      ->type_name("LIST");
   // Capture modes: plain values here, turned into optionals (given or not) in the callback so
   // that parseCaptureMode can say which option is wrong.
   auto every = std::make_shared<int64_t>(0);

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEWB_CUDA=ON -DMOEWB_GUI=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu-configure.log || { cat build-gpu-configure.log; exit 1; }
 op_benches=(attention_cuda_bench loss_cuda_bench kda_cuda_bench sparse_attention_cuda_bench
-            moe_glue_cuda_bench)
+            moe_glue_cuda_bench ep_moe_layer_cuda_bench all_to_all_cuda_bench)
 cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests profiler_cuda_tests moewb moe_layer_cuda_bench \
   moewb_inject capture_target capture_cuda_tests \
   train_step_cuda_bench trace_overhead_cuda_bench "${op_benches[@]}"
@@ -32,7 +32,7 @@ done
 # OpenBLAS carries kernels for every x86 CPU (36 MiB); packed it is 4 MiB. gpu-test.sh unpacks it.
 xz -T "$(nproc)" -f .gpu/lib/libopenblas.so.0
 cp samples/configs/*.toml .gpu/configs/
-cp scripts/gpu-test.sh scripts/capture-anchor-check.py .gpu/
+cp scripts/gpu-test.sh scripts/capture-anchor-check.py scripts/parallel-breakdown.py .gpu/
 # The PyTorch baselines run in the same device call as our benchmarks (ratios, not absolutes).
 if [[ -d ../shared/anchors ]]; then
   mkdir -p .gpu/anchors && cp ../shared/anchors/*.py .gpu/anchors/

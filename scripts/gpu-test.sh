@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
 # test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
-# $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [bench] [-- gtest filter]
+# $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [parallel]
+# [multigpu] [scaling] [bench] [-- gtest filter]. `parallel` runs on one GPU (virtual ranks, NCCL with one
+# rank); `multigpu` needs 2+ GPUs (NCCL across processes, a killed rank, all-to-all and EP MoE
+# layer benchmarks next to the PyTorch EP anchor).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
-mkdir -p "$out"
+# Logs and a few chosen traces go to $out (the device tool brings back only a handful of files);
+# everything else (test XML, other traces) stays in $work.
+work="${MOEWB_GPU_WORK:-/tmp/moewb-gpu-work}"
+mkdir -p "$out" "$work"
 [[ -f "$here/lib/libopenblas.so.0.xz" ]] && xz -d -f "$here/lib/libopenblas.so.0.xz"
 [[ -f "$here/bin.tar.xz" ]] && tar -C "$here" -xJf "$here/bin.tar.xz" && rm -f "$here/bin.tar.xz"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines (H200.md)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 filter="*"
 steps=()
@@ -23,12 +30,12 @@ status=0
 for step in "${steps[@]}"; do
   case "$step" in
     tests)
-      "$here/bin/engine_cuda_tests" --gtest_filter="$filter" --gtest_output="xml:$out/gpu-tests.xml" \
+      "$here/bin/engine_cuda_tests" --gtest_filter="$filter" --gtest_output="xml:$work/gpu-tests.xml" \
         >"$out/gpu-tests.log" 2>&1 || status=1
       "$here/bin/profiler_cuda_tests" --gtest_filter="$filter" \
-        --gtest_output="xml:$out/profiler-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
+        --gtest_output="xml:$work/profiler-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
       "$here/bin/capture_cuda_tests" --gtest_filter="$filter" \
-        --gtest_output="xml:$out/capture-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
+        --gtest_output="xml:$work/capture-gpu-tests.xml" >>"$out/gpu-tests.log" 2>&1 || status=1
       grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran" "$out/gpu-tests.log" | tail -40 ;;
     memcheck)
       compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
@@ -37,26 +44,88 @@ for step in "${steps[@]}"; do
     cli)
       # The CLI end to end on the GPU: a traced run of the tiny config, then its summary.
       "$here/bin/moewb" run -c "$here/configs/tiny.toml" --set run.backend=cuda --steps 100 \
-        -o "$out/tiny-cuda.sqlite" -f -q >"$out/cli.log" 2>&1 || status=1
-      "$here/bin/moewb" info "$out/tiny-cuda.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+        -o "$work/tiny-cuda.sqlite" -f -q >"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$work/tiny-cuda.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
       # The same run with CUPTI capture: kernels, copies and NVTX joined to steps and phases.
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 20 \
-        --gpu-trace -o "$out/small-gputrace.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
-      "$here/bin/moewb" info "$out/small-gputrace.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+        --gpu-trace -o "$work/small-gputrace.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$work/small-gputrace.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
       # Capture modes: a step window (CUPTI off outside it) and a flight recorder on step time.
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 40 \
-        --gpu-trace --trace-steps 10:15 -o "$out/small-window.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
-      "$here/bin/moewb" info "$out/small-window.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+        --gpu-trace --trace-steps 10:15 -o "$work/small-window.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$work/small-window.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 40 \
-        --gpu-trace --flight-recorder 4 --trigger-step-ms 20 -o "$out/small-flight.sqlite" -f -q \
+        --gpu-trace --flight-recorder 4 --trigger-step-ms 20 -o "$work/small-flight.sqlite" -f -q \
         >>"$out/cli.log" 2>&1 || status=1
-      "$here/bin/moewb" info "$out/small-flight.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      "$here/bin/moewb" info "$work/small-flight.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
       cat "$out/cli.log" ;;
     capture)
       # moewb capture of a PyTorch script against the PyTorch profiler's kernel count (issue 5).
       python3 "$here/capture-anchor-check.py" --moewb "$here/bin/moewb" \
         --script "$here/anchors/moe_layer.py" --out "$out/capture" >"$out/capture.log" 2>&1 || status=1
       tail -20 "$out/capture.log" ;;
+    parallel)
+      # Issue 6 on one GPU: 4 virtual ranks (EP = 4) and NCCL with world size 1, both traced.
+      m="$here/bin/moewb"
+      { "$m" run -c "$here/configs/small.toml" --set run.backend=cuda --ranks 4 --set parallel.ep=4 \
+          --steps 20 -o "$work/small-vr4.sqlite" -f -q
+        "$m" info "$work/small-vr4.sqlite" --no-config
+        sqlite3 "$work/small-vr4.sqlite" "VACUUM INTO '$out/small-vr4.sqlite'" 2>/dev/null ||
+          cp "$work/small-vr4.sqlite" "$out/"
+        "$m" run -c "$here/configs/small.toml" --set run.backend=cuda --ranks 4 --set parallel.ep=2 \
+          --set parallel.fsdp=2 --steps 20 -o "$work/small-vr4-ep2-fsdp2.sqlite" -f -q
+        "$m" launch --nproc 1 -- "$m" run -c "$here/configs/small.toml" --set run.backend=cuda \
+          --steps 20 -o "$work/small-nccl1.sqlite" -f -q
+        "$m" info "$work/small-nccl1.rank0.sqlite" --no-config
+        "$m" merge --force -o "$work/small-nccl1-merged.sqlite" "$work/small-nccl1.rank0.sqlite"
+        "$here/bin/ep_moe_layer_cuda_bench" --virtual --ranks 2
+        "$here/bin/all_to_all_cuda_bench"
+      } >"$out/parallel.log" 2>&1 || status=1
+      tail -60 "$out/parallel.log" ;;
+    multigpu)
+      # Issue 7 on a machine with 2+ GPUs: one process per GPU over NCCL.
+      m="$here/bin/moewb"
+      n=$(nvidia-smi -L | wc -l)
+      { for layout in "ep=$n" "fsdp=$n" ; do
+          "$m" launch --nproc "$n" -- "$m" run -c "$here/configs/small.toml" --set run.backend=cuda \
+            --set "parallel.$layout" --steps 30 -o "$work/small-nccl$n-${layout%%=*}.sqlite" -f -q
+        done
+        "$m" merge -o "$out/small-nccl$n-ep.sqlite" --force "$work"/small-nccl$n-ep.rank*.sqlite
+        "$m" info "$out/small-nccl$n-ep.sqlite" --no-config
+        # A killed rank: the others stop within parallel.timeout_ms naming it.
+        start=$(date +%s)
+        NCCL_DEBUG=WARN "$m" launch --nproc "$n" --grace-s 20 -- bash -c '"$0" run -c "$1" \
+          --set run.backend=cuda --set parallel.ep='"$n"' --set parallel.timeout_ms=5000 \
+          --steps 100000 -o "$2" -f -q & pid=$!; if [ "$RANK" = 1 ]; then sleep 15; kill -9 $pid; fi
+          wait $pid' "$m" "$here/configs/small.toml" "$work/killed.sqlite"
+        echo "killed run: launcher exit $?, $(( $(date +%s) - start )) s"
+        "$m" info "$work/killed.rank0.sqlite" --no-config | head -4
+        "$here/bin/all_to_all_cuda_bench" --sizes moe,sweep
+        "$here/bin/moe_layer_cuda_bench"
+        "$here/bin/ep_moe_layer_cuda_bench"
+        (cd "$here/anchors" && python3 ep_moe_layer.py)
+      } >"$out/multigpu.log" 2>&1 || status=1
+      tail -80 "$out/multigpu.log" ;;
+    scaling)
+      # Issue 7: the small and a larger config on 1 GPU and on every GPU (EP = GPUs, one process
+      # each), tokens/s and the step breakdown from our own trace (scripts/parallel-breakdown.py).
+      m="$here/bin/moewb"
+      n=$(nvidia-smi -L | wc -l)
+      larger=(--set model.d_model=512 --set model.num_heads=8 --set kda.head_dim=64
+              --set moe.num_experts=64 --set moe.top_k=8 --set moe.d_ff=512 --set moe.latent_dim=128
+              --set data.batch_size=16 --set model.seq_len=512 --set sparse.indexer_dim=32)
+      { for cfg in small larger; do
+          extra=(); [[ $cfg == larger ]] && extra=("${larger[@]}")
+          "$m" run -c "$here/configs/small.toml" --set run.backend=cuda "${extra[@]}" --steps 30 \
+            -o "$work/scale-$cfg-1.sqlite" -f -q >/dev/null
+          python3 "$here/parallel-breakdown.py" "$work/scale-$cfg-1.sqlite" --name "$cfg 1 GPU"
+          "$m" launch --nproc "$n" -- "$m" run -c "$here/configs/small.toml" --set run.backend=cuda \
+            "${extra[@]}" --set "parallel.ep=$n" --steps 30 -o "$work/scale-$cfg-$n.sqlite" -f -q >/dev/null
+          "$m" merge --force -o "$work/scale-$cfg-$n.sqlite" "$work"/scale-$cfg-$n.rank*.sqlite >/dev/null
+          python3 "$here/parallel-breakdown.py" "$work/scale-$cfg-$n.sqlite" --name "$cfg $n GPUs EP=$n"
+        done
+      } >"$out/scaling.log" 2>&1 || status=1
+      cat "$out/scaling.log" ;;
     bench)
       # Ours and the PyTorch baselines (anchors/, copied next to this script) in the same call.
       # Attention runs at T = 4096 and 16384 (the anchor's default T = 32768 does not fit our
@@ -83,7 +152,8 @@ for step in "${steps[@]}"; do
         "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 40 --reps 3
         (cd "$here/anchors" && python3 profiler_overhead.py)
       } 2>&1 | tee "$out/bench.jsonl" ;;
-    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, bench)"; status=2 ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench)"
+       status=2 ;;
   esac
 done
 exit $status

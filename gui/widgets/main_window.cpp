@@ -27,6 +27,8 @@
 #include "live_control_panel.h"
 #include "moewb/base/units.h"
 #include "moewb/gui/config_markers.h"
+#include "moewb/gui/parallel_model.h"
+#include "parallel_panel.h"
 #include "run_controller.h"
 #include "theme.h"
 #include "timeline_view.h"
@@ -169,6 +171,7 @@ void MainWindow::createDocks() {
   resizeDocks({liveDock, stepDock, phaseDock}, {470, 470, 470}, Qt::Horizontal);
   resizeDocks({liveDock, stepDock, phaseDock}, {440, 230, 230}, Qt::Vertical);
   m_docks = {liveDock, stepDock, phaseDock, changeDock, gpuDock};
+  createParallelDock();
   m_gpuTable->verticalHeader()->hide();
   m_gpuTable->verticalHeader()->setDefaultSectionSize(22);
   m_gpuTable->setAlternatingRowColors(true);
@@ -183,6 +186,85 @@ void MainWindow::createDocks() {
     gpuDock->show();
     gpuDock->raise();
   });
+}
+
+// The Parallelism dock: a full-height column right of the other docks, shown while a trace of a
+// parallel run is open. Its model reads the document's file through a reader of its own.
+void MainWindow::createParallelDock() {
+  m_parallel = new ParallelModel(this);
+  m_parallel->setDocument(&m_document);
+  m_parallelPanel = new ParallelPanel;
+  m_parallelPanel->setModel(m_parallel);
+  m_parallelDock = new QDockWidget(tr("Parallelism"), this);
+  m_parallelDock->setObjectName(QStringLiteral("parallelism"));
+  m_parallelDock->setWidget(m_parallelPanel);
+  addDockWidget(Qt::RightDockWidgetArea, m_parallelDock, Qt::Horizontal);
+  m_parallelDock->hide();
+  m_docks.push_back(m_parallelDock);
+  auto report = [this](const QString& text) { statusBar()->showMessage(text, 15000); };
+  connect(m_parallel, &ParallelModel::failed, this, report);
+  connect(m_parallelPanel, &ParallelPanel::message, this, report);
+  connect(m_parallelPanel, &ParallelPanel::collectiveActivated, this,
+          [this](const storage::MatchedCollective& match) { highlightCollective(match, true); });
+  connect(m_timeline, &TimelineView::sliceActivated, this, &MainWindow::selectCollectiveSlice);
+  // After the model's own handlers (connected in setDocument above), so it has loaded.
+  connect(&m_document, &TraceDocument::opened, this, &MainWindow::updateParallelDock);
+  connect(&m_document, &TraceDocument::refreshed, this, &MainWindow::updateParallelDock);
+  connect(&m_document, &TraceDocument::closed, this, &MainWindow::updateParallelDock);
+}
+
+void MainWindow::updateParallelDock() {
+  const bool parallel = m_parallel->isParallel();
+  if (parallel == m_parallelTrace) return;  // the user may have closed or opened it since
+  m_parallelTrace = parallel;
+  m_parallelDock->setVisible(parallel);
+  if (parallel) {
+    m_parallelDock->raise();
+    resizeDocks({m_parallelDock}, {640}, Qt::Horizontal);
+  }
+}
+
+// A click on a host slice: when it is a collective, outline its peers and show it in the dock;
+// otherwise drop the outline.
+void MainWindow::selectCollectiveSlice(qint64 trackId, qint64 startNs) {
+  if (!m_parallel->isParallel()) return;
+  auto found = m_parallel->collectiveAt(TrackId(trackId), startNs);
+  if (!found.isOk()) {
+    statusBar()->showMessage(QString::fromStdString(found.status().toString()), 15000);
+    return;
+  }
+  if (!found->has_value()) {
+    m_timeline->setHighlightedSlices({});
+    return;
+  }
+  highlightCollective(**found, false);
+  m_parallelPanel->showCollective(**found);
+  m_parallelDock->show();
+  m_parallelDock->raise();
+}
+
+void MainWindow::highlightCollective(const storage::MatchedCollective& match, bool zoom) {
+  std::vector<TimelineHighlight> slices;
+  for (const storage::CollectiveArrival& a : match.arrivals) {
+    slices.push_back({a.track, a.startNs, a.durNs});
+  }
+  m_timeline->setHighlightedSlices(std::move(slices));
+  if (zoom) {
+    // The collective in the middle third of the window.
+    const int64_t spanNs = std::max<int64_t>(match.endNs - match.firstStartNs, 1000);
+    m_timeline->showTimeRange({match.firstStartNs - spanNs, match.endNs + spanNs});
+  }
+  statusBar()->showMessage(
+      tr("%1 on %2 [%3] seq %4, step %5: rank %6 arrived last; the peers waited %7 in total "
+         "(at most %8)")
+          .arg(QString::fromStdString(match.op), QString::fromStdString(match.commGroup),
+               QString::fromStdString(match.peers))
+          .arg(match.seq)
+          .arg(match.step)
+          .arg(match.lastRank)
+          .arg(QString::fromStdString(formatDurationNs(match.totalWaitNs)),
+               QString::fromStdString(formatDurationNs(match.skewNs()))),
+      15000);
 }
 
 void MainWindow::createActions() {

@@ -1,7 +1,10 @@
 // MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss,
 // step-time and memory charts, all marking the trace's config changes; docks: Live control (steers
 // a run started here: pause / resume / step / stop and live config patches), the step table, the
-// phase summary and the config changes; a status bar with file, steps, last loss and tokens/s.
+// phase summary and the config changes, and for traces of parallel runs (world size > 1) the
+// Parallelism dock (all-to-all traffic matrix, tokens per rank, collectives by wait; picking a
+// collective there or on the timeline outlines it on every rank's comm track); a status bar with
+// file, steps, last loss and tokens/s.
 // Actions: File>Open, Run>Start run (config + output file; the run trains on a worker thread and
 // the window follows the growing trace every 500 ms), Run>Stop, View>Fit/Zoom and the docks.
 // Errors (unreadable trace, bad config) go to a message box and the status bar; live-control
@@ -28,6 +31,8 @@ namespace moewb::gui {
 class ChartView;
 class HeatmapPanel;
 class LiveControlPanel;
+class ParallelModel;
+class ParallelPanel;
 class RunController;
 class TimelineView;
 
@@ -59,6 +64,10 @@ class MainWindow : public QMainWindow {
   QTableView* configChangeTable() const { return m_changeTable; }
   // The "GPU kernel" dock's table (document()->gpuDetailsModel()).
   QTableView* gpuDetailsTable() const { return m_gpuTable; }
+  // The Parallelism dock (shown only for traces with world size > 1), its panel and model.
+  QDockWidget* parallelDock() const { return m_parallelDock; }
+  ParallelPanel* parallelPanel() const { return m_parallelPanel; }
+  ParallelModel* parallelModel() const { return m_parallel; }
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
 
@@ -73,6 +82,10 @@ class MainWindow : public QMainWindow {
   void createActions();
   void createCentralArea();
   void createDocks();
+  void createParallelDock();
+  void updateParallelDock();
+  void selectCollectiveSlice(qint64 trackId, qint64 startNs);
+  void highlightCollective(const storage::MatchedCollective& match, bool zoom);
   void createStatusBar();
   void openDialog();
   void runDialog();
@@ -101,6 +114,10 @@ class MainWindow : public QMainWindow {
   QTableView* m_changeTable = nullptr;
   QTableView* m_gpuTable = nullptr;  // GPU kernel details
   LiveControlPanel* m_livePanel = nullptr;
+  ParallelModel* m_parallel = nullptr;
+  ParallelPanel* m_parallelPanel = nullptr;
+  QDockWidget* m_parallelDock = nullptr;
+  bool m_parallelTrace = false;       // the open trace has world size > 1 (dock shown once for it)
   std::vector<QDockWidget*> m_docks;  // in View menu order
   QTimer* m_liveTimer = nullptr;
   QAction* m_openAction = nullptr;

@@ -30,6 +30,7 @@ void TimelineView::setDocument(TraceDocument* document) {
       m_fit = true;
       m_selectedStep.reset();
       m_selectedGpuSlice.reset();
+      m_highlights.clear();
       onDataChanged();
     });
     connect(m_document, &TraceDocument::refreshed, this, &TimelineView::onDataChanged);
@@ -63,6 +64,11 @@ void TimelineView::onDataChanged() {
     setGeometryChecked(m_geometry, false);
   }
   updateGeometry();
+}
+
+void TimelineView::setHighlightedSlices(std::vector<TimelineHighlight> slices) {
+  m_highlights = std::move(slices);
+  update();
 }
 
 void TimelineView::fitAll() {

@@ -17,6 +17,8 @@
 // the reader's downsampled stream lanes (slices under a pixel fold into hatched runs). Clicking a
 // kernel selects it and emits gpuSliceActivated (the main window shows its launch details and
 // the expert load of its step and layer) and stepActivated for its step.
+// Clicking a host slice also emits sliceActivated (track, start): the main window uses it to find
+// a collective's peers, which setHighlightedSlices then outlines on every rank's comm track.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
 #pragma once
 
@@ -35,6 +37,14 @@ class QPainter;
 namespace moewb::gui {
 
 class TraceDocument;
+
+// A host slice to outline, named by its track and start (e.g. one peer of a collective).
+struct TimelineHighlight {
+  TrackId track;
+  int64_t startNs = 0;
+  int64_t durNs = 0;
+  bool operator==(const TimelineHighlight&) const = default;
+};
 
 class TimelineView : public QWidget {
   Q_OBJECT
@@ -77,6 +87,11 @@ class TimelineView : public QWidget {
   // The GPU slice selected by the last click, if any.
   std::optional<SliceId> selectedGpuSlice() const { return m_selectedGpuSlice; }
 
+  // Outlines `slices` in the accent colour (at least 3 px wide, also inside folded runs) until
+  // the next call or a newly opened file; an empty vector clears.
+  void setHighlightedSlices(std::vector<TimelineHighlight> slices);
+  const std::vector<TimelineHighlight>& highlightedSlices() const { return m_highlights; }
+
   // Shows all data and keeps showing all of it as a live trace grows.
   void fitAll();
   // Zooms by `factor` (> 1 in) about plot x `anchorX`; pans by `shiftPx` (positive = later).
@@ -91,6 +106,8 @@ class TimelineView : public QWidget {
  signals:
   // The user clicked a slice that belongs to `step`.
   void stepActivated(qint64 step);
+  // The user clicked a host slice (not a folded run): its track and start.
+  void sliceActivated(qint64 trackId, qint64 startNs);
   // The user clicked a GPU kernel, copy or memset (not a folded run): its slice id.
   void gpuSliceActivated(qint64 sliceId);
   // The visible window changed (zoom, pan, fit, resize).
@@ -142,6 +159,7 @@ class TimelineView : public QWidget {
   void paintRuler(QPainter& p) const;
   void paintLanes(QPainter& p) const;
   void paintItems(QPainter& p) const;
+  void paintHighlights(QPainter& p) const;
   void paintMarkers(QPainter& p) const;
   void paintMarkerFlags(QPainter& p) const;
   void paintGutter(QPainter& p) const;
@@ -172,6 +190,7 @@ class TimelineView : public QWidget {
   std::vector<GpuDrawItem> m_gpuItems;
   int m_gpuTop = 0;  // y of the first GPU lane, px
   std::optional<SliceId> m_selectedGpuSlice;
+  std::vector<TimelineHighlight> m_highlights;
   int m_hoverMarker = -1;
   std::vector<std::string> m_legend;  // phase families present, in display order
   bool m_fit = true;

@@ -66,6 +66,10 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
       const Hit hit = hitAt(pos);
       const storage::GpuLaneItem* gpu = hit.item ? nullptr : gpuItemAtPos(pos);
       m_selectedGpuSlice.reset();
+      if (hit.slice && !hit.item->isFolded()) {
+        const TimelineLane& lane = m_document->timeline().lanes()[size_t(hit.item->lane)];
+        emit sliceActivated(lane.track.value, hit.slice->startNs);
+      }
       if (hit.slice && hit.slice->step >= 0 && !hit.item->isFolded()) {
         m_selectedStep = hit.slice->step;
         emit stepActivated(hit.slice->step);

@@ -29,6 +29,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.save();
   p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
   paintItems(p);
+  paintHighlights(p);
   paintGpu(p);
   paintMemory(p);
   paintMarkers(p);
@@ -259,6 +260,33 @@ void TimelineView::paintItems(QPainter& p) const {
                  fm.elidedText(label, Qt::ElideRight, int(textRect.width())));
     }
   }
+}
+
+// Highlighted slices: an accent outline over the depth-0 lane of their track, widened to 3 px so
+// a collective narrower than a pixel (folded into a run) still shows.
+void TimelineView::paintHighlights(QPainter& p) const {
+  if (m_highlights.empty()) return;
+  const auto& lanes = m_document->timeline().lanes();
+  p.save();
+  p.setBrush(Qt::NoBrush);
+  for (const TimelineHighlight& h : m_highlights) {
+    for (const LaneRow& row : m_rows) {
+      const TimelineLane& lane = lanes[size_t(row.lane)];
+      if (!(lane.track == h.track) || lane.depth != 0) continue;
+      double x0 = m_geometry.xOf(h.startNs), x1 = m_geometry.xOf(h.startNs + h.durNs);
+      if (x1 - x0 < 3) {
+        const double mid = (x0 + x1) / 2;
+        x0 = mid - 1.5;
+        x1 = mid + 1.5;
+      }
+      const QRectF r(kGutterPx + x0, row.top + 1, x1 - x0, kLaneHeightPx - 2);
+      p.setPen(QPen(QColor(0, 0, 0, 160), 4));
+      p.drawRect(r);
+      p.setPen(QPen(theme::accent(), 2));
+      p.drawRect(r);
+    }
+  }
+  p.restore();
 }
 
 void TimelineView::paintRuler(QPainter& p) const {

@@ -1,4 +1,5 @@
-// HostTracer: engine events -> trace-store rows (see host_tracer.h). One row copy per event.
+// HostTracer: engine events -> trace-store rows (see host_tracer.h). A step's events become
+// compact records on the engine thread; the RowPump (host_trace_batch.h) writes their rows.
 #include "moewb/profiler/host_tracer.h"
 
 #include <sys/syscall.h>
@@ -6,6 +7,7 @@
 
 #include <string>
 
+#include "host_trace_batch.h"
 #include "moewb/base/units.h"
 
 namespace moewb::profiler {
@@ -22,7 +24,16 @@ const char* outcomeName(engine::RunOutcome outcome) {
 }  // namespace
 
 HostTracer::HostTracer(storage::TraceWriter* writer, int32_t rank, const HostTracer* leader)
-    : m_writer(writer), m_rank(rank), m_leader(leader) {}
+    : m_writer(writer),
+      m_rank(rank),
+      m_leader(leader),
+      m_batch(std::make_unique<detail::StepRowBatch>()),
+      m_pump(std::make_unique<detail::RowPump>(writer)) {}
+
+HostTracer::~HostTracer() {
+  if (!m_batch->empty()) m_pump->submit(m_batch);
+  m_pump->drain();
+}
 
 void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   storage::RunRow run;
@@ -41,6 +52,8 @@ void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   thread.rank = m_rank;
   thread.threadId = int64_t(syscall(SYS_gettid));
   m_thread = m_writer->addTrack(thread);
+  m_batch->thread = m_thread;
+  m_batch->run = m_run;
   if (event.worldSize > 1) {
     storage::TrackRow comm;
     comm.name = "collectives";
@@ -52,29 +65,18 @@ void HostTracer::onRunStart(const engine::RunStartEvent& event) {
 }
 
 void HostTracer::onPhase(const engine::PhaseEvent& event) {
-  storage::SliceRow slice;
-  slice.track = m_thread;
-  slice.startNs = event.startNs;
-  slice.durNs = event.endNs - event.startNs;
-  slice.name = engine::phaseSliceName(event.phase, event.pass);
-  slice.category = storage::kCategoryPhase;
-  slice.step = event.step;
-  slice.layer = event.layer;
-  slice.depth = engine::phaseDepth(event.phase);
-  m_writer->addSlice(slice);
+  m_batch->phases.push_back(
+      {event.step, event.startNs, event.endNs, event.layer, event.phase, event.pass});
 }
 
 void HostTracer::onExpertLoad(const engine::ExpertLoadEvent& event) {
-  for (size_t e = 0; e < event.tokensPerExpert.size(); ++e) {
-    storage::ExpertLoadRow row;
-    row.step = event.step;
-    row.layer = event.layer;
-    row.expert = int32_t(e);
-    row.rank = event.rank;
-    row.tokens = event.tokensPerExpert[e];
-    row.dropped = e < event.droppedPerExpert.size() ? event.droppedPerExpert[e] : 0;
-    row.bias = e < event.biasPerExpert.size() ? event.biasPerExpert[e] : 0.0;
-    m_writer->addExpertLoad(row);
+  detail::StepRowBatch& b = *m_batch;
+  const size_t count = event.tokensPerExpert.size();
+  b.loads.push_back({event.step, event.layer, event.rank, b.tokens.size(), count});
+  b.tokens.insert(b.tokens.end(), event.tokensPerExpert.begin(), event.tokensPerExpert.end());
+  for (size_t e = 0; e < count; ++e) {
+    b.dropped.push_back(e < event.droppedPerExpert.size() ? event.droppedPerExpert[e] : 0);
+    b.bias.push_back(e < event.biasPerExpert.size() ? event.biasPerExpert[e] : 0.0);
   }
 }
 
@@ -90,12 +92,8 @@ TrackId HostTracer::counterTrack() {
 }
 
 void HostTracer::onCounter(const engine::CounterEvent& event) {
-  storage::CounterRow row;
-  row.track = counterTrack();
-  row.name = event.name;
-  row.tsNs = event.tsNs;
-  row.value = event.value;
-  m_writer->addCounter(row);
+  m_batch->counterTrack = counterTrack();
+  m_batch->addCounter(event);
 }
 
 TrackId HostTracer::memoryTrack(int32_t rank) {
@@ -111,45 +109,35 @@ TrackId HostTracer::memoryTrack(int32_t rank) {
   return m_memoryTracks.back().second;
 }
 
-// Runs on the allocator's hot path: one row copy into the writer's queue, no I/O.
-void HostTracer::onMemory(const engine::MemoryEvent& event) {
-  storage::MemoryEventRow row;
-  row.track = memoryTrack(event.rank);
-  row.tsNs = event.tsNs;
-  row.step = event.step;
-  row.isAllocation = event.isAllocation;
-  row.bytes = event.bytes;
-  row.address = int64_t(event.address);
-  row.category = event.category;
-  row.inUseBytes = event.categoryInUseBytes;
-  m_writer->addMemoryEvent(row);
+int32_t HostTracer::categoryIndex(const std::string& category) {
+  for (size_t i = 0; i < m_categories.size(); ++i) {
+    if (m_categories[i] == category) return int32_t(i);
+  }
+  m_categories.push_back(category);
+  m_batch->newCategories.push_back(category);
+  return int32_t(m_categories.size() - 1);
 }
 
-void HostTracer::onStep(const engine::StepEvent& event) {
-  storage::SliceRow slice;
-  slice.track = m_thread;
-  slice.startNs = event.startNs;
-  slice.durNs = event.endNs - event.startNs;
-  slice.name = "step";
-  slice.category = storage::kCategoryStep;
-  slice.step = event.step;
-  slice.depth = 0;
-  m_writer->addSlice(slice);
+// The hot path of device-memory events: one compact record appended, no row, no lock.
+void HostTracer::onMemory(const engine::MemoryEvent& event) {
+  if (!m_memoryEvents) return;
+  detail::MemoryRecord record;
+  record.tsNs = event.tsNs;
+  record.step = event.step;
+  record.bytes = event.bytes;
+  record.address = int64_t(event.address);
+  record.inUseBytes = event.categoryInUseBytes;
+  record.track = memoryTrack(event.rank);
+  record.category = categoryIndex(event.category);
+  record.isAllocation = event.isAllocation;
+  m_batch->memory.push_back(record);
+}
 
-  storage::StepRow row;
-  row.run = m_run;
-  row.rank = event.rank;
-  row.step = event.step;
-  row.startNs = event.startNs;
-  row.endNs = event.endNs;
-  row.loss = event.loss;
-  row.auxLoss = event.auxLoss;
-  row.tokens = event.tokens;
-  row.tokensPerSecond = event.tokensPerSecond;
-  row.peakBytes = event.peakBytes;
-  row.gradNorm = event.gradNorm;
-  row.lr = event.lr;
-  m_writer->addStep(row);  // commits the step with everything queued before it
+// Hands the step's events to the pump, which queues their rows and then the step's own.
+void HostTracer::onStep(const engine::StepEvent& event) {
+  m_batch->hasStep = true;
+  m_batch->step = event;
+  m_pump->submit(m_batch);
 }
 
 void HostTracer::onConfigChange(const engine::ConfigChangeEvent& event) {
@@ -210,6 +198,8 @@ void HostTracer::onA2aTraffic(const engine::A2aTrafficEvent& event) {
 }
 
 void HostTracer::onRunEnd(const engine::RunEndEvent& event) {
+  if (!m_batch->empty()) m_pump->submit(m_batch);
+  m_pump->drain();  // every row of the run is queued before the run is finished
   if (m_leader != nullptr) return;  // the leader finishes the shared run
   m_writer->finishRun(m_run, outcomeName(event.outcome), event.message, event.endNs);
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "moewb/base/units.h"
+#include "moewb/engine/distributed_trainer.h"
 #include "moewb/engine/parallel_trainer.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/host_tracer.h"
@@ -72,7 +73,9 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
   writerOptions.overwrite = options.overwrite;
   MOEWB_ASSIGN_OR_RETURN(run->m_writer,
                          storage::TraceWriter::create(options.outPath, writerOptions));
-  run->m_tracer = std::make_unique<HostTracer>(run->m_writer.get());
+  run->m_tracer =
+      std::make_unique<HostTracer>(run->m_writer.get(), std::max(0, options.launcherRank));
+  run->m_tracer->setMemoryEvents(options.hostMemoryEvents);
   run->m_summary = std::make_unique<SummarySink>();
   std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
   Status captured = options.gpuTrace ? run->startGpuCapture(options) : Status::ok();
@@ -81,11 +84,13 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
   run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
 
   Status ready = !captured.isOk()                 ? captured
+                 : options.launcherRank >= 0     ? run->createDistributedTrainer(options)
                  : config.parallel.worldSize > 1 ? run->createParallelTrainer(options)
                                                  : run->createTrainer(options);
   if (!ready.isOk()) {
     run->m_trainer.reset();
     run->m_parallel.reset();
+    run->m_distributed.reset();
     if (run->m_gpuCapture) (void)run->m_gpuCapture->stop();
     run->m_gpuCapture.reset();
     (void)run->m_writer->close();
@@ -100,10 +105,12 @@ Result<std::unique_ptr<TracedRun>> TracedRun::create(const engine::RunConfig& co
 }
 
 Status TracedRun::startGpuCapture(const TracedRunOptions& options) {
-  if (m_config.run.backend != "cuda" || m_config.parallel.worldSize != 1) {
-    return invalidArgument("GPU trace capture needs run.backend = cuda and one rank; this run has "
-                           "run.backend = " + m_config.run.backend + " and parallel.world_size = " +
-                           std::to_string(m_config.parallel.worldSize));
+  const bool oneGpuProcess = m_config.parallel.worldSize == 1 || options.launcherRank >= 0;
+  if (m_config.run.backend != "cuda" || !oneGpuProcess) {
+    return invalidArgument("GPU trace capture needs run.backend = cuda and one GPU per process "
+                           "(one rank, or a rank of `moewb launch`); this run has run.backend = " +
+                           m_config.run.backend + " and " +
+                           std::to_string(m_config.parallel.worldSize) + " ranks in one process");
   }
   MOEWB_ASSIGN_OR_RETURN(m_gpuCapture, GpuCapture::create(m_writer.get(), options.gpuCapture));
   return Status::ok();
@@ -129,7 +136,7 @@ Status TracedRun::createTrainer(const TracedRunOptions& options) {
   return Status::ok();
 }
 
-Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
+Status TracedRun::checkSingleRankOptions(const TracedRunOptions& options, int32_t worldSize) {
   const char* single = !options.resumePath.empty()            ? "--resume"
                        : !options.initWeightsPath.empty()     ? "--init-weights"
                        : !options.exportMergedPath.empty()    ? "--export-merged"
@@ -138,12 +145,39 @@ Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
                                                               : nullptr;
   if (single != nullptr) {
     return invalidArgument(std::string(single) + " is not accepted with parallel.world_size = " +
-                           std::to_string(m_config.parallel.worldSize) +
+                           std::to_string(worldSize) +
                            "; accepted: only with one rank (parallel.world_size = 1)");
   }
+  return Status::ok();
+}
+
+Status TracedRun::createDistributedTrainer(const TracedRunOptions& options) {
+  MOEWB_RETURN_IF_ERROR(checkSingleRankOptions(options, m_config.parallel.worldSize));
+  MOEWB_ASSIGN_OR_RETURN(m_distributed,
+                         engine::DistributedTrainer::create(m_config, m_fanOut.get()));
+  if (options.onStuckRank) {
+    // The engine thread is blocked for good: record the failure from this thread (the writer
+    // takes rows from any thread) and close the file, then let the caller end the process.
+    m_distributed->setStuckHandler([this, handler = options.onStuckRank](const Status& status) {
+      engine::RunEndEvent end;
+      end.outcome = engine::RunOutcome::kFailed;
+      end.message = status.toString();
+      end.endNs = steadyNowNs();
+      end.stepsDone = m_distributed->stepsDone();
+      m_tracer->onRunEnd(end);
+      (void)m_writer->close();
+      handler(status);
+    });
+  }
+  return Status::ok();
+}
+
+Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
+  MOEWB_RETURN_IF_ERROR(checkSingleRankOptions(options, m_config.parallel.worldSize));
   std::vector<engine::EventSink*> sinks{m_fanOut.get()};
   for (int32_t r = 1; r < m_config.parallel.worldSize; ++r) {
     m_rankTracers.push_back(std::make_unique<HostTracer>(m_writer.get(), r, m_tracer.get()));
+    m_rankTracers.back()->setMemoryEvents(options.hostMemoryEvents);
     sinks.push_back(m_rankTracers.back().get());
   }
   MOEWB_ASSIGN_OR_RETURN(m_parallel, engine::ParallelTrainer::create(m_config, sinks));
@@ -152,8 +186,9 @@ Status TracedRun::createParallelTrainer(const TracedRunOptions& options) {
 
 Result<RunSummary> TracedRun::run() {
   if (m_gpuCapture && m_trainer) m_gpuCapture->setFirstStep(m_trainer->stepsDone());
-  Status trained = m_parallel ? m_parallel->run(m_steps)
-                              : m_trainer->run(m_steps - m_trainer->stepsDone());
+  Status trained = m_distributed ? m_distributed->run(m_steps)
+                   : m_parallel  ? m_parallel->run(m_steps)
+                                 : m_trainer->run(m_steps - m_trainer->stepsDone());
   Status captured = m_gpuCapture ? m_gpuCapture->stop() : Status::ok();
   Status closed = m_writer->close();
   if (!trained.isOk()) return trained;
@@ -165,7 +200,9 @@ Result<RunSummary> TracedRun::run() {
   }
   RunSummary summary = m_summary->summary();
   // The summary sink sees rank 0's steps, which hold 1 / world_size of each step's tokens.
-  if (m_parallel) summary.meanTokensPerSecond *= double(m_config.parallel.worldSize);
+  if (m_parallel || m_distributed) {
+    summary.meanTokensPerSecond *= double(m_config.parallel.worldSize);
+  }
   summary.tracePath = m_writer->path();
   MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));
   MOEWB_ASSIGN_OR_RETURN(auto layers, reader->layerImbalance());
@@ -174,7 +211,9 @@ Result<RunSummary> TracedRun::run() {
 }
 
 void TracedRun::requestStop() {
-  if (m_parallel) {
+  if (m_distributed) {
+    m_distributed->requestStop();
+  } else if (m_parallel) {
     m_parallel->requestStop();
   } else {
     m_trainer->requestStop();
@@ -182,7 +221,7 @@ void TracedRun::requestStop() {
 }
 
 std::future<Status> TracedRun::post(engine::TrainerCommand command) {
-  if (m_parallel) {
+  if (m_parallel || m_distributed) {
     std::promise<Status> refused;
     refused.set_value(failedPrecondition(
         "live commands need a single-rank run; this run has parallel.world_size = " +

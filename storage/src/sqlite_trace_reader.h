@@ -7,7 +7,8 @@
 // the writer; timeBounds is three index probes; counters(window) one index range per track;
 // steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables;
 // memorySeries is index probes plus a covering-index range scan (sqlite_trace_reader_memory.cpp);
-// the GPU lane and kernel-detail queries are in sqlite_trace_reader_gpu.cpp.
+// the GPU lane and kernel-detail queries are in sqlite_trace_reader_gpu.cpp, the parallel-run
+// queries (traffic matrix, rows per rank, matched collectives) in sqlite_trace_reader_parallel.cpp.
 // Multi-statement queries run in one read transaction so they see one snapshot.
 #pragma once
 
@@ -89,6 +90,12 @@ class SqliteTraceReader final : public TraceReader {
                                         std::optional<TrackId> track) override;
   Result<std::optional<GpuSliceDetails>> gpuSliceDetails(SliceId slice) override;
   Result<std::optional<LayerLoad>> layerLoad(int64_t step, int32_t layer) override;
+  // Parallel-run queries (sqlite_trace_reader_parallel.cpp).
+  Result<ParallelOverview> parallelOverview() override;
+  Result<A2aTrafficMatrix> a2aTrafficMatrix(const ParallelFilter& filter) override;
+  Result<RankLoads> rankLoads(const ParallelFilter& filter) override;
+  Result<std::vector<MatchedCollective>> stepCollectives(int64_t step) override;
+  Result<std::optional<MatchedCollective>> collectiveAt(TrackId track, int64_t startNs) override;
 
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
@@ -104,6 +111,8 @@ class SqliteTraceReader final : public TraceReader {
                                                   std::optional<TrackId> track);
   Result<std::vector<MemorySeries>> memorySeriesInSnapshot(TimeWindow window, int32_t buckets,
                                                            std::optional<TrackId> track);
+  Result<ParallelOverview> parallelOverviewInSnapshot();
+  Result<std::optional<int32_t>> runWorldSize();
   // Runs `body` inside BEGIN ... COMMIT so that its statements see one snapshot.
   template <typename T, typename Body>
   Result<T> inReadTransaction(Body&& body);

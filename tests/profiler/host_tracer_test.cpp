@@ -1,11 +1,16 @@
 // HostTracer maps engine events to the right rows: slice names and depths, step rows, one
-// expert_load row per expert, counters, and the run's final status.
+// expert_load row per expert, counters, and the run's final status; its helper thread queues a
+// step's rows before the step row, in event order, and nothing is lost at the end.
 #include "moewb/profiler/host_tracer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "moewb/storage/trace_reader.h"
 #include "moewb/storage/trace_writer.h"
@@ -144,6 +149,164 @@ TEST(HostTracer, MemoryEventsGoToOneDeviceMemoryTrackPerRank) {
   EXPECT_EQ(series->at(0).points,
             (std::vector<storage::MemoryPoint>{{1500, 512}, {1700, 0}}));
   std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace moewb::profiler
+
+namespace moewb::profiler {
+namespace {
+
+using engine::Pass;
+using engine::Phase;
+
+// A TraceWriter that logs the calls the tracer makes, in order ("slice experts.fwd 0",
+// "memory 1500", "step 0", ...). Thread-safe: the tracer's helper thread calls it.
+class CallLog final : public storage::TraceWriter {
+ public:
+  RunId addRun(const storage::RunRow&) override { return RunId(1); }
+  void finishRun(RunId, const std::string& status, const std::string&, int64_t) override {
+    log("finish " + status);
+  }
+  TrackId addTrack(const storage::TrackRow& track) override {
+    log("track " + track.kind);
+    return TrackId(++m_tracks);
+  }
+  void addSlice(const storage::SliceRow& s) override {
+    log("slice " + s.name + " " + std::to_string(s.step));
+  }
+  void addCounter(const storage::CounterRow& c) override {
+    log("counter " + c.name + " " + std::to_string(int64_t(c.value)));
+  }
+  void addMemoryEvent(const storage::MemoryEventRow& m) override {
+    log("memory " + std::to_string(m.tsNs) + " " + m.category + " " + std::to_string(m.step));
+  }
+  void addExpertLoad(const storage::ExpertLoadRow& l) override {
+    log("load " + std::to_string(l.step) + " " + std::to_string(l.layer) + " " +
+        std::to_string(l.expert) + " " + std::to_string(l.tokens));
+  }
+  void addA2aTraffic(const storage::A2aTrafficRow&) override {}
+  void addCollective(const storage::CollectiveRow&) override {}
+  void addConfigChange(RunId, const storage::ConfigChangeRow&) override {}
+  void addGpuKernel(const storage::SliceRow&, const storage::GpuKernelRow&) override {}
+  void addGpuMemcpy(const storage::SliceRow&, const storage::GpuMemcpyRow&) override {}
+  void addGpuMemset(const storage::SliceRow&, const storage::GpuMemsetRow&) override {}
+  void addGpuSync(const storage::SliceRow&, const storage::GpuSyncRow&) override {}
+  void addCudaApi(const storage::SliceRow&, const storage::CudaApiRow&) override {}
+  void addGpuMemory(const storage::GpuMemoryRow&) override {}
+  void addStat(const storage::StatRow&) override {}
+  void addStep(const storage::StepRow& step) override { log("step " + std::to_string(step.step)); }
+  void setMeta(const std::string&, const std::string&) override {}
+  Status flush() override { return Status::ok(); }
+  Status close() override { return Status::ok(); }
+  const std::string& path() const override { return m_path; }
+
+  std::vector<std::string> calls() {
+    std::lock_guard lock(m_mutex);
+    return m_calls;
+  }
+
+ private:
+  void log(std::string call) {
+    std::lock_guard lock(m_mutex);
+    m_calls.push_back(std::move(call));
+  }
+  std::mutex m_mutex;
+  std::vector<std::string> m_calls;
+  int64_t m_tracks = 0;
+  std::string m_path = "call-log";
+};
+
+// Index of `call` in `calls`, or -1.
+int64_t indexOf(const std::vector<std::string>& calls, const std::string& call) {
+  auto it = std::find(calls.begin(), calls.end(), call);
+  return it == calls.end() ? -1 : int64_t(it - calls.begin());
+}
+
+void traceStep(HostTracer& tracer, int64_t step, const std::string& counterName) {
+  tracer.onPhase({.step = step, .layer = 0, .phase = Phase::kExperts, .pass = Pass::kForward,
+                  .startNs = 10, .endNs = 20});
+  for (int i = 0; i < 3; ++i) {
+    tracer.onMemory({.tsNs = step * 100 + i, .step = step, .rank = 0, .isAllocation = i != 1,
+                     .bytes = 512, .address = 4096,
+                     .category = i == 2 ? "workspace" : "activations", .categoryInUseBytes = 512});
+  }
+  tracer.onExpertLoad({.step = step, .layer = 1, .rank = 0, .tokensPerExpert = {7, int64_t(step)},
+                       .droppedPerExpert = {}});
+  tracer.onCounter({.name = counterName, .tsNs = 30, .value = double(step)});
+  tracer.onStep({.step = step, .rank = 0, .startNs = 0, .endNs = 40});
+}
+
+TEST(HostTracer, QueuesEveryRowOfAStepBeforeItsStepRowInEventOrder) {
+  CallLog writer;
+  {
+    HostTracer tracer(&writer);
+    tracer.onRunStart({.name = "t", .backend = "cuda", .worldSize = 1, .startNs = 0});
+    // A counter name longer than the small-string buffer, then a short one: the batch reuses
+    // the kept counter's storage and must not leak the old name.
+    traceStep(tracer, 0, "memory.activations_bytes_of_the_step");
+    traceStep(tracer, 1, "lr");
+    traceStep(tracer, 2, "grad_norm");
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 50, .stepsDone = 3});
+    const std::vector<std::string> calls = writer.calls();
+    EXPECT_EQ(calls.back(), "finish completed") << "the run is finished after every row";
+    int64_t previousStep = -1;
+    for (int64_t step = 0; step < 3; ++step) {
+      const int64_t stepRow = indexOf(calls, "step " + std::to_string(step));
+      ASSERT_GE(stepRow, 0) << step;
+      const std::string s = std::to_string(step);
+      for (const std::string& row :
+           {"slice experts.fwd " + s, "memory " + std::to_string(step * 100) + " activations " + s,
+            "memory " + std::to_string(step * 100 + 1) + " activations " + s,
+            "memory " + std::to_string(step * 100 + 2) + " workspace " + s,
+            "load " + s + " 1 0 7", "load " + s + " 1 1 " + s, "slice step " + s}) {
+        const int64_t at = indexOf(calls, row);
+        EXPECT_GT(at, previousStep) << row;
+        EXPECT_LT(at, stepRow) << row;
+      }
+      EXPECT_LT(indexOf(calls, "memory " + std::to_string(step * 100) + " activations " + s),
+                indexOf(calls, "memory " + std::to_string(step * 100 + 1) + " activations " + s))
+          << "memory rows keep the order of their events";
+      EXPECT_LT(indexOf(calls, "memory " + std::to_string(step * 100 + 1) + " activations " + s),
+                indexOf(calls, "memory " + std::to_string(step * 100 + 2) + " workspace " + s));
+      previousStep = stepRow;
+    }
+    EXPECT_GE(indexOf(calls, "counter memory.activations_bytes_of_the_step 0"), 0);
+    EXPECT_LT(indexOf(calls, "counter lr 1"), indexOf(calls, "step 1"));
+    EXPECT_LT(indexOf(calls, "counter grad_norm 2"), indexOf(calls, "step 2"));
+    EXPECT_EQ(std::count(calls.begin(), calls.end(), "track memory"), 1);
+  }
+}
+
+TEST(HostTracer, DestructorQueuesTheEventsOfAnUnfinishedStep) {
+  CallLog writer;
+  {
+    HostTracer tracer(&writer);
+    tracer.onRunStart({.name = "t", .backend = "cuda", .worldSize = 1, .startNs = 0});
+    tracer.onPhase({.step = 4, .layer = -1, .phase = Phase::kForward, .pass = Pass::kForward,
+                    .startNs = 1, .endNs = 2});
+    tracer.onMemory({.tsNs = 3, .step = 4, .category = "weights"});
+  }
+  const std::vector<std::string> calls = writer.calls();
+  EXPECT_GE(indexOf(calls, "slice forward 4"), 0);
+  EXPECT_GE(indexOf(calls, "memory 3 weights 4"), 0);
+  EXPECT_EQ(indexOf(calls, "step 4"), -1) << "no step row for a step that never ended";
+}
+
+TEST(HostTracer, WithoutMemoryEventsWritesNoMemoryRowsOrTrack) {
+  CallLog writer;
+  {
+    HostTracer tracer(&writer);
+    tracer.setMemoryEvents(false);
+    tracer.onRunStart({.name = "t", .backend = "cuda", .worldSize = 1, .startNs = 0});
+    traceStep(tracer, 0, "lr");
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 50, .stepsDone = 1});
+  }
+  const std::vector<std::string> calls = writer.calls();
+  EXPECT_EQ(indexOf(calls, "track memory"), -1);
+  for (const std::string& call : calls) EXPECT_NE(call.rfind("memory ", 0), 0u) << call;
+  EXPECT_GE(indexOf(calls, "slice experts.fwd 0"), 0);
+  EXPECT_GE(indexOf(calls, "step 0"), 0);
 }
 
 }  // namespace

@@ -250,13 +250,15 @@ __global__ void router_aux_loss_kernel(const float* partial, const int32_t* coun
 // dz[t, :] += the gradient through p of dp[e] = alpha E count[q, e] / (k seqLen) / (seqLen S).
 __global__ void router_aux_bwd_kernel(const float* probs, const float* scores,
                                       const int32_t* counts, int64_t n, int64_t seqLen, int32_t e,
-                                      int32_t k, double alpha, bool sigmoid, float* dLogits) {
+                                      int32_t k, double alpha, double countScale, bool sigmoid,
+                                      float* dLogits) {
   const int lane = threadIdx.x % 32;
   const int64_t t = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (t >= n) return;
   const int64_t seqs = n / seqLen;
   const int32_t* count = counts + (t / seqLen) * e;
-  const double scale = alpha * double(e) / double(int64_t(k) * seqLen) / double(seqLen * seqs);
+  const double scale =
+      alpha * double(e) / double(int64_t(k) * seqLen) / double(seqLen * seqs) * countScale;
   const float* prob = probs + t * e;
   float dot = 0.0f, total = 0.0f;
   for (int j = lane; j < e; j += 32) {
@@ -427,15 +429,17 @@ Status auxLossBackwardCuda(CudaContext& context, const DeviceRouterOutput& route
   MOEWB_RETURN_IF_ERROR(checkLogits("auxLossBackwardCuda", route, dLogits));
   const RouterParams p = paramsOf(route);
   if (p.n == 0) return Status::ok();
+  const DeviceTensor<int32_t>& counts = stats.gradCounts.empty() ? stats.counts : stats.gradCounts;
+  const double countScale = stats.gradCounts.empty() ? 1.0 : stats.gradCountScale;
   if (stats.seqLen <= 0 || p.n % stats.seqLen != 0 ||
-      stats.counts.numel() != (p.n / stats.seqLen) * p.e) {
+      counts.numel() != (p.n / stats.seqLen) * p.e) {
     return invalidArgument("auxLossBackwardCuda: stats of seqLen " + std::to_string(stats.seqLen) +
-                           " and counts " + stats.counts.shapeString() +
+                           " and counts " + counts.shapeString() +
                            " do not match N = " + std::to_string(p.n));
   }
   router_aux_bwd_kernel<<<rowBlocks(p.n), kRowsPerBlock * 32, 0, context.stream()>>>(
-      route.probs.data(), p.sigmoid ? route.scores.data() : nullptr, stats.counts.data(), p.n,
-      stats.seqLen, p.e, p.k, alpha, p.sigmoid, dLogits.data());
+      route.probs.data(), p.sigmoid ? route.scores.data() : nullptr, counts.data(), p.n,
+      stats.seqLen, p.e, p.k, alpha, countScale, p.sigmoid, dLogits.data());
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }

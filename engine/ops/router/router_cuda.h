@@ -43,6 +43,10 @@ struct DeviceAuxLoss {
   int64_t seqLen = 0;            // tokens per sequence (N for the Switch loss)
   DeviceTensor<int32_t> counts;  // [S, E] (token, expert) assignments per sequence and expert
   DeviceTensor<float> loss;      // [1] the loss value
+  // Global statistics over several ranks (cuda_model/cuda_global_router.h): when set, the
+  // backward reads these counts [S, E] times gradCountScale instead of `counts`.
+  DeviceTensor<int32_t> gradCounts;
+  double gradCountScale = 1.0;
 };
 
 // Routes every row of logits [N, E] with `config`. `bias` ([E] fp32 on the device, or null) is

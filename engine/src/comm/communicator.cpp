@@ -144,7 +144,85 @@ const char* collectiveOpName(CollectiveOp op) {
   return "unknown";
 }
 
-int64_t commDataTypeBytes(CommDataType type) { return type == CommDataType::kInt64 ? 8 : 4; }
+int64_t commDataTypeBytes(CommDataType type) {
+  switch (type) {
+    case CommDataType::kFloat32: return 4;
+    case CommDataType::kInt64: return 8;
+    case CommDataType::kBf16: return 2;
+  }
+  return 4;
+}
+
+const char* commDataTypeName(CommDataType type) {
+  switch (type) {
+    case CommDataType::kFloat32: return "float32";
+    case CommDataType::kInt64: return "int64";
+    case CommDataType::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
+namespace {
+
+CollectiveCall deviceCall(CollectiveOp op, const void* send, int64_t sendCount, void* recv,
+                          int64_t recvCount, CommDataType dtype, void* stream) {
+  CollectiveCall c;
+  c.op = op;
+  c.dtype = dtype;
+  c.send = send;
+  c.sendCount = sendCount;
+  c.recv = recv;
+  c.recvCount = recvCount;
+  c.space = MemorySpace::kDevice;
+  c.stream = stream;
+  return c;
+}
+
+}  // namespace
+
+Status Communicator::allToAllVDevice(const void* send, std::span<const int64_t> sendCounts,
+                                     std::span<const int64_t> sendDispls, int64_t sendCount,
+                                     void* recv, std::span<const int64_t> recvCounts,
+                                     std::span<const int64_t> recvDispls, int64_t recvCount,
+                                     CommDataType dtype, void* stream) {
+  CollectiveCall c =
+      deviceCall(CollectiveOp::kAllToAllV, send, sendCount, recv, recvCount, dtype, stream);
+  c.sendCounts = sendCounts;
+  c.sendDispls = sendDispls;
+  c.recvCounts = recvCounts;
+  c.recvDispls = recvDispls;
+  return run(c);
+}
+
+Status Communicator::allGatherDevice(const void* send, int64_t sendCount, void* recv,
+                                     CommDataType dtype, void* stream) {
+  return run(deviceCall(CollectiveOp::kAllGather, send, sendCount, recv, sendCount * worldSize(),
+                        dtype, stream));
+}
+
+Status Communicator::reduceScatterDevice(const void* send, void* recv, int64_t recvCount,
+                                         CommDataType dtype, void* stream) {
+  return run(deviceCall(CollectiveOp::kReduceScatter, send, recvCount * worldSize(), recv,
+                        recvCount, dtype, stream));
+}
+
+Status Communicator::allReduceDevice(void* buf, int64_t count, CommDataType dtype, ReduceOp op,
+                                     void* stream) {
+  CollectiveCall c = deviceCall(CollectiveOp::kAllReduce, buf, count, buf, count, dtype, stream);
+  c.reduce = op;
+  return run(c);
+}
+
+Status Communicator::broadcastDevice(void* buf, int64_t count, CommDataType dtype, int32_t root,
+                                     void* stream) {
+  CollectiveCall c = deviceCall(CollectiveOp::kBroadcast, buf, count, buf, count, dtype, stream);
+  c.root = root;
+  return run(c);
+}
+
+Status Communicator::synchronizeDevice(void* /*stream*/) {
+  return failedPrecondition("synchronizeDevice: this communicator has no device support");
+}
 
 Status Communicator::allToAll(std::span<const float> send, std::span<float> recv) {
   return run(pairCall(CollectiveOp::kAllToAll, send, recv, CommDataType::kFloat32));
@@ -225,6 +303,15 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int32_t color, int32_t
 }
 
 Status Communicator::run(CollectiveCall call) {
+  if (call.space == MemorySpace::kDevice && !supportsDevice()) {
+    return failedPrecondition(std::string(collectiveOpName(call.op)) +
+                              ": device-memory collectives need a GPU communicator (virtual "
+                              "ranks or NCCL); this one runs on host memory only");
+  }
+  if (call.space == MemorySpace::kHost && call.dtype == CommDataType::kBf16) {
+    return invalidArgument(std::string(collectiveOpName(call.op)) +
+                           ": bf16 is accepted for device-memory collectives only");
+  }
   call.seq = ++m_seq;
   call.argError = checkLocal(call, worldSize());
   CollectiveRecord record = makeRecord(call);
@@ -240,6 +327,7 @@ CollectiveRecord Communicator::makeRecord(const CollectiveCall& c) const {
   CollectiveRecord r;
   r.op = collectiveOpName(c.op);
   r.seq = c.seq;
+  r.device = c.space == MemorySpace::kDevice;
   r.peers = groupGlobalRanks();
   const int64_t n = worldSize();
   const int64_t e = commDataTypeBytes(c.dtype);

@@ -9,6 +9,13 @@
 // MPI_Comm_split / ncclCommSplit). Buffers are host spans of float or int64 elements; every count
 // and displacement is in elements. Block order is always group-rank order.
 //
+// Device memory: communicators whose supportsDevice() is true (virtual ranks on one GPU, NCCL;
+// engine/src/comm_cuda/) also run the same collectives on device pointers ("...Device" calls),
+// enqueued on a CUDA stream in stream order: the call returns once the collective is enqueued; the
+// stream's later work sees its result; the send buffer may be reused by later work on the same
+// stream. synchronizeDevice(stream) waits for a stream with the communicator's timeout. Host and
+// device calls share one sequence of sequence numbers.
+//
 // Ordering rules: a collective is a rendezvous of every rank of the group; all ranks must call the
 // same collectives in the same order with matching sizes (mismatches are reported as errors on all
 // ranks, not undefined behaviour). Each call takes the next per-communicator sequence number
@@ -57,8 +64,9 @@ struct CollectiveRecord {
   std::vector<int32_t> peers;          // global ranks of the group, in group-rank order
   std::vector<int64_t> sendBytesByPeer;  // bytes to each group rank (incl. self); all-to-all only
   int64_t startNs = 0;                 // steady_clock ns when the call began
-  int64_t endNs = 0;                   // steady_clock ns when it returned
+  int64_t endNs = 0;                   // steady_clock ns when it returned (device calls: enqueued)
   bool ok = true;                      // false when the call returned an error
+  bool device = false;                 // device-memory call (times are the host's enqueue times)
 };
 
 // Called on the rank's own thread after every collective (also failed ones).
@@ -66,12 +74,16 @@ using CollectiveObserver = std::function<void(const CollectiveRecord&)>;
 
 enum class CollectiveOp { kAllToAll, kAllToAllV, kAllGather, kReduceScatter, kAllReduce, kBroadcast,
                           kBarrier, kSplit };
-enum class CommDataType { kFloat32, kInt64 };
+enum class CommDataType { kFloat32, kInt64, kBf16 };  // kBf16: device calls only
+enum class MemorySpace { kHost, kDevice };
 
 // "all_to_all", "all_to_all_v", "all_gather", "reduce_scatter", "all_reduce", "broadcast",
 // "barrier", "split".
 const char* collectiveOpName(CollectiveOp op);
+// 4, 8 or 2 bytes per element.
 int64_t commDataTypeBytes(CommDataType type);
+// "float32", "int64", "bf16".
+const char* commDataTypeName(CommDataType type);
 
 // The arguments of one collective in type-erased form; implementations receive this.
 struct CollectiveCall {
@@ -90,6 +102,8 @@ struct CollectiveCall {
   int32_t root = 0;                     // broadcast
   int32_t color = 0;                    // split
   int32_t key = 0;                      // split
+  MemorySpace space = MemorySpace::kHost;  // where send / recv live
+  void* stream = nullptr;               // device calls: the cudaStream_t they are enqueued on
   Status argError;                      // this rank's argument check; reported on all ranks
 };
 
@@ -161,6 +175,37 @@ class Communicator {
 
   // Aborts the group: calls in progress and every later call on it fail with `reason`.
   virtual void abort(const std::string& reason) = 0;
+
+  // --- Device memory (see the header comment). Pointers are device memory of this rank's GPU
+  // holding elements of `dtype`; counts and displacements are in elements; `stream` is the
+  // cudaStream_t the collective is enqueued on. Argument rules are those of the host calls.
+  // A communicator without device support fails them with kFailedPrecondition (no sequence
+  // number is taken).
+
+  // True when the ...Device calls are supported.
+  virtual bool supportsDevice() const { return false; }
+
+  Status allToAllVDevice(const void* send, std::span<const int64_t> sendCounts,
+                         std::span<const int64_t> sendDispls, int64_t sendCount, void* recv,
+                         std::span<const int64_t> recvCounts, std::span<const int64_t> recvDispls,
+                         int64_t recvCount, CommDataType dtype, void* stream);
+  // recv [worldSize() * sendCount] = every rank's send [sendCount], in rank order.
+  Status allGatherDevice(const void* send, int64_t sendCount, void* recv, CommDataType dtype,
+                         void* stream);
+  // send [worldSize() * recvCount]; recv [recvCount] = sum over ranks of block rank().
+  // kFloat32 or kBf16 (bf16 sums accumulate in fp32, in group-rank order where the
+  // implementation controls the order).
+  Status reduceScatterDevice(const void* send, void* recv, int64_t recvCount, CommDataType dtype,
+                             void* stream);
+  // In place over buf [count].
+  Status allReduceDevice(void* buf, int64_t count, CommDataType dtype, ReduceOp op, void* stream);
+  // In place over buf [count]: every rank's buf = root's.
+  Status broadcastDevice(void* buf, int64_t count, CommDataType dtype, int32_t root, void* stream);
+
+  // Waits until every piece of work enqueued on `stream` so far is complete, at most timeout().
+  // On timeout (a peer that never joined a collective) the group is aborted and the call fails
+  // with kCancelled naming the missing rank(s) where known. Default: kFailedPrecondition.
+  virtual Status synchronizeDevice(void* stream);
 
  protected:
   Communicator() = default;

@@ -1,4 +1,4 @@
-// In-process communicator: rendezvous, cross-rank checks and the copy/reduce kernels.
+// In-process communicator: rendezvous, cross-rank checks, copy/reduce loops and rank threads.
 #include "comm/in_process_comm.h"
 
 #include <algorithm>
@@ -16,21 +16,16 @@
 namespace moewb::engine {
 namespace detail {
 
-// What one rank posts for the collective in progress; lives on that rank's stack until the last
-// rendezvous of the collective has completed.
-struct InProcessPost {
-  const CollectiveCall* call = nullptr;
-  std::shared_ptr<InProcessGroup> created;  // split: the new group, set by its leader
-};
-
 // State shared by the ranks of one group.
 struct InProcessGroup {
-  explicit InProcessGroup(std::vector<int32_t> ranks)
+  InProcessGroup(std::vector<int32_t> ranks, std::shared_ptr<GroupExtension> ext)
       : globalRanks(std::move(ranks)),
+        extension(std::move(ext)),
         posts(globalRanks.size(), nullptr),
         arrived(globalRanks.size(), 0) {}
 
   const std::vector<int32_t> globalRanks;  // global rank of each group rank
+  const std::shared_ptr<GroupExtension> extension;  // a derived communicator's state, or null
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<const InProcessPost*> posts;  // per group rank, valid during one collective
@@ -44,10 +39,10 @@ struct InProcessGroup {
 
 }  // namespace detail
 
-namespace {
-
 using detail::InProcessGroup;
 using detail::InProcessPost;
+
+namespace {
 
 // Marks `group` and all groups split from it aborted and wakes their waiters. Keeps the first reason.
 void abortGroup(const std::shared_ptr<InProcessGroup>& group, const std::string& reason) {
@@ -66,41 +61,59 @@ void abortGroup(const std::shared_ptr<InProcessGroup>& group, const std::string&
   }
 }
 
-std::string describeRank(const InProcessGroup& g, int32_t r) {
+}  // namespace
+
+std::shared_ptr<InProcessGroup> InProcessComm::newGroup(
+    std::vector<int32_t> globalRanks, std::shared_ptr<detail::GroupExtension> extension) {
+  return std::make_shared<InProcessGroup>(std::move(globalRanks), std::move(extension));
+}
+
+InProcessComm::InProcessComm(std::shared_ptr<InProcessGroup> group, int32_t rank)
+    : m_group(std::move(group)), m_rank(rank) {}
+
+int32_t InProcessComm::worldSize() const { return int32_t(m_group->globalRanks.size()); }
+
+int32_t InProcessComm::globalRank() const { return m_group->globalRanks[size_t(m_rank)]; }
+
+std::vector<int32_t> InProcessComm::groupGlobalRanks() const { return m_group->globalRanks; }
+
+void InProcessComm::abort(const std::string& reason) { abortGroup(m_group, reason); }
+
+Status InProcessComm::runDeviceCollective(const CollectiveCall& call) {
+  return failedPrecondition(std::string(collectiveOpName(call.op)) +
+                            ": in-process ranks run collectives on host memory only");
+}
+
+std::shared_ptr<detail::GroupExtension> InProcessComm::newGroupExtension(int32_t) const {
+  return nullptr;
+}
+
+std::unique_ptr<Communicator> InProcessComm::newMember(std::shared_ptr<InProcessGroup> group,
+                                                       int32_t rank) const {
+  return std::make_unique<InProcessComm>(std::move(group), rank);
+}
+
+const CollectiveCall& InProcessComm::peerCall(int32_t r) const {
+  return *m_group->posts[size_t(r)]->call;
+}
+
+Status InProcessComm::checkNotAborted() const {
+  std::lock_guard<std::mutex> lock(m_group->mutex);
+  if (m_group->aborted) return cancelled(m_group->abortReason);
+  return Status::ok();
+}
+
+detail::GroupExtension* InProcessComm::groupExtension() const { return m_group->extension.get(); }
+
+std::string InProcessComm::describeRank(int32_t r) const {
+  const InProcessGroup& g = *m_group;
   std::string s = "rank " + std::to_string(r);
-  if (g.globalRanks[size_t(r)] != r) s += " (global rank " + std::to_string(g.globalRanks[size_t(r)]) + ")";
+  if (g.globalRanks[size_t(r)] != r) {
+    s += " (global rank " + std::to_string(g.globalRanks[size_t(r)]) + ")";
+  }
   return s;
 }
 
-class InProcessComm final : public Communicator {
- public:
-  InProcessComm(std::shared_ptr<InProcessGroup> group, int32_t rank)
-      : m_group(std::move(group)), m_rank(rank) {}
-
-  int32_t rank() const override { return m_rank; }
-  int32_t worldSize() const override { return int32_t(m_group->globalRanks.size()); }
-  int32_t globalRank() const override { return m_group->globalRanks[size_t(m_rank)]; }
-  std::vector<int32_t> groupGlobalRanks() const override { return m_group->globalRanks; }
-  void abort(const std::string& reason) override { abortGroup(m_group, reason); }
-
- protected:
-  Status runCollective(const CollectiveCall& call) override;
-  Result<std::unique_ptr<Communicator>> runSplit(const CollectiveCall& call) override;
-
- private:
-  Status arrive(const InProcessPost& post, const CollectiveCall& call);
-  void drain();
-  Status checkAll(const CollectiveCall& call) const;
-  void compute(const CollectiveCall& call, std::vector<char>& scratch) const;
-  Result<std::unique_ptr<Communicator>> finishSplit(const CollectiveCall& call, InProcessPost& post);
-
-  std::shared_ptr<InProcessGroup> m_group;
-  int32_t m_rank;
-};
-
-// First rendezvous: posts this rank's arguments and waits (up to timeout()) for every peer.
-// On timeout it aborts the group with a message naming the missing ranks. After an error nobody
-// reads the posts, so the caller may return at once.
 Status InProcessComm::arrive(const InProcessPost& post, const CollectiveCall& call) {
   InProcessGroup& g = *m_group;
   std::unique_lock<std::mutex> lock(g.mutex);
@@ -123,21 +136,18 @@ Status InProcessComm::arrive(const InProcessPost& post, const CollectiveCall& ca
   std::string missing;
   for (int32_t r = 0; r < worldSize(); ++r) {
     if (g.arrived[size_t(r)]) continue;
-    missing += (missing.empty() ? "" : ", ") + describeRank(g, r);
+    missing += (missing.empty() ? "" : ", ") + describeRank(r);
   }
   const std::string reason = std::string(collectiveOpName(call.op)) + " #" +
                              std::to_string(call.seq) + " timed out after " +
                              std::to_string(timeout().count()) + " ms on " +
-                             describeRank(g, m_rank) + " waiting for " + missing + " of " +
+                             describeRank(m_rank) + " waiting for " + missing + " of " +
                              std::to_string(worldSize()) + " ranks";
   lock.unlock();
   abortGroup(m_group, reason);
   return cancelled(reason);
 }
 
-// Later rendezvous: waits, without timeout and ignoring aborts, until every rank has arrived. Every
-// rank that passed arrive() reaches this without blocking, so it always completes; it keeps posted
-// buffers alive while peers still read them.
 void InProcessComm::drain() {
   InProcessGroup& g = *m_group;
   std::unique_lock<std::mutex> lock(g.mutex);
@@ -152,7 +162,6 @@ void InProcessComm::drain() {
   g.cv.wait(lock, [&] { return g.generation != generation; });
 }
 
-// Cross-rank checks on the posted arguments; every rank computes the same answer.
 Status InProcessComm::checkAll(const CollectiveCall& call) const {
   const InProcessGroup& g = *m_group;
   const int32_t n = worldSize();
@@ -160,17 +169,18 @@ Status InProcessComm::checkAll(const CollectiveCall& call) const {
   const CollectiveCall& c0 = *g.posts[0]->call;
   for (int32_t r = 0; r < n; ++r) {
     const CollectiveCall& c = *g.posts[size_t(r)]->call;
-    if (c.op != c0.op || c.seq != c0.seq || c.dtype != c0.dtype) {
-      return failedPrecondition(std::string("collective mismatch: ") + describeRank(g, 0) +
-                                " called " + collectiveOpName(c0.op) + " #" +
-                                std::to_string(c0.seq) + ", " + describeRank(g, r) + " called " +
-                                collectiveOpName(c.op) + " #" + std::to_string(c.seq) +
-                                (c.dtype != c0.dtype ? " with another element type" : ""));
+    if (c.op != c0.op || c.seq != c0.seq || c.dtype != c0.dtype || c.space != c0.space) {
+      return failedPrecondition(
+          std::string("collective mismatch: ") + describeRank(0) + " called " +
+          collectiveOpName(c0.op) + " #" + std::to_string(c0.seq) + ", " + describeRank(r) +
+          " called " + collectiveOpName(c.op) + " #" + std::to_string(c.seq) +
+          (c.dtype != c0.dtype ? " with another element type" : "") +
+          (c.space != c0.space ? " on another memory space (host vs device)" : ""));
     }
   }
   for (int32_t r = 0; r < n; ++r) {
     const Status& s = g.posts[size_t(r)]->call->argError;
-    if (!s.isOk()) return Status(s.code(), name + " on " + describeRank(g, r) + ": " + s.message());
+    if (!s.isOk()) return Status(s.code(), name + " on " + describeRank(r) + ": " + s.message());
   }
   for (int32_t r = 0; r < n; ++r) {
     const CollectiveCall& c = *g.posts[size_t(r)]->call;
@@ -193,9 +203,9 @@ Status InProcessComm::checkAll(const CollectiveCall& call) const {
         for (int32_t j = 0; j < n; ++j) {
           const int64_t sent = g.posts[size_t(j)]->call->sendCounts[size_t(r)];
           if (c.recvCounts[size_t(j)] != sent) {
-            return invalidArgument(name + ": " + describeRank(g, r) + " expects " +
+            return invalidArgument(name + ": " + describeRank(r) + " expects " +
                                    std::to_string(c.recvCounts[size_t(j)]) + " elements from " +
-                                   describeRank(g, j) + ", which sends " + std::to_string(sent));
+                                   describeRank(j) + ", which sends " + std::to_string(sent));
           }
         }
         break;
@@ -204,7 +214,7 @@ Status InProcessComm::checkAll(const CollectiveCall& call) const {
         break;
     }
     if (!same) {
-      return invalidArgument(name + ": " + describeRank(g, r) +
+      return invalidArgument(name + ": " + describeRank(r) +
                              " disagrees with rank 0 on the size, root or reduction (send " +
                              std::to_string(c.sendCount) + " vs " + std::to_string(c0.sendCount) +
                              ", recv " + std::to_string(c.recvCount) + " vs " +
@@ -213,6 +223,8 @@ Status InProcessComm::checkAll(const CollectiveCall& call) const {
   }
   return Status::ok();
 }
+
+namespace {
 
 template <typename T>
 void reduceInto(T* out, const InProcessGroup& g, int64_t offset, int64_t count, ReduceOp op) {
@@ -227,6 +239,8 @@ void reduceInto(T* out, const InProcessGroup& g, int64_t offset, int64_t count, 
     }
   }
 }
+
+}  // namespace
 
 // Reads the peers' posted buffers and writes this rank's output, or for the in-place reductions
 // into `scratch` (copied to the output after the last rendezvous).
@@ -284,6 +298,7 @@ void InProcessComm::compute(const CollectiveCall& call, std::vector<char>& scrat
 }
 
 Status InProcessComm::runCollective(const CollectiveCall& call) {
+  if (call.space == MemorySpace::kDevice) return runDeviceCollective(call);
   InProcessPost post;
   post.call = &call;
   MOEWB_RETURN_IF_ERROR(arrive(post, call));
@@ -320,7 +335,8 @@ Result<std::unique_ptr<Communicator>> InProcessComm::finishSplit(const Collectiv
     if (*std::min_element(members.begin(), members.end()) == m_rank) {
       std::vector<int32_t> globals;
       for (int32_t r : members) globals.push_back(g.globalRanks[size_t(r)]);
-      post.created = std::make_shared<InProcessGroup>(std::move(globals));
+      const int32_t size = int32_t(globals.size());
+      post.created = newGroup(std::move(globals), newGroupExtension(size));
       std::lock_guard<std::mutex> lock(g.mutex);
       g.children.push_back(post.created);
     }
@@ -345,15 +361,13 @@ Result<std::unique_ptr<Communicator>> InProcessComm::finishSplit(const Collectiv
       created->abortReason = g.abortReason;
     }
   }
-  return std::unique_ptr<Communicator>(std::make_unique<InProcessComm>(created, newRank));
+  return newMember(created, newRank);
 }
-
-}  // namespace
 
 InProcessWorld::InProcessWorld(int32_t worldSize, std::chrono::milliseconds timeout) {
   std::vector<int32_t> ranks(size_t(std::max(worldSize, 0)));
   std::iota(ranks.begin(), ranks.end(), 0);
-  auto group = std::make_shared<InProcessGroup>(std::move(ranks));
+  auto group = InProcessComm::newGroup(std::move(ranks));
   for (int32_t r = 0; r < worldSize; ++r) {
     m_comms.push_back(std::make_unique<InProcessComm>(group, r));
     m_comms.back()->setTimeout(timeout);
@@ -374,14 +388,21 @@ Status runRanks(int32_t worldSize, const std::function<Status(Communicator&)>& f
     return invalidArgument("runRanks: world size " + std::to_string(worldSize) + " must be >= 1");
   }
   InProcessWorld world(worldSize, timeout);
+  std::vector<Communicator*> comms;
+  for (int32_t r = 0; r < worldSize; ++r) comms.push_back(&world.comm(r));
+  return runOnRankThreads(comms, fn);
+}
+
+Status runOnRankThreads(std::span<Communicator* const> comms,
+                        const std::function<Status(Communicator&)>& fn) {
   std::mutex errorMutex;
   Status firstError;
   std::vector<std::thread> threads;
-  for (int32_t r = 0; r < worldSize; ++r) {
+  for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
       Status status;
       try {
-        status = fn(world.comm(r));
+        status = fn(*comms[r]);
       } catch (const std::exception& e) {
         status = internalError(std::string("exception: ") + e.what());
       } catch (...) {
@@ -393,7 +414,7 @@ Status runRanks(int32_t worldSize, const std::function<Status(Communicator&)>& f
         std::lock_guard<std::mutex> lock(errorMutex);
         if (firstError.isOk()) firstError = status;
       }
-      world.comm(r).abort(status.toString());
+      comms[r]->abort(status.toString());
     });
   }
   for (auto& t : threads) t.join();

@@ -119,10 +119,11 @@ void CachingAllocator::record(void* pointer, const Block& block, bool isAllocati
   if (m_stats.totalInUseBytes > m_stats.totalPeakInUseBytes) {
     m_stats.totalPeakInUseBytes = m_stats.totalInUseBytes;
   }
-  if (m_observer) {
-    m_observer(DeviceMemoryEvent{steadyNs(), reinterpret_cast<uintptr_t>(pointer), block.bytes,
-                                 block.category, isAllocation, m_stats.inUseBytes[c]});
-  }
+  if (!m_observer && !m_recording) return;
+  const DeviceMemoryEvent event{steadyNs(), reinterpret_cast<uintptr_t>(pointer), block.bytes,
+                                block.category, isAllocation, m_stats.inUseBytes[c]};
+  if (m_recording) m_events.push_back(event);
+  if (m_observer) m_observer(event);
 }
 
 void CachingAllocator::emptyCacheLocked() {
@@ -141,6 +142,18 @@ void CachingAllocator::emptyCache() {
 void CachingAllocator::setObserver(Observer observer) {
   std::lock_guard lock(m_mutex);
   m_observer = std::move(observer);
+}
+
+void CachingAllocator::setRecording(bool on) {
+  std::lock_guard lock(m_mutex);
+  m_recording = on;
+  if (!on) m_events = {};
+}
+
+void CachingAllocator::takeEvents(std::vector<DeviceMemoryEvent>& out) {
+  out.clear();
+  std::lock_guard lock(m_mutex);
+  std::swap(out, m_events);
 }
 
 AllocatorStats CachingAllocator::stats() const {

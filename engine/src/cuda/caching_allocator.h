@@ -1,9 +1,12 @@
 // CachingAllocator: device memory for one CUDA stream, cached and reused instead of returned to
 // the driver, with bytes in use counted per MemoryCategory and every allocation and free reported
-// to an observer (the memory timeline's events).
+// to an observer and/or recorded into a buffer (the memory timeline's events).
 //
 // Operations: allocate(bytes, category) -> pointer or kResourceExhausted; release(pointer);
-// emptyCache() hands cached blocks back to the driver; stats() reads the counters.
+// emptyCache() hands cached blocks back to the driver; stats() reads the counters;
+// setRecording(true) + takeEvents() hand the events over in batches (the CUDA backend takes them
+// once per step, so the hot path pays one clock read and one 48-byte append per event and no
+// call into the tracer).
 // Policy: sizes are rounded up to 512 bytes (small, < 1 MiB) or 2 MiB (large); a free block is
 // reused for a request of at least half its size; on out-of-memory the cache is emptied and the
 // cudaMalloc retried once. The error message names the request, its category, the bytes in use
@@ -13,7 +16,7 @@
 // uses memory from one allocator is queued on one stream (stream order). Use one allocator per
 // stream (per virtual rank).
 // Thread-safety: all methods lock one mutex; the observer is called with the lock held and must
-// only copy the event.
+// only copy the event. takeEvents may be called from any thread.
 #pragma once
 
 #include <array>
@@ -22,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/memory_category.h"
 #include "moewb/base/status.h"
@@ -74,6 +78,14 @@ class CachingAllocator {
   // Called on every allocation and free (null to stop).
   void setObserver(Observer observer);
 
+  // While on, every allocation and free is also appended, in order, to a buffer that
+  // takeEvents() empties (off: the buffer is dropped). The buffer grows until taken.
+  void setRecording(bool on);
+  // Moves the events recorded since the last call into `out` (cleared first, in the order they
+  // happened); the allocator keeps `out`'s old storage for the next events, so a caller that
+  // passes the same vector every time allocates nothing in steady state.
+  void takeEvents(std::vector<DeviceMemoryEvent>& out);
+
   AllocatorStats stats() const;
   // Sets the peaks to the current in-use bytes (the trainer does this at each step start).
   void resetPeaks();
@@ -94,6 +106,8 @@ class CachingAllocator {
   std::unordered_map<void*, Block> m_inUse;        // allocated blocks
   AllocatorStats m_stats;
   Observer m_observer;
+  bool m_recording = false;
+  std::vector<DeviceMemoryEvent> m_events;  // recorded, not yet taken
 };
 
 // Rounded block size for a request (512 B granules below 1 MiB, 2 MiB above).

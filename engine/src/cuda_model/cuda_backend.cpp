@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "backend/device_backend.h"
 #include "cuda/cuda_context.h"
 #include "cuda_model/cuda_model.h"
 #include "cuda_model/cuda_optimizer.h"
 #include "moewb/base/units.h"
+#include "cuda_model/device_memory_reporter.h"
 #include "cuda_model/device_timeline.h"
 
 namespace moewb::engine {
@@ -41,8 +43,35 @@ class CudaBackend final : public DeviceBackend {
 
   Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
                                      PhaseRecorder* recorder) override {
+    m_memory.emit(m_step);  // events since the last step (a reload, ...) keep its tag
     m_step = step;
-    if (m_sink != nullptr && !m_observing) observeMemory();
+    if (m_sink != nullptr && !m_memory.started()) m_memory.start(*m_context, m_sink, m_rank, step);
+    Result<DeviceStepResult> result = trainStepOnce(batch, step, optim, recorder);
+    m_memory.emit(step);  // after an error; a finished step emitted them before its sync
+    return result;
+  }
+
+  Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) override {
+    Result<ForwardResult> forward = runForwardBackward(batch, step, nullptr);
+    m_memory.emit(m_step);
+    return forward;
+  }
+
+  Status pullState(Model<float>& host) override {
+    return m_model->parameters().download(*m_context, host.parameters());
+  }
+  Status pushState(const Model<float>& host) override {
+    MOEWB_RETURN_IF_ERROR(m_model->parameters().reload(*m_context, host.parameters()));
+    return m_context->synchronize();
+  }
+  Status pullGrads(Model<float>& host) override {
+    return m_model->parameters().downloadGrads(*m_context, host.parameters());
+  }
+  void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
+
+ private:
+  Result<DeviceStepResult> trainStepOnce(const Batch& batch, int64_t step,
+                                         const OptimSection& optim, PhaseRecorder* recorder) {
     m_context->allocator().resetPeaks();
     MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), recorder));
     DeviceStepResult result;
@@ -63,6 +92,9 @@ class CudaBackend final : public DeviceBackend {
         result.updated = true;
       }
     }
+    // The step's last launch is queued: handing its memory events to the sinks now overlaps
+    // that host work with the GPU's tail of the step.
+    m_memory.emit(step);
     MOEWB_RETURN_IF_ERROR(m_context->synchronize());
     MOEWB_RETURN_IF_ERROR(m_timeline.flush());
     const cuda::AllocatorStats stats = m_context->allocator().stats();
@@ -77,54 +109,8 @@ class CudaBackend final : public DeviceBackend {
     return result;
   }
 
-  Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) override {
-    return runForwardBackward(batch, step, nullptr);
-  }
-
-  Status pullState(Model<float>& host) override {
-    return m_model->parameters().download(*m_context, host.parameters());
-  }
-  Status pushState(const Model<float>& host) override {
-    MOEWB_RETURN_IF_ERROR(m_model->parameters().reload(*m_context, host.parameters()));
-    return m_context->synchronize();
-  }
-  Status pullGrads(Model<float>& host) override {
-    return m_model->parameters().downloadGrads(*m_context, host.parameters());
-  }
-  void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
-
- private:
   // Zero grads, forward, backward. On an error (out of memory included) the activations are
   // dropped so the next step starts from a clean device state.
-  // Reports the allocator's events to the sink from now on, after one baseline event per category
-  // with the bytes already in use (weights, grads and optimizer state allocated at start).
-  void observeMemory() {
-    m_observing = true;
-    const cuda::AllocatorStats stats = m_context->allocator().stats();
-    for (int c = 0; c < cuda::kMemoryCategoryCount; ++c) {
-      if (stats.inUseBytes[size_t(c)] == 0) continue;
-      MemoryEvent event;
-      event.tsNs = steadyNowNs();
-      event.step = m_step;
-      event.rank = m_rank;
-      event.bytes = stats.inUseBytes[size_t(c)];
-      event.category = cuda::memoryCategoryName(cuda::MemoryCategory(c));
-      event.categoryInUseBytes = event.bytes;
-      m_sink->onMemory(event);
-    }
-    m_context->allocator().setObserver([this](const cuda::DeviceMemoryEvent& e) {
-      MemoryEvent event;
-      event.tsNs = e.tsNs;
-      event.step = m_step;
-      event.rank = m_rank;
-      event.isAllocation = e.isAllocation;
-      event.bytes = e.bytes;
-      event.address = uint64_t(e.address);
-      event.category = cuda::memoryCategoryName(e.category);
-      event.categoryInUseBytes = e.categoryInUseBytes;
-      m_sink->onMemory(event);
-    });
-  }
 
   Result<ForwardResult> runForwardBackward(const Batch& batch, int64_t step,
                                            cuda::DeviceTimeline* timeline) {
@@ -159,7 +145,7 @@ class CudaBackend final : public DeviceBackend {
   EventSink* m_sink = nullptr;
   int32_t m_rank = 0;
   int64_t m_step = 0;
-  bool m_observing = false;
+  cuda::DeviceMemoryReporter m_memory;  // after m_context: stops before the context goes
 };
 
 }  // namespace

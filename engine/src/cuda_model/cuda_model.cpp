@@ -7,12 +7,14 @@
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise.h"
 #include "cuda/transfer.h"
+#include "cuda_model/cuda_global_router.h"
 #include "model/mixer.h"
 #include "ops/attnres/attnres_state_cuda.h"
 #include "ops/embedding/embedding_cuda.h"
 #include "ops/lora/lora_cuda.h"
 #include "ops/patchify/patch_embed_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
+#include "parallel/collective_error.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -24,10 +26,6 @@ Phase mixerPhase(char kind) {
 }  // namespace
 
 Status CudaModel::checkSupported(const ModelDims& dims) {
-  if (dims.expertShards > 1) {
-    return unimplemented("expert parallelism (parallel.ep > 1) does not run on the CUDA backend "
-                         "yet; use run.backend = \"cpu\"");
-  }
   for (char kind : dims.mixerPattern) MOEWB_RETURN_IF_ERROR(checkMixerSupportedCuda(kind, dims));
   return Status::ok();
 }
@@ -58,6 +56,22 @@ CudaModel::CudaModel(CudaContext& context, Model<float>& host, CudaParameters pa
     const std::string base = p.name.substr(0, p.name.size() - suffix.size());
     m_lora.push_back({&m_params.at(base), &p, &m_params.at(base + ".lora_b")});
   }
+}
+
+// Sets the trace tag's layer and runs the parallel hook of `unit` (FSDP gather / reduce).
+Status CudaModel::enterUnit(int32_t unit, bool forward) {
+  if (m_parallel.tag != nullptr) m_parallel.tag->layer = unit;
+  if (m_parallel.hooks == nullptr) return Status::ok();
+  try {
+    if (forward) {
+      m_parallel.hooks->beforeForward(unit);
+    } else {
+      m_parallel.hooks->afterBackward(unit);
+    }
+  } catch (const CollectiveError& e) {
+    return e.status();
+  }
+  return Status::ok();
 }
 
 void CudaModel::applyLiveDims(const ModelDims& d) {
@@ -142,8 +156,15 @@ Status CudaModel::uploadBias(int32_t layer) {
 Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* timeline) {
   MOEWB_CHECK(batch.batchSize == m_dims.batchSize && batch.seqLen == m_dims.seqLen);
   releaseActivations();
+  if (m_dims.expertShards > 1 && (m_parallel.ep == nullptr ||
+                                  m_parallel.ep->worldSize() != m_dims.expertShards)) {
+    return failedPrecondition("CudaModel: " + std::to_string(m_dims.expertShards) +
+                              " expert shards need an EP communicator of that size "
+                              "(setParallel)");
+  }
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   DeviceTensor<bf16> h;  // [N, D] residual stream
+  MOEWB_RETURN_IF_ERROR(enterUnit(-1, true));
   {
     DevicePhase phase(timeline, Phase::kEmbedding, Pass::kForward, -1);
     MOEWB_RETURN_IF_ERROR(mergeLora());
@@ -169,6 +190,7 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* tim
   }
   m_acts.resize(size_t(m_dims.numLayers));
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
+    MOEWB_RETURN_IF_ERROR(enterUnit(l, true));
     MOEWB_RETURN_IF_ERROR(layerForward(l, h, timeline));
   }
   if (m_dims.attnRes) {
@@ -255,6 +277,11 @@ Result<DeviceTensor<bf16>> CudaModel::moeSublayerForward(int32_t layer,
                                              n, d));
     MOEWB_RETURN_IF_ERROR(uploadBias(layer));
     MOEWB_RETURN_IF_ERROR(moeRouterForwardCuda(m_context, a.norm2, w, moeShape(), moeOptions(), a.moe));
+    if (m_parallel.world != nullptr && m_dims.auxLossCoef != 0) {
+      MOEWB_RETURN_IF_ERROR(globalizeSwitchLossCuda(m_context, *m_parallel.world,
+                                                    m_dims.auxLossCoef, a.moe.route,
+                                                    a.moe.switchAux));
+    }
   }
   {
     DevicePhase phase(timeline, Phase::kPermute, Pass::kForward, layer);
@@ -262,7 +289,15 @@ Result<DeviceTensor<bf16>> CudaModel::moeSublayerForward(int32_t layer,
   }
   {
     DevicePhase phase(timeline, Phase::kExperts, Pass::kForward, layer);
-    MOEWB_RETURN_IF_ERROR(moeExpertsForwardCuda(m_context, a.norm2, w, a.moe));
+    if (m_parallel.ep != nullptr) {
+      MOEWB_ASSIGN_OR_RETURN(a.moe.yPerm,
+                             epExpertsForwardCuda(m_context, *m_parallel.ep, a.moe.xPerm,
+                                                  a.moe.plan.offsets,
+                                                  DeviceExpertWeights{*w.gate, *w.up, *w.down},
+                                                  a.moe.options.glu(), a.ep, m_parallel.tag));
+    } else {
+      MOEWB_RETURN_IF_ERROR(moeExpertsForwardCuda(m_context, a.norm2, w, a.moe));
+    }
   }
   DevicePhase phase(timeline, Phase::kCombine, Pass::kForward, layer);
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> y,
@@ -341,8 +376,10 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
     }
   }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
+    if (m_parallel.tag != nullptr) m_parallel.tag->layer = l;
     MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, timeline));
     m_acts[size_t(l)] = LayerActs();
+    MOEWB_RETURN_IF_ERROR(enterUnit(l, false));
   }
   {
     DevicePhase phase(timeline, Phase::kEmbedding, Pass::kBackward, -1);
@@ -361,6 +398,7 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
     MOEWB_RETURN_IF_ERROR(convertLoraGrads());
   }
   releaseActivations();
+  MOEWB_RETURN_IF_ERROR(enterUnit(-1, false));
   return Status::ok();
 }
 
@@ -408,7 +446,15 @@ Status CudaModel::moeSublayerBackward(int32_t layer, const DeviceTensor<bf16>& d
   }
   {
     DevicePhase phase(timeline, Phase::kExperts, Pass::kBackward, layer);
-    MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
+    if (m_parallel.ep != nullptr) {
+      MOEWB_ASSIGN_OR_RETURN(state.dXPerm,
+                             epExpertsBackwardCuda(m_context, *m_parallel.ep, state.dYPerm,
+                                                   DeviceExpertWeights{*w.gate, *w.up, *w.down},
+                                                   DeviceExpertGrads{*g.gate, *g.up, *g.down},
+                                                   a.moe.options.glu(), a.ep, m_parallel.tag));
+    } else {
+      MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
+    }
   }
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm2,
                          m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));

@@ -12,6 +12,11 @@
 // first setting the CUDA path does not run yet (run.backend = "auto" then stays on the CPU).
 // The aux-loss-free expert bias lives in the host model (uploaded per forward, updated on the
 // host from the counts), so checkpoints see one copy.
+// Parallel runs (setParallel, as Model::setParallel): with dims.expertShards > 1 the routed
+// experts' tensors hold this rank's E / expertShards experts and the experts stage is the device
+// all-to-all round trip of cuda_ep.h; `world` globalises the Switch-loss statistics; the hooks run
+// before each unit's forward and after its backward (FSDP); their CollectiveError becomes the
+// step's Status.
 // Not thread-safe; one model per context.
 #pragma once
 
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "cuda/cuda_context.h"
+#include "cuda_model/cuda_ep.h"
 #include "cuda_model/cuda_loss.h"
 #include "cuda_model/cuda_mixer.h"
 #include "cuda_model/cuda_moe.h"
@@ -28,6 +34,7 @@
 #include "ops/attnres/attnres_state_cuda.h"
 #include "data/batch.h"
 #include "model/model.h"
+#include "model/model_parallel.h"
 
 namespace moewb::engine::cuda {
 
@@ -43,6 +50,9 @@ class CudaModel {
   CudaParameters& parameters() { return m_params; }
   const ModelDims& dims() const { return m_dims; }
   void setStep(int64_t step) { m_step = step; }
+  // The communicators and hooks of a parallel run (pointers must outlive the model). parallel.ep
+  // is required when dims().expertShards > 1 and must have that many ranks.
+  void setParallel(const ModelParallel& parallel) { m_parallel = parallel; }
   // As Model::applyLiveDims.
   void applyLiveDims(const ModelDims& dims);
 
@@ -68,6 +78,7 @@ class CudaModel {
     DeviceTensor<bf16> norm2;  // [N, D]
     DeviceTensor<float> rstd2; // [N]
     MoeSavedCuda moe;
+    EpSavedCuda ep;            // expert parallelism (parallel.ep > 1)
   };
 
   CudaModel(CudaContext& context, Model<float>& host, CudaParameters params);
@@ -91,6 +102,7 @@ class CudaModel {
   Status mixerSublayerBackward(int32_t layer, const DeviceTensor<bf16>& dOut,
                                DeviceTensor<bf16>& dInput, bool accumulate,
                                DeviceTimeline* timeline);
+  Status enterUnit(int32_t unit, bool forward);
   Status mergeLora();
   Status convertLoraGrads();
   Status uploadBias(int32_t layer);
@@ -101,6 +113,7 @@ class CudaModel {
   ModelDims m_dims;
   CudaParameters m_params;
   int64_t m_step = 0;
+  ModelParallel m_parallel;
   struct LoraTriple {
     CudaParameter* base = nullptr;  // W (frozen; its compute copy holds W')
     CudaParameter* a = nullptr;     // A

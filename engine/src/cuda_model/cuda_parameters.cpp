@@ -67,6 +67,13 @@ Status CudaParameters::downloadGrads(CudaContext& context,
   return Status::ok();
 }
 
+CudaParameters CudaParameters::adopt(std::vector<CudaParameter> params) {
+  CudaParameters set;
+  set.m_params = std::move(params);
+  for (size_t i = 0; i < set.m_params.size(); ++i) set.m_index.emplace(set.m_params[i].name, int(i));
+  return set;
+}
+
 int CudaParameters::find(const std::string& name) const {
   auto it = m_index.find(name);
   return it == m_index.end() ? -1 : it->second;

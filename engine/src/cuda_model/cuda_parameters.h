@@ -38,6 +38,9 @@ class CudaParameters {
   static Result<CudaParameters> upload(CudaContext& context,
                                        const std::vector<Parameter<float>>& host);
 
+  // A set made of `params` (e.g. FSDP shards), looked up by their names.
+  static CudaParameters adopt(std::vector<CudaParameter> params);
+
   // Copies values and moments back into `host` (same model). Waits for the stream.
   Status download(CudaContext& context, std::vector<Parameter<float>>& host) const;
   // Copies the gradients back into host grads (tests and alignment dumps). Waits.

@@ -1,11 +1,30 @@
 #include "cuda_model/device_timeline.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "cuda/cuda_check.h"
 #include "moewb/base/units.h"
 
 namespace moewb::engine::cuda {
+
+const char* cachedPhaseSliceName(Phase phase, Pass pass) {
+  // Every value a Phase byte can hold; passes other than kForward / kBackward name the slice
+  // like kNone (phaseSliceName adds no suffix for them).
+  constexpr size_t kPhases = 256, kPasses = 3;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> table(kPhases * kPasses);
+    for (size_t p = 0; p < kPhases; ++p) {
+      for (size_t q = 0; q < kPasses; ++q) {
+        table[p * kPasses + q] = phaseSliceName(Phase(p), Pass(q));
+      }
+    }
+    return table;
+  }();
+  const size_t q = size_t(pass) < kPasses ? size_t(pass) : size_t(Pass::kNone);
+  return names[size_t(phase) * kPasses + q].c_str();
+}
 
 DeviceTimeline::~DeviceTimeline() {
   for (cudaEvent_t event : m_pool) cudaEventDestroy(event);

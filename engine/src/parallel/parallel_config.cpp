@@ -54,11 +54,6 @@ Status validateParallelConfig(const RunConfig& config) {
                  "true is not accepted with parallel.ep = " + str(p.ep) +
                      " (rows travel by all-to-all); accepted: false");
   }
-  if (world > 1 && config.run.backend == "cuda") {
-    return error("run.backend", "\"cuda\" is not accepted with parallel.world_size = " +
-                                    str(world) + " (in-process ranks run on the CPU backend); "
-                                    "accepted: \"cpu\" or \"auto\"");
-  }
   if (world > 1 && config.lora.enabled) {
     return error("lora.enabled", "true is not accepted with parallel.world_size = " + str(world) +
                                      "; accepted: false (LoRA runs on one rank)");

@@ -6,6 +6,7 @@
 
 #include "comm/in_process_comm.h"
 #include "moewb/base/units.h"
+#include "parallel/rank_common.h"
 #include "parallel/rank_trainer.h"
 
 namespace moewb::engine {
@@ -26,7 +27,9 @@ Status ParallelTrainer::run(int64_t steps) {
   RunStartEvent start;
   start.name = m_config.run.name;
   start.configToml = toToml(m_config);
-  start.backend = "cpu";
+  // run.backend = "cuda": virtual ranks sharing GPU 0; otherwise ("cpu", "auto") CPU ranks.
+  const bool gpu = m_config.run.backend == "cuda";
+  start.backend = gpu ? "cuda" : "cpu";
   start.worldSize = m_config.parallel.worldSize;
   start.numLayers = m_config.model.numLayers;
   start.numExperts = m_config.moe.numExperts;
@@ -35,23 +38,28 @@ Status ParallelTrainer::run(int64_t steps) {
     if (sink != nullptr) sink->onRunStart(start);
   }
   std::atomic<bool> stopped{false};
-  const Status status = runRanks(
-      m_config.parallel.worldSize,
-      [&](Communicator& world) -> Status {
-        EventSink* sink = m_sinks[size_t(world.rank())];
-        MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(m_config, world, sink));
-        for (int64_t i = 0; i < steps; ++i) {
-          MOEWB_ASSIGN_OR_RETURN(bool stop, trainer->agree(m_stopRequested.load()));
-          if (stop) {
-            stopped.store(true);
-            break;
-          }
-          MOEWB_RETURN_IF_ERROR(trainer->step().status());
-          if (world.rank() == 0) m_stepsDone.store(trainer->stepsDone());
-        }
-        return Status::ok();
-      },
-      std::chrono::milliseconds(m_config.parallel.timeoutMs));
+  const auto rankLoop = [&](Communicator& world) -> Status {
+    EventSink* sink = m_sinks[size_t(world.rank())];
+    std::unique_ptr<RankStepper> trainer;
+    if (gpu) {
+      MOEWB_ASSIGN_OR_RETURN(trainer, createCudaRankStepper(m_config, world, sink, 0));
+    } else {
+      MOEWB_ASSIGN_OR_RETURN(trainer, RankTrainer::create(m_config, world, sink));
+    }
+    for (int64_t i = 0; i < steps; ++i) {
+      MOEWB_ASSIGN_OR_RETURN(bool stop, trainer->agree(m_stopRequested.load()));
+      if (stop) {
+        stopped.store(true);
+        break;
+      }
+      MOEWB_RETURN_IF_ERROR(trainer->step().status());
+      if (world.rank() == 0) m_stepsDone.store(trainer->stepsDone());
+    }
+    return Status::ok();
+  };
+  const std::chrono::milliseconds timeout(m_config.parallel.timeoutMs);
+  const Status status = gpu ? runVirtualGpuRanks(m_config.parallel.worldSize, 0, rankLoop, timeout)
+                            : runRanks(m_config.parallel.worldSize, rankLoop, timeout);
   RunEndEvent end;
   end.outcome = !status.isOk() ? RunOutcome::kFailed
                 : stopped.load() ? RunOutcome::kStopped

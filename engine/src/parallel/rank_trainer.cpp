@@ -42,7 +42,8 @@ Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const RunConfig& config
   try {
     trainer->m_model = std::make_unique<Model<float>>(dims, *trainer->m_pool);
     trainer->m_model->initialize(config.run.seed);
-    FsdpGroups groups{trainer->m_fsdp.get(), trainer->m_replicate.get(), trainer->m_expertDp.get(),
+    FsdpGroups groups{trainer->m_groups.fsdp.get(), trainer->m_groups.replicate.get(),
+                      trainer->m_groups.expertDp.get(),
                       w};
     trainer->m_shards = std::make_unique<FsdpShards>(*trainer->m_model, groups);
   } catch (const std::bad_alloc&) {
@@ -51,7 +52,7 @@ Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const RunConfig& config
   }
   trainer->m_hooks = std::make_unique<Hooks>(*trainer->m_shards);
   ModelParallel parallel;
-  parallel.ep = config.parallel.ep > 1 ? trainer->m_ep.get() : nullptr;
+  parallel.ep = config.parallel.ep > 1 ? trainer->m_groups.ep.get() : nullptr;
   parallel.world = w > 1 ? &world : nullptr;
   parallel.hooks = trainer->m_hooks.get();
   parallel.tag = &trainer->m_tag;
@@ -74,48 +75,14 @@ RankTrainer::RankTrainer(const RunConfig& config, Communicator& world, EventSink
 RankTrainer::~RankTrainer() = default;
 
 Status RankTrainer::split() {
+  MOEWB_ASSIGN_OR_RETURN(m_groups, splitParallelGroups(m_world, m_config.parallel));
   const int32_t r = m_world.rank();
-  const int32_t ep = m_config.parallel.ep, fsdp = m_config.parallel.fsdpDegree();
-  observe(m_world, "world");
-  MOEWB_ASSIGN_OR_RETURN(m_ep, m_world.split(r / ep, r));
-  MOEWB_ASSIGN_OR_RETURN(m_expertDp, m_world.split(r % ep, r));
-  MOEWB_ASSIGN_OR_RETURN(m_fsdp, m_world.split(r / fsdp, r));
-  MOEWB_ASSIGN_OR_RETURN(m_replicate, m_world.split(r % fsdp, r));
-  observe(*m_ep, "ep");
-  observe(*m_expertDp, "expert_dp");
-  observe(*m_fsdp, "fsdp");
-  observe(*m_replicate, "replicate");
+  observeCollectives(m_world, "world", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.ep, "ep", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.expertDp, "expert_dp", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.fsdp, "fsdp", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.replicate, "replicate", m_sink, r, &m_tag, &m_stepsDone);
   return Status::ok();
-}
-
-void RankTrainer::observe(Communicator& comm, const char* group) {
-  if (m_sink == nullptr) return;
-  comm.setObserver([this, group](const CollectiveRecord& record) {
-    CollectiveEvent event;
-    event.step = m_stepsDone;
-    event.layer = m_tag.layer;
-    event.rank = m_world.rank();
-    event.op = record.op;
-    event.group = group;
-    event.phase = m_tag.phase;
-    event.seq = record.seq;
-    event.bytesSent = record.bytesSent;
-    event.bytesReceived = record.bytesReceived;
-    event.peers = record.peers;
-    event.startNs = record.startNs;
-    event.endNs = record.endNs;
-    event.ok = record.ok;
-    m_sink->onCollective(event);
-    if (record.op != "all_to_all_v" || event.phase.empty() || !record.ok) return;
-    A2aTrafficEvent traffic;
-    traffic.step = m_stepsDone;
-    traffic.layer = m_tag.layer;
-    traffic.srcRank = m_world.rank();
-    traffic.dstRanks = record.peers;
-    traffic.bytes = record.sendBytesByPeer;
-    traffic.phase = event.phase;
-    m_sink->onA2aTraffic(traffic);
-  });
 }
 
 Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
@@ -140,23 +107,7 @@ Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
   return local;
 }
 
-Result<bool> RankTrainer::agree(bool stop) {
-  std::vector<int64_t> flag{stop ? 1 : 0};
-  MOEWB_RETURN_IF_ERROR(m_world.allReduce(std::span<int64_t>(flag), ReduceOp::kMax));
-  return flag[0] != 0;
-}
-
-// Sum of one double per rank, exact to about 1e-14: each value travels as two floats.
-double RankTrainer::sumOverRanks(double value) {
-  const float hi = float(value);
-  const float lo = std::isfinite(hi) ? float(value - double(hi)) : 0.0f;
-  const std::vector<float> send{hi, lo};
-  std::vector<float> recv(size_t(2 * m_world.worldSize()));
-  throwIfFailed(m_world.allGather(std::span<const float>(send), std::span<float>(recv)));
-  double sum = 0;
-  for (size_t i = 0; i < recv.size(); i += 2) sum += double(recv[i]) + double(recv[i + 1]);
-  return sum;
-}
+Result<bool> RankTrainer::agree(bool stop) { return agreeOnStop(m_world, stop); }
 
 Result<StepEvent> RankTrainer::step() {
   if (!m_failure.isOk()) {
@@ -193,8 +144,8 @@ Result<StepEvent> RankTrainer::trainStep() {
     forward = m_model->forward(batch, &recorder);
   }
   // Each rank's loss is the mean over N / W tokens: the global mean is the mean of the ranks'.
-  const double loss = sumOverRanks(forward.loss) / w;
-  const double auxLoss = sumOverRanks(forward.auxLoss) / w;
+  const double loss = sumOverRanks(m_world, forward.loss) / w;
+  const double auxLoss = sumOverRanks(m_world, forward.auxLoss) / w;
   if (!std::isfinite(loss) || !std::isfinite(auxLoss)) {
     return internalError("training diverged at step " + std::to_string(stepIndex) +
                          ": loss = " + std::to_string(loss) +
@@ -208,7 +159,7 @@ Result<StepEvent> RankTrainer::trainStep() {
   {
     ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
     m_tag.layer = -1;
-    optim.gradNorm = std::sqrt(sumOverRanks(m_shards->localGradSquares()));
+    optim.gradNorm = std::sqrt(sumOverRanks(m_world, m_shards->localGradSquares()));
     if (std::isfinite(optim.gradNorm)) {
       optim = optimizerStep(*m_pool, m_shards->shards(), m_config.optim, stepIndex,
                             optim.gradNorm);
@@ -238,17 +189,7 @@ Result<StepEvent> RankTrainer::trainStep() {
 
 void RankTrainer::emitStepEvents(const StepEvent& event, const ForwardResult& forward) {
   if (m_sink == nullptr) return;
-  for (size_t layer = 0; layer < forward.expertCounts.size(); ++layer) {
-    ExpertLoadEvent load;
-    load.step = event.step;
-    load.layer = int32_t(layer);
-    load.rank = event.rank;
-    load.tokensPerExpert = forward.expertCounts[layer];
-    load.droppedPerExpert = forward.expertDropped[layer];
-    load.droppedPerExpert.resize(load.tokensPerExpert.size(), 0);
-    load.biasPerExpert = forward.expertBias[layer];
-    m_sink->onExpertLoad(load);
-  }
+  emitExpertLoads(*m_sink, event.step, event.rank, forward);
   m_sink->onCounter({"lr", event.endNs, event.lr});
   m_sink->onCounter({"grad_norm", event.endNs, event.gradNorm});
   // Per rank: the full (gathered) buffers the model keeps plus this rank's shards.
@@ -273,7 +214,7 @@ Result<std::vector<Tensor<float>>> RankTrainer::gatherFull(bool grads) {
     const bool expert = m_model->isExpertSharded(i);
     const Parameter<float>& s = m_shards->shards()[shard++];
     const Tensor<float>& mine = grads ? s.grad : s.value;
-    Communicator& group = expert ? *m_expertDp : *m_fsdp;
+    Communicator& group = expert ? *m_groups.expertDp : *m_groups.fsdp;
     std::vector<float> all(size_t(group.worldSize() * mine.numel()));
     MOEWB_RETURN_IF_ERROR(group.allGather(std::span<const float>(mine.data(), size_t(mine.numel())),
                                           std::span<float>(all)));
@@ -281,9 +222,9 @@ Result<std::vector<Tensor<float>>> RankTrainer::gatherFull(bool grads) {
     Tensor<float> local(shape);
     std::copy_n(all.data(), local.numel(), local.data());
     if (expert) {
-      shape[0] *= m_ep->worldSize();
+      shape[0] *= m_groups.ep->worldSize();
       Tensor<float> full(shape);
-      MOEWB_RETURN_IF_ERROR(m_ep->allGather(
+      MOEWB_RETURN_IF_ERROR(m_groups.ep->allGather(
           std::span<const float>(local.data(), size_t(local.numel())),
           std::span<float>(full.data(), size_t(full.numel()))));
       local = std::move(full);

@@ -27,23 +27,24 @@
 #include "moewb/engine/config.h"
 #include "moewb/engine/event_sink.h"
 #include "parallel/fsdp_shards.h"
+#include "parallel/rank_common.h"
 #include "runtime/thread_pool.h"
 
 namespace moewb::engine {
 
-class RankTrainer {
+class RankTrainer final : public RankStepper {
  public:
   // Collective over `world` (splits the groups). `config` must pass validateConfig and have
   // parallel.world_size == world.worldSize(). `sink` may be null and must outlive the trainer.
   // `world` must outlive the trainer.
   static Result<std::unique_ptr<RankTrainer>> create(const RunConfig& config, Communicator& world,
                                                      EventSink* sink);
-  ~RankTrainer();
+  ~RankTrainer() override;
 
   // One optimizer step (collective). Returns the step event (global loss, grad norm).
-  Result<StepEvent> step();
+  Result<StepEvent> step() override;
   // Collective: true on every rank when any rank passes true (a stop agreed at a step boundary).
-  Result<bool> agree(bool stop);
+  Result<bool> agree(bool stop) override;
 
   // Collective: the full tensor of every model parameter (full expert count), in model order:
   // the gradients of the last step as the optimizer saw them (summed over ranks, before
@@ -51,7 +52,7 @@ class RankTrainer {
   Result<std::vector<Tensor<float>>> fullGradients() { return gatherFull(true); }
   Result<std::vector<Tensor<float>>> fullValues() { return gatherFull(false); }
 
-  int64_t stepsDone() const { return m_stepsDone; }
+  int64_t stepsDone() const override { return m_stepsDone; }
   int32_t rank() const { return m_world.rank(); }
   const Model<float>& model() const { return *m_model; }
   // This rank's part of `global` (sequences [rank * B / W, (rank + 1) * B / W)).
@@ -61,16 +62,14 @@ class RankTrainer {
   class Hooks;
   RankTrainer(const RunConfig& config, Communicator& world, EventSink* sink);
   Status split();
-  void observe(Communicator& comm, const char* group);
   Result<StepEvent> trainStep();
-  double sumOverRanks(double value);
   void emitStepEvents(const StepEvent& event, const ForwardResult& forward);
   Result<std::vector<Tensor<float>>> gatherFull(bool grads);
 
   RunConfig m_config;
   Communicator& m_world;
   EventSink* m_sink;
-  std::unique_ptr<Communicator> m_ep, m_expertDp, m_fsdp, m_replicate;
+  ParallelGroups m_groups;
   std::unique_ptr<ThreadPool> m_pool;
   std::unique_ptr<Model<float>> m_model;
   std::unique_ptr<FsdpShards> m_shards;

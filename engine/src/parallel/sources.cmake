@@ -6,5 +6,8 @@ target_sources(moewb_engine PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/global_router_stats.cpp)
 target_sources(moewb_engine PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/fsdp_shards.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/rank_common.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/stuck_rank_watchdog.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/rank_trainer.cpp)
-target_sources(moewb_engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/parallel_trainer.cpp)
+target_sources(moewb_engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/parallel_trainer.cpp
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/distributed_trainer.cpp)

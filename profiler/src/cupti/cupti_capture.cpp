@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cupti/cupti_check.h"
 #include "moewb/base/units.h"
@@ -27,11 +29,16 @@ namespace cupti {
 
 namespace {
 
-constexpr CUpti_ActivityKind kKinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_MEMORY2,
-    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME,
-    CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_MARKER,
+// Each GpuTraceKind and the CUPTI activity kind it enables.
+constexpr std::pair<GpuTraceKind, CUpti_ActivityKind> kActivityKinds[] = {
+    {GpuTraceKind::kKernel, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
+    {GpuTraceKind::kMemcpy, CUPTI_ACTIVITY_KIND_MEMCPY},
+    {GpuTraceKind::kMemset, CUPTI_ACTIVITY_KIND_MEMSET},
+    {GpuTraceKind::kMemory, CUPTI_ACTIVITY_KIND_MEMORY2},
+    {GpuTraceKind::kSync, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION},
+    {GpuTraceKind::kRuntime, CUPTI_ACTIVITY_KIND_RUNTIME},
+    {GpuTraceKind::kDriver, CUPTI_ACTIVITY_KIND_DRIVER},
+    {GpuTraceKind::kNvtx, CUPTI_ACTIVITY_KIND_MARKER},
 };
 constexpr size_t kBufferAlignment = 8;
 // Firings listed in meta gpu_capture_triggers; later ones are only counted.
@@ -62,7 +69,11 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
       m_builder(m_flight ? static_cast<storage::TraceWriter*>(m_flight.get()) : writer,
                 options.rank),
       m_triggers(options.mode.triggers),
-      m_window(options.mode.flightRecorderSteps) {}
+      m_window(options.mode.flightRecorderSteps) {
+  for (const auto& [kind, activity] : kActivityKinds) {
+    if (options.kinds.has(kind)) m_kinds.push_back(activity);
+  }
+}
 
 CuptiCapture::~CuptiCapture() {
   (void)stop();
@@ -72,6 +83,14 @@ Result<std::unique_ptr<GpuCapture>> CuptiCapture::start(storage::TraceWriter* wr
                                                         const GpuCaptureOptions& options) {
   if (options.bufferBytes < 1024 || options.maxBuffers < 0) {
     return invalidArgument("GPU capture buffers: bufferBytes must be >= 1024 and maxBuffers >= 0");
+  }
+  if (options.flushIntervalMs < 0) {
+    return invalidArgument("GPU capture flushIntervalMs " +
+                           std::to_string(options.flushIntervalMs) + "; accepted: >= 0");
+  }
+  if (options.kinds.empty()) {
+    return invalidArgument(std::string("GPU capture kinds: none selected; accepted: any of ") +
+                           kGpuTraceKindNames);
   }
   const CaptureMode& mode = options.mode;
   if (mode.everySteps < 1 || mode.firstStep < 0 || mode.endStep <= mode.firstStep ||
@@ -84,7 +103,8 @@ Result<std::unique_ptr<GpuCapture>> CuptiCapture::start(storage::TraceWriter* wr
     return failedPrecondition("a GPU capture is already running in this process");
   }
   std::unique_ptr<CuptiCapture> capture(new CuptiCapture(writer, options));
-  pointNvtxAtCupti();
+  // Without nvtx the engine's ranges stay out of CUPTI altogether (no injection, no cost).
+  if (options.kinds.has(GpuTraceKind::kNvtx)) pointNvtxAtCupti();
   g_active.store(capture.get());
   if (Status enabled = capture->enable(); !enabled.isOk()) {
     capture->disable();
@@ -105,6 +125,7 @@ Status CuptiCapture::enable() {
   if (m_options.mode.capturesStep(0)) MOEWB_RETURN_IF_ERROR(setKindsEnabled(true));
   MOEWB_RETURN_IF_ERROR(calibrate());
   m_writer->setMeta("gpu_capture_mode", m_options.mode.describe());
+  m_writer->setMeta("gpu_trace_kinds", m_options.kinds.describe());
   m_writer->setMeta("cupti_clock_offset_start_ns", std::to_string(m_clock.firstOffsetNs()));
   m_writer->setMeta("cupti_clock_offset_ns", std::to_string(m_clock.lastOffsetNs()));
   return Status::ok();
@@ -119,7 +140,7 @@ void CuptiCapture::disable() {
 Status CuptiCapture::setKindsEnabled(bool on) {
   std::lock_guard lock(m_kindsMutex);
   if (on) {
-    for (CUpti_ActivityKind kind : kKinds) {
+    for (CUpti_ActivityKind kind : m_kinds) {
       if (std::find(m_enabled.begin(), m_enabled.end(), kind) != m_enabled.end()) continue;
       MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityEnable(kind));
       m_enabled.push_back(kind);
@@ -288,15 +309,28 @@ Status CuptiCapture::flushAndCalibrate(uint32_t flag) {
 }
 
 void CuptiCapture::parserLoop() {
+  // With a flush interval, finished steps wait until it has passed since the last flush.
+  const auto interval = std::chrono::milliseconds(m_options.flushIntervalMs);
+  auto lastFlush = std::chrono::steady_clock::now() - interval;
   while (true) {
     int64_t step = -1;
     bool stopping = false;
     {
       std::unique_lock lock(m_queueMutex);
-      m_wake.wait(lock, [&] {
-        return !m_completed.empty() || m_lastStep > m_resolvedStep || m_stopping;
-      });
-      step = m_lastStep;
+      const auto due = lastFlush + interval;
+      auto ready = [&] {
+        const bool stepDue =
+            m_lastStep > m_resolvedStep && std::chrono::steady_clock::now() >= due;
+        return !m_completed.empty() || stepDue || m_stopping;
+      };
+      while (!ready()) {
+        if (m_lastStep > m_resolvedStep) {
+          m_wake.wait_until(lock, due);
+        } else {
+          m_wake.wait(lock);
+        }
+      }
+      step = std::chrono::steady_clock::now() >= due ? m_lastStep : m_resolvedStep;
       stopping = m_stopping;
     }
     parseCompleted();
@@ -310,6 +344,7 @@ void CuptiCapture::parserLoop() {
       return;
     }
     if (step > m_resolvedStep) {
+      lastFlush = std::chrono::steady_clock::now();
       if (Status s = flushAndCalibrate(0); !s.isOk()) recordError(s);
       parseCompleted();
       m_builder.resolveThrough(step);
@@ -355,6 +390,11 @@ void CuptiCapture::writeStats() {
     m_writer->addStat({name, value > 0 ? badSeverity : "info", value, description});
   };
   stat("cupti_records", c.records, "info", "GPU activity records received from CUPTI");
+  const GpuTraceKinds& kinds = m_options.kinds;
+  m_writer->addStat({"gpu_trace_kinds", kinds.canAttribute() ? "info" : "warning",
+                     int64_t(kinds.bits()),
+                     "GPU trace kinds captured: " + kinds.describe() +
+                         " (value: their bit mask); " + kinds.attributionNote()});
   stat("cupti_dropped_records", dropped, "data_loss",
        "activity records CUPTI dropped (no buffer space); the GPU rows are incomplete");
   stat("cupti_buffers_refused", refused, "data_loss",

@@ -5,6 +5,9 @@
 // The parser thread parses queued buffers (ActivityParser), feeds the GpuTraceBuilder, and after
 // each step flushes CUPTI, recalibrates the clocks and resolves that step. The engine thread
 // only copies phase and step events into the builder.
+// Kinds: only the CUPTI activity kinds of options.kinds are ever enabled; without nvtx the
+// engine's NVTX ranges are not routed to CUPTI at all (unless NVTX_INJECTION64_PATH was set
+// before, by the user or an earlier capture in this process).
 // Modes: the activity kinds are enabled and disabled on the trainer thread at step ends
 // (setKindsEnabled, under a mutex); only captured steps' host events reach the builder. The
 // flight recorder puts a FlightRecorderWriter between the builder and the writer; the parser
@@ -78,6 +81,7 @@ class CuptiCapture final : public GpuCapture {
   ActivityParser m_parser{&m_clock};
   std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder
   gpu::GpuTraceBuilder m_builder;
+  std::vector<CUpti_ActivityKind> m_kinds;  // of options.kinds; fixed at construction
   std::mutex m_kindsMutex;  // guards m_enabled
   std::vector<CUpti_ActivityKind> m_enabled;
 

@@ -228,11 +228,29 @@ TEST_F(CudaModelTest, ImagePatchesStepMatchesCpu) {
 }
 
 TEST_F(CudaModelTest, UnsupportedSettingsAreNamed) {
-  ModelDims dims = ModelDims::fromConfig(smallMoeConfig());
-  dims.expertShards = 2;  // one rank's share of expert parallelism
-  Status status = CudaModel::checkSupported(dims);
+  RunConfig config = smallMoeConfig();
+  config.model.mixerPattern = "K";
+  config.kda.headDim = 256;  // wider than the CUDA KDA kernels take
+  Status status = CudaModel::checkSupported(ModelDims::fromConfig(config));
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("parallel.ep"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("kda.head_dim"), std::string::npos) << status.message();
+}
+
+TEST_F(CudaModelTest, ExpertShardsWithoutAnEpCommunicatorAreRefused) {
+  ModelDims dims = ModelDims::fromConfig(smallMoeConfig());
+  dims.expertShards = 2;  // one rank's share of expert parallelism, but no setParallel
+  ThreadPool pool(1);
+  Model<float> host(dims, pool);
+  host.initialize(1);
+  MOEWB_ASSIGN_OR_FAIL(auto context, CudaContext::create(0));
+  MOEWB_ASSIGN_OR_FAIL(auto model, CudaModel::create(*context, host));
+  const RunConfig config = smallMoeConfig();
+  const SyntheticData data(config.data, config.model.vocabSize, config.model.seqLen, 1);
+  auto forward = model->forward(data.batch(0), nullptr);
+  ASSERT_FALSE(forward.isOk());
+  EXPECT_EQ(forward.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(forward.status().message().find("EP communicator"), std::string::npos)
+      << forward.status().message();
 }
 
 TEST_F(CudaModelTest, OutOfMemoryInAStepIsReportedAndTheModelStaysUsable) {

@@ -1,5 +1,5 @@
-// CachingAllocator on a real device: reuse, per-category accounting, observer events, and
-// out-of-memory as a clear, recoverable Status.
+// CachingAllocator on a real device: reuse, per-category accounting, observer events, recorded
+// events taken in batches, and out-of-memory as a clear, recoverable Status.
 #include "cuda/caching_allocator.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +42,45 @@ TEST_F(CachingAllocatorTest, ReusesFreedBlocksAndCountsPerCategory) {
   EXPECT_EQ(allocator.stats().reservedBytes, (4 << 20) + 1024);
   allocator.emptyCache();
   EXPECT_EQ(allocator.stats().reservedBytes, 0);
+}
+
+TEST_F(CachingAllocatorTest, RecordsEventsInOrderUntilTakenAndReusesTheCallersStorage) {
+  CachingAllocator allocator;
+  std::vector<DeviceMemoryEvent> events;
+  MOEWB_ASSIGN_OR_FAIL(void* before, allocator.allocate(512, MemoryCategory::kWeights));
+  allocator.setRecording(true);
+  MOEWB_ASSIGN_OR_FAIL(void* a, allocator.allocate(1000, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(void* b, allocator.allocate(3000, MemoryCategory::kWorkspace));
+  allocator.release(a);
+  allocator.takeEvents(events);
+  ASSERT_EQ(events.size(), 3u) << "only events after setRecording(true)";
+  EXPECT_TRUE(events[0].isAllocation);
+  EXPECT_EQ(events[0].address, reinterpret_cast<uintptr_t>(a));
+  EXPECT_EQ(events[0].category, MemoryCategory::kActivations);
+  EXPECT_EQ(events[1].bytes, 3072);
+  EXPECT_EQ(events[1].categoryInUseBytes, 3072);
+  EXPECT_FALSE(events[2].isAllocation);
+  EXPECT_EQ(events[2].categoryInUseBytes, 0);
+  EXPECT_LE(events[0].tsNs, events[1].tsNs);
+  EXPECT_LE(events[1].tsNs, events[2].tsNs);
+  const DeviceMemoryEvent* storage = events.data();
+  allocator.release(b);
+  std::vector<DeviceMemoryEvent> next;
+  allocator.takeEvents(next);
+  ASSERT_EQ(next.size(), 1u) << "taking empties the buffer";
+  EXPECT_FALSE(next[0].isAllocation);
+  EXPECT_EQ(next[0].address, reinterpret_cast<uintptr_t>(b));
+  allocator.takeEvents(events);
+  EXPECT_TRUE(events.empty());
+  allocator.release(before);
+  allocator.takeEvents(events);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events.data(), storage) << "the allocator recorded into the storage it was handed";
+  allocator.setRecording(false);
+  MOEWB_ASSIGN_OR_FAIL(void* c, allocator.allocate(100, MemoryCategory::kWorkspace));
+  allocator.release(c);
+  allocator.takeEvents(events);
+  EXPECT_TRUE(events.empty()) << "nothing is recorded once recording is off";
 }
 
 TEST_F(CachingAllocatorTest, OutOfMemoryIsAClearStatusAndTheAllocatorStaysUsable) {

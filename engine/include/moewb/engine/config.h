@@ -147,7 +147,9 @@ struct LoraSection {
   bool operator==(const LoraSection&) const = default;
 };
 
-// Parallelism on in-process ranks (threads): the world of ranks is world_size = fsdp * replicate;
+// Parallelism: in-process ranks (threads; run.backend = "cpu" or "auto"), virtual ranks sharing
+// one GPU (run.backend = "cuda"), or one process per GPU over NCCL (moewb launch, or a launcher's
+// RANK / WORLD_SIZE environment). The world of ranks is world_size = fsdp * replicate;
 // experts are sharded over `ep` consecutive ranks, dense parameters over `fsdp` consecutive ranks
 // and replicated `replicate` times (HSDP), expert parameters over the expert-data-parallel group
 // (the world_size / ep ranks that hold the same experts). Every rank reads data.batch_size /

@@ -1,5 +1,7 @@
 // ParallelTrainer: a training run on parallel.world_size in-process ranks (one thread each) with
-// expert parallelism and FSDP (engine/src/parallel/rank_trainer.h has the step and the math).
+// expert parallelism and FSDP (engine/src/parallel/rank_trainer.h has the step and the math). With
+// run.backend = "cuda" the ranks are virtual GPU ranks sharing GPU 0, each with its own stream,
+// buffers and device collectives (cuda_parallel/cuda_rank_trainer.h).
 //
 // Lifecycle: create (validates the config; nothing starts) -> run (starts the rank threads, runs
 // the steps, joins) -> destroy. Each rank reports to its own EventSink: onRunStart for every rank

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "moewb/base/status.h"
+#include "moewb/profiler/gpu_trace_kinds.h"
 
 namespace moewb::profiler {
 
@@ -56,6 +57,8 @@ struct CaptureModeArgs {
   std::optional<double> triggerStepMs;     // --trigger-step-ms Y
   std::optional<double> triggerMemoryGiB;  // --trigger-memory-gib Z
   int64_t plannedSteps = -1;               // steps the run will train (-1 = unknown)
+  GpuTraceKinds gpuTraceKinds;             // --gpu-trace-kinds LIST, parsed (default: all);
+                                           // not part of the mode (GpuCaptureOptions::kinds)
 };
 
 // Largest --flight-recorder N accepted (the held rows of N steps live in host memory).

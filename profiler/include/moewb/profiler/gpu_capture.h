@@ -1,15 +1,19 @@
 // GpuCapture: in-process capture of a CUDA run's GPU activity (CUPTI Activity API) into the trace:
 // kernels, memcpy, memset, device memory, synchronisation, runtime and driver API calls and NVTX
 // ranges, each kernel / copy / memset attributed to the step, layer and phase it ran under (see
-// profiler/src/gpu/gpu_trace_builder.h).
+// profiler/src/gpu/gpu_trace_builder.h). options.kinds narrows what is recorded (like nsys
+// --trace; gpu_trace_kinds.h says which kinds attribution needs); the kinds are kept in meta
+// (gpu_trace_kinds) and, with what they allow to attribute, in stats (gpu_trace_kinds).
 //
 // Lifecycle: create() before the engine makes its first CUDA or NVTX call (it points
 // NVTX_INJECTION64_PATH at libcupti so the engine's NVTX ranges reach CUPTI), add the capture to
 // the engine's sinks (it only copies phase and step events), train, then stop() before the
 // writer is closed. CUPTI hands its buffers to a parser thread; nothing is parsed on the engine's
-// thread. After each step the parser thread flushes CUPTI and writes that step's rows. Dropped
-// CUPTI records and attribution problems are counted in the stats table; the CUPTI-to-steady
-// clock offset is kept in meta (cupti_clock_offset_ns, cupti_clock_offset_start_ns).
+// thread. After each step (or, with options.flushIntervalMs, after the first step that ends that
+// long after the last flush) the parser thread flushes CUPTI and writes the finished steps' rows.
+// Dropped CUPTI records and attribution problems are counted in the stats table; the
+// CUPTI-to-steady clock offset is kept in meta (cupti_clock_offset_ns,
+// cupti_clock_offset_start_ns).
 // Capture modes (options.mode, capture_mode.h): outside the steps a mode captures, the CUPTI
 // activity kinds are disabled (enabled again at the end of the step before the next captured
 // one), so CUPTI records nothing there; the flight recorder records every step and writes only
@@ -24,6 +28,7 @@
 #include "moewb/base/status.h"
 #include "moewb/engine/event_sink.h"
 #include "moewb/profiler/capture_mode.h"
+#include "moewb/profiler/gpu_trace_kinds.h"
 #include "moewb/storage/trace_writer.h"
 
 namespace moewb::profiler {
@@ -34,6 +39,11 @@ struct GpuCaptureOptions {
                                   // use CUPTI drops records (counted in stats)
   int32_t rank = 0;               // tags the GPU tracks
   CaptureMode mode;               // which steps are captured (default: every step)
+  GpuTraceKinds kinds;            // which activity kinds are recorded (default: all); must not
+                                  // be empty (create() says kInvalidArgument)
+  int32_t flushIntervalMs = 0;    // 0: flush CUPTI and write a step's GPU rows after every step;
+                                  // > 0: at most every that many ms (fewer flushes; rows of
+                                  // several steps at once, later)
 };
 
 class GpuCapture : public engine::EventSink {

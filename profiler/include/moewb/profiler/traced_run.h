@@ -10,10 +10,14 @@
 // thread track and a "collectives" comm track, step / expert_load rows with the rank column, the
 // collective and a2a_traffic tables. Checkpoints, resume, dumps, initial weights, merged exports
 // and live commands need a single rank (kInvalidArgument / kFailedPrecondition).
+// With options.launcherRank >= 0 this process is one rank of a multi-process run started by a
+// launcher (engine's DistributedTrainer, NCCL, one GPU per process): the file holds this rank's
+// rows only (`moewb merge` joins the ranks' files), and --gpu-trace captures this process's GPU.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -28,6 +32,7 @@
 
 namespace moewb::engine {
 class ParallelTrainer;
+class DistributedTrainer;
 }
 namespace moewb::storage {
 class TraceWriter;
@@ -50,7 +55,15 @@ struct TracedRunOptions {
   std::string initWeightsPath;  // base weights to start from (Trainer::loadWeights; "" = init)
   std::string exportMergedPath; // after training, write merged weights here ("" = none)
   bool gpuTrace = false;        // capture GPU activity with CUPTI (run.backend = cuda, one rank)
-  GpuCaptureOptions gpuCapture; // buffers and capture mode (which steps) of that capture
+  GpuCaptureOptions gpuCapture; // buffers, capture mode (which steps) and kinds of that capture
+  bool hostMemoryEvents = true; // false: the host trace drops device-memory events (memory_event
+                                // rows); the overhead benchmark's "phases only" mode
+  int32_t launcherRank = -1;    // >= 0: this rank of a multi-process run (see above)
+  // Multi-process runs: called once, from a watchdog thread, after the trace has recorded the run
+  // as failed with `status`, when a peer died and this rank's GPU work could not be stopped
+  // (engine::DistributedTrainer::setStuckHandler). It should end the process (run() would not
+  // return). Empty: the rank keeps waiting.
+  std::function<void(const Status&)> onStuckRank;
 };
 
 struct RunSummary {
@@ -106,6 +119,8 @@ class TracedRun {
   Status startGpuCapture(const TracedRunOptions& options);
   Status createTrainer(const TracedRunOptions& options);
   Status createParallelTrainer(const TracedRunOptions& options);
+  Status createDistributedTrainer(const TracedRunOptions& options);
+  static Status checkSingleRankOptions(const TracedRunOptions& options, int32_t worldSize);
 
   engine::RunConfig m_config;
   int64_t m_steps = 0;
@@ -117,6 +132,7 @@ class TracedRun {
   std::unique_ptr<engine::FanOutSink> m_fanOut;
   std::unique_ptr<engine::Trainer> m_trainer;
   std::unique_ptr<engine::ParallelTrainer> m_parallel;  // parallel.world_size > 1
+  std::unique_ptr<engine::DistributedTrainer> m_distributed;  // options.launcherRank >= 0
   std::vector<std::unique_ptr<HostTracer>> m_rankTracers;  // ranks 1.. (parallel)
 };
 

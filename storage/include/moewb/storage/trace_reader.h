@@ -18,6 +18,7 @@
 
 #include "moewb/base/status.h"
 #include "moewb/storage/gpu_queries.h"
+#include "moewb/storage/parallel_queries.h"
 #include "moewb/storage/rows.h"
 
 namespace moewb::storage {
@@ -147,6 +148,33 @@ class TraceReader {
   // Expert load of (step, layer), summed over ranks; nullopt without rows for it. Cost: one
   // range of the expert_load(step, layer) index.
   virtual Result<std::optional<LayerLoad>> layerLoad(int64_t step, int32_t layer);
+
+  // Parallel runs (world size > 1): all-to-all traffic, routed rows per rank, collectives
+  // matched across ranks (result types in parallel_queries.h). Files of one rank, or from before
+  // these tables existed, give empty results. Implemented in sqlite_trace_reader_parallel.cpp;
+  // the defaults report nothing.
+  //
+  // World size, steps with collectives, a2a layers and phases, and the EP groups. Cost: a scan
+  // of the collective(step, rank) index for the steps, index probes of the first step for the
+  // rest.
+  virtual Result<ParallelOverview> parallelOverview();
+  // The a2a_traffic bytes of `filter` summed per (src, dst) into a [W, W] matrix, W = the first
+  // run's world size (or 1 + the largest rank read without a run row; at most 4096 either way).
+  // Ranks outside [0, W) go to outOfRangeBytes. Errors: read errors. Cost: one range of
+  // a2a_traffic(step, layer) with a step, one scan of a2a_traffic for all steps.
+  virtual Result<A2aTrafficMatrix> a2aTrafficMatrix(const ParallelFilter& filter);
+  // Per rank: routed rows sent and received and the load of the experts it hosts, from the
+  // expert_load rows of `filter` (its phase is ignored) and the EP groups of parallelOverview;
+  // ranks without an EP group host every expert. Cost: one grouped range of expert_load(step,
+  // layer) (a scan for all steps) plus parallelOverview.
+  virtual Result<RankLoads> rankLoads(const ParallelFilter& filter);
+  // Every collective of `step` matched across its peers, ordered by first start, then group and
+  // seq. Cost: one range of the collective(step, rank) index.
+  virtual Result<std::vector<MatchedCollective>> stepCollectives(int64_t step);
+  // The collective whose slice starts at `startNs` on comm track `track`, matched across its
+  // peers; nullopt when there is no collective there. Cost: index probes of slice(track,
+  // start_ns) and collective(step, rank), one range of collective(step, rank).
+  virtual Result<std::optional<MatchedCollective>> collectiveAt(TrackId track, int64_t startNs);
 
   // Calls `visit` for every slice in (start, id) order, streaming (memory O(1) in the number of
   // slices); stops early when `visit` returns false. `visit` may call other methods of this

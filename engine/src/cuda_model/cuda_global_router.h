@@ -1,0 +1,22 @@
+// The Switch load-balancing loss over the global batch on the GPU (ENGINE-MATH §5.9; the CPU twin
+// is parallel/global_router_stats.h): the expert counts and probability sums of every rank are
+// all-reduced so each rank holds the loss of the global batch, and the backward reads the global
+// counts scaled by N_r / N so that, with the trainer's 1 / world_size weight per rank, the
+// gradient is that of the global loss.
+// Costs: one host copy of the counts [E] and the probabilities [N, E] per layer (a
+// synchronisation), two host all-reduces of E + 1 elements.
+#pragma once
+
+#include "comm/communicator.h"
+#include "cuda/cuda_context.h"
+#include "ops/router/router_cuda.h"
+
+namespace moewb::engine::cuda {
+
+// Replaces aux.loss with the global Switch loss alpha E sum_e f_e P_e and sets aux.gradCounts /
+// gradCountScale; aux.counts stays this rank's (the per-rank expert load of the trace).
+// Errors: the communicator's, kResourceExhausted, kInternal.
+Status globalizeSwitchLossCuda(CudaContext& context, Communicator& world, double alpha,
+                               const DeviceRouterOutput& route, DeviceAuxLoss& aux);
+
+}  // namespace moewb::engine::cuda

@@ -1,0 +1,87 @@
+// Groups, collective observer and sums shared by the rank trainers (see rank_common.h).
+#include "parallel/rank_common.h"
+
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/collective_error.h"
+
+namespace moewb::engine {
+
+Result<ParallelGroups> splitParallelGroups(Communicator& world, const ParallelSection& parallel) {
+  const int32_t r = world.rank();
+  const int32_t ep = parallel.ep, fsdp = parallel.fsdpDegree();
+  ParallelGroups groups;
+  MOEWB_ASSIGN_OR_RETURN(groups.ep, world.split(r / ep, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.expertDp, world.split(r % ep, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.fsdp, world.split(r / fsdp, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.replicate, world.split(r % fsdp, r));
+  return groups;
+}
+
+void observeCollectives(Communicator& comm, const char* group, EventSink* sink, int32_t worldRank,
+                        const CommTag* tag, const int64_t* step) {
+  if (sink == nullptr) return;
+  comm.setObserver([=](const CollectiveRecord& record) {
+    CollectiveEvent event;
+    event.step = *step;
+    event.layer = tag->layer;
+    event.rank = worldRank;
+    event.op = record.op;
+    event.group = group;
+    event.phase = tag->phase;
+    event.seq = record.seq;
+    event.bytesSent = record.bytesSent;
+    event.bytesReceived = record.bytesReceived;
+    event.peers = record.peers;
+    event.startNs = record.startNs;
+    event.endNs = record.endNs;
+    event.ok = record.ok;
+    sink->onCollective(event);
+    if (record.op != "all_to_all_v" || event.phase.empty() || !record.ok) return;
+    A2aTrafficEvent traffic;
+    traffic.step = *step;
+    traffic.layer = tag->layer;
+    traffic.srcRank = worldRank;
+    traffic.dstRanks = record.peers;
+    traffic.bytes = record.sendBytesByPeer;
+    traffic.phase = event.phase;
+    sink->onA2aTraffic(traffic);
+  });
+}
+
+double sumOverRanks(Communicator& world, double value) {
+  const float hi = float(value);
+  const float lo = std::isfinite(hi) ? float(value - double(hi)) : 0.0f;
+  const std::vector<float> send{hi, lo};
+  std::vector<float> recv(size_t(2 * world.worldSize()));
+  throwIfFailed(world.allGather(std::span<const float>(send), std::span<float>(recv)));
+  double sum = 0;
+  for (size_t i = 0; i < recv.size(); i += 2) sum += double(recv[i]) + double(recv[i + 1]);
+  return sum;
+}
+
+Result<bool> agreeOnStop(Communicator& world, bool stop) {
+  std::vector<int64_t> flag{stop ? 1 : 0};
+  MOEWB_RETURN_IF_ERROR(world.allReduce(std::span<int64_t>(flag), ReduceOp::kMax));
+  return flag[0] != 0;
+}
+
+void emitExpertLoads(EventSink& sink, int64_t step, int32_t rank, const ForwardResult& forward) {
+  for (size_t layer = 0; layer < forward.expertCounts.size(); ++layer) {
+    ExpertLoadEvent load;
+    load.step = step;
+    load.layer = int32_t(layer);
+    load.rank = rank;
+    load.tokensPerExpert = forward.expertCounts[layer];
+    load.droppedPerExpert = forward.expertDropped[layer];
+    load.droppedPerExpert.resize(load.tokensPerExpert.size(), 0);
+    load.biasPerExpert = forward.expertBias[layer];
+    sink.onExpertLoad(load);
+  }
+}
+
+}  // namespace moewb::engine
