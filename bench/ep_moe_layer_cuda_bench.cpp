@@ -6,7 +6,9 @@
 // tokens (moe_layer_cuda_bench), so the ratio of the two is the cost of expert parallelism.
 // Prints one JSON line: median ms over 10 steps after 3 warm-up steps (CUDA events on rank 0,
 // ranks aligned by a barrier before each step), the slowest rank's median, and the bytes each
-// rank sent per step. Usage: ep_moe_layer_cuda_bench [--ranks N] [--virtual] [T D E K FF]
+// rank sent per step. --chunks C overlaps each chunk's all-to-all with another chunk's experts
+// (parallel.a2a_chunks). Usage: ep_moe_layer_cuda_bench [--ranks N] [--virtual] [--chunks C]
+// [T D E K FF]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +39,7 @@ Tensor<float> normal(std::vector<int64_t> shape, double stddev, uint64_t seed) {
 
 struct Sizes {
   int64_t t = 16384, d = 2048, e = 64, k = 8, ff = 1024;
+  int32_t chunks = 1;
 };
 
 struct RankResult {
@@ -87,7 +90,8 @@ Result<RankResult> runRank(Communicator& comm, int device, const Sizes& s) {
     MOEWB_RETURN_IF_ERROR(moePermuteForwardCuda(c, x, weights, shape, saved));
     MOEWB_ASSIGN_OR_RETURN(saved.yPerm, epExpertsForwardCuda(c, comm, saved.xPerm,
                                                              saved.plan.offsets, expertW,
-                                                             options.glu(), epSaved, nullptr));
+                                                             options.glu(), epSaved, nullptr,
+                                                             s.chunks));
     MOEWB_ASSIGN_OR_RETURN(auto y, moeCombineForwardCuda(c, x, weights, shape, saved));
     MoeBackwardStateCuda state;
     MOEWB_RETURN_IF_ERROR(moeCombineBackwardCuda(c, dy, weights, shape, saved, grads, state));
@@ -123,10 +127,13 @@ Result<RankResult> runRank(Communicator& comm, int device, const Sizes& s) {
 int run(int argc, char** argv) {
   int ranks = 0;
   bool virtualRanks = false;
+  int chunksArg = 1;
   std::vector<int64_t> values;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
       ranks = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--chunks") == 0 && i + 1 < argc) {
+      chunksArg = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--virtual") == 0) {
       virtualRanks = true;
     } else {
@@ -136,6 +143,7 @@ int run(int argc, char** argv) {
   Sizes s;
   int64_t* fields[] = {&s.t, &s.d, &s.e, &s.k, &s.ff};
   for (size_t i = 0; i < values.size() && i < 5; ++i) *fields[i] = values[i];
+  s.chunks = chunksArg;
   int devices = 0;
   cudaGetDeviceCount(&devices);
   if (ranks == 0) ranks = virtualRanks ? 2 : devices;
@@ -187,11 +195,11 @@ int run(int argc, char** argv) {
   double slowest = 0;
   for (const RankResult& r : results) slowest = std::max(slowest, r.medianMs);
   const double flops = 3.0 * double(s.t) * double(s.k) * 6.0 * double(s.d) * double(s.ff);
-  std::printf("{\"name\": \"moewb_ep_moe_layer\", \"ranks\": %d, \"transport\": \"%s\", "
+  std::printf("{\"name\": \"moewb_ep_moe_layer\", \"ranks\": %d, \"chunks\": %d, \"transport\": \"%s\", "
               "\"ms\": %.3f, \"slowest_rank_ms\": %.3f, \"expert_tflops_per_gpu\": %.1f, "
               "\"a2a_mib_sent_per_rank\": %.1f, \"T\": %lld, \"D\": %lld, \"E\": %lld, "
               "\"K\": %lld, \"FF\": %lld}\n",
-              ranks, virtualRanks ? "virtual" : "nccl", results[0].medianMs, slowest,
+              ranks, s.chunks, virtualRanks ? "virtual" : "nccl", results[0].medianMs, slowest,
               flops / results[0].medianMs / 1e9,
               double(results[0].bytesSent) / double(1 << 20), (long long)s.t, (long long)s.d,
               (long long)s.e, (long long)s.k, (long long)s.ff);

@@ -143,7 +143,8 @@ std::vector<KeySpec> buildSpecs() {
       {"lora", "targets", MOEWB_FIELD(lora.targets), 0, 0, false, {"experts", "attention", "all"},
        "adapted weights: expert (and shared expert) projections, mixer projections, or both"},
       {"parallel", "world_size", MOEWB_FIELD(parallel.worldSize), 1, 1024, false, {},
-       "in-process ranks (threads) sharing each step's global batch; --ranks sets it"},
+       "ranks sharing each step's global batch: threads or virtual GPU ranks of this process "
+       "(--ranks sets it), or one process per GPU under a launcher (WORLD_SIZE sets it)"},
       {"parallel", "ep", MOEWB_FIELD(parallel.ep), 1, 1024, false, {},
        "expert-parallel degree (must divide world_size and moe.num_experts)"},
       {"parallel", "fsdp", MOEWB_FIELD(parallel.fsdp), 0, 1024, false, {},
@@ -152,6 +153,10 @@ std::vector<KeySpec> buildSpecs() {
        "replicas of each dense shard (0 = world_size / fsdp; fsdp * replicate = world_size)"},
       {"parallel", "timeout_ms", MOEWB_FIELD(parallel.timeoutMs), 1, 3'600'000, false, {},
        "ms a collective waits for a missing rank before the run fails naming it"},
+      {"parallel", "a2a_chunks", MOEWB_FIELD(parallel.a2aChunks), 1, 4096, false, {},
+       "GPU ranks: cut each rank's local experts into N chunks, each with its own EP all-to-all "
+       "round trip on a second stream, so one chunk's all-to-all overlaps another's experts "
+       "(1 = no overlap; at most moe.num_experts / parallel.ep; the CPU ranks ignore it)"},
   };
 }
 

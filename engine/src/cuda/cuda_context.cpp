@@ -58,6 +58,10 @@ Result<std::unique_ptr<CudaContext>> CudaContext::create(int ordinal, int64_t al
 }
 
 CudaContext::~CudaContext() {
+  if (m_sideStream != nullptr) {
+    cudaStreamSynchronize(m_sideStream);
+    cudaStreamDestroy(m_sideStream);
+  }
   if (m_stream != nullptr) cudaStreamSynchronize(m_stream);
   if (m_cublas != nullptr) cublasDestroy(m_cublas);
   if (m_cublasWorkspace != nullptr) cudaFree(m_cublasWorkspace);
@@ -65,7 +69,15 @@ CudaContext::~CudaContext() {
   if (m_stream != nullptr) cudaStreamDestroy(m_stream);
 }
 
+Result<cudaStream_t> CudaContext::sideStream() {
+  if (m_sideStream == nullptr) {
+    MOEWB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m_sideStream, cudaStreamNonBlocking));
+  }
+  return m_sideStream;
+}
+
 Status CudaContext::synchronize() {
+  if (m_sideStream != nullptr) MOEWB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m_sideStream));
   MOEWB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m_stream));
   MOEWB_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();

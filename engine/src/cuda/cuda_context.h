@@ -51,7 +51,13 @@ class CudaContext {
   cublasHandle_t cublas() const { return m_cublas; }
   CachingAllocator& allocator() { return m_allocator; }
 
-  // Waits for all queued work; returns the first asynchronous error (a failed kernel).
+  // A second non-blocking stream on the same device, created on first use (the expert-parallel
+  // all-to-alls run on it next to the expert compute). Its work must be ordered against stream()
+  // with events; memory it touches comes from allocator() and must stay alive until stream() has
+  // waited for it. Errors: kInternal.
+  Result<cudaStream_t> sideStream();
+
+  // Waits for all queued work (both streams); returns the first asynchronous error.
   Status synchronize();
 
   // A tensor from this context's allocator. Errors: kResourceExhausted.
@@ -65,6 +71,7 @@ class CudaContext {
 
   DeviceInfo m_device;
   cudaStream_t m_stream = nullptr;
+  cudaStream_t m_sideStream = nullptr;
   cublasHandle_t m_cublas = nullptr;
   CachingAllocator m_allocator;
   void* m_cublasWorkspace = nullptr;

@@ -14,8 +14,8 @@
 // group; group rank = expert shard). `tag` (may be null) names the phase of each all-to-all for
 // the trace: "dispatch" / "combine" forward, "combine.bwd" / "dispatch.bwd" backward.
 // Errors: the communicator's (a missing peer: kCancelled naming it), kResourceExhausted, kInternal.
-// Costs: 2 all-to-all-v of R x Dx bf16 each way plus one small count exchange; the sorts copy each
-// row once. Not thread-safe per EpSavedCuda; deterministic.
+// Costs: 2 all-to-all-v of R x Dx bf16 each way (C of each with overlap) plus one small count
+// exchange; the sorts copy each row once. Not thread-safe per EpSavedCuda; deterministic.
 #pragma once
 
 #include <cstdint>
@@ -28,29 +28,40 @@
 
 namespace moewb::engine::cuda {
 
-// What the forward keeps for the backward.
-struct EpSavedCuda {
-  std::vector<int64_t> sendRows;       // [EP] rows sent to each EP rank
-  std::vector<int64_t> recvRows;       // [EP] rows received from each EP rank
-  int64_t localRows = 0;               // Rl = sum of recvRows
-  DeviceTensor<int32_t> localOffsets;  // [El + 1] first local row of each local expert
-  DeviceTensor<int32_t> sortIndex;     // [Rl] received row read by local (expert-major) row r
+// One chunk of local experts [firstExpert, endExpert) (all El of them without overlap): what its
+// round trip sends and receives, and what its experts keep for the backward.
+struct EpChunkCuda {
+  std::vector<int64_t> sendRows;       // [EP] rows to each EP rank
+  std::vector<int64_t> sendFirstRow;   // [EP] first row of the block for each rank in xPerm
+  std::vector<int64_t> recvRows;       // [EP] rows from each EP rank
+  int64_t localRows = 0;               // rows received (sum of recvRows)
+  DeviceTensor<int32_t> localOffsets;  // [El + 1]; experts outside the chunk are empty
+  DeviceTensor<int32_t> sortIndex;     // [max(Rl, 1)] received row read by local row r
   DeviceTensor<bf16> xLocal;           // [max(Rl, 1), Dx] received rows, expert-major
   DeviceExpertsSaved experts;
 };
 
+// What the forward keeps for the backward.
+struct EpSavedCuda {
+  std::vector<EpChunkCuda> chunks;  // [C]
+};
+
 // yPerm [N k, Dx] (rows < R = offsets[E]) of this rank's rows xPerm [N k, Dx]; `offsets` is the
 // global dispatch plan's [E + 1]; `weights` hold the El = E / EP experts of group rank
-// comm.rank() ([El, F, Dx] / [El, Dx, F]).
+// comm.rank() ([El, F, Dx] / [El, Dx, F]). Overlap: with `chunks` = C > 1 the local experts are
+// cut into C chunks and each chunk makes its own round trip, the all-to-alls on the context's side
+// stream, so the all-to-all of one chunk runs while the experts of another compute (each expert's
+// rows and their order are the same as with C = 1, so the results are bitwise equal).
+// 1 <= C <= El.
 Result<DeviceTensor<bf16>> epExpertsForwardCuda(CudaContext& context, Communicator& comm,
                                                 const DeviceTensor<bf16>& xPerm,
                                                 const DeviceTensor<int32_t>& offsets,
                                                 const DeviceExpertWeights& weights,
                                                 const GluParams& activation, EpSavedCuda& saved,
-                                                CommTag* tag);
+                                                CommTag* tag, int32_t chunks = 1);
 
 // dXPerm [N k, Dx] from dYPerm [N k, Dx]; adds the local experts' weight gradients into `grads`.
-// Follows epExpertsForwardCuda with the same `saved` and releases its activations.
+// Follows epExpertsForwardCuda with the same `saved` (and its chunks) and releases it.
 Result<DeviceTensor<bf16>> epExpertsBackwardCuda(CudaContext& context, Communicator& comm,
                                                  const DeviceTensor<bf16>& dYPerm,
                                                  const DeviceExpertWeights& weights,

@@ -294,7 +294,8 @@ Result<DeviceTensor<bf16>> CudaModel::moeSublayerForward(int32_t layer,
                              epExpertsForwardCuda(m_context, *m_parallel.ep, a.moe.xPerm,
                                                   a.moe.plan.offsets,
                                                   DeviceExpertWeights{*w.gate, *w.up, *w.down},
-                                                  a.moe.options.glu(), a.ep, m_parallel.tag));
+                                                  a.moe.options.glu(), a.ep, m_parallel.tag,
+                                                  m_parallel.a2aChunks));
     } else {
       MOEWB_RETURN_IF_ERROR(moeExpertsForwardCuda(m_context, a.norm2, w, a.moe));
     }

@@ -63,6 +63,7 @@ Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const RunConfig
   parallel.world = w > 1 ? &world : nullptr;
   parallel.hooks = t->m_hooks.get();
   parallel.tag = &t->m_tag;
+  parallel.a2aChunks = config.parallel.a2aChunks;
   t->m_model->setParallel(parallel);
   return t;
 }

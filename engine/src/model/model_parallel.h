@@ -33,6 +33,7 @@ struct ModelParallel {
   Communicator* world = nullptr;  // every rank: global Switch-loss statistics; null = one rank
   ModelHooks* hooks = nullptr;    // null = none
   CommTag* tag = nullptr;         // null = untagged
+  int32_t a2aChunks = 1;          // GPU: EP all-to-all / expert overlap chunks (parallel.a2a_chunks)
 };
 
 }  // namespace moewb::engine

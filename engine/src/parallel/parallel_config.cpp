@@ -43,6 +43,12 @@ Status validateParallelConfig(const RunConfig& config) {
                                     str(config.moe.numExperts) +
                                     "; accepted: a common divisor of world_size and num_experts");
   }
+  if (p.a2aChunks > config.moe.numExperts / p.ep) {
+    return error("parallel.a2a_chunks", "a2a_chunks = " + str(p.a2aChunks) + " exceeds the " +
+                                            str(config.moe.numExperts / p.ep) +
+                                            " experts each EP rank holds; accepted: 1.." +
+                                            str(config.moe.numExperts / p.ep));
+  }
   if (config.data.batchSize % world != 0) {
     return error("data.batch_size", "batch_size = " + str(config.data.batchSize) +
                                         " is not a multiple of parallel.world_size = " +

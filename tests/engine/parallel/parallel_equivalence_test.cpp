@@ -217,6 +217,12 @@ TEST(ParallelConfig, RulesNameTheKey) {
   EXPECT_NE(message(withParallel(fused, 2, 2, 0, 1)).find("fusion.combine_into_experts"),
             std::string::npos);
   EXPECT_TRUE(validateConfig(withParallel(fused, 2, 1, 0, 1)).isOk());
+  RunConfig chunked = withParallel(c, 4, 4, 0, 1);  // 8 experts: 2 per EP rank
+  chunked.parallel.a2aChunks = 2;
+  EXPECT_TRUE(validateConfig(chunked).isOk());
+  chunked.parallel.a2aChunks = 3;
+  EXPECT_NE(message(chunked).find("parallel.a2a_chunks"), std::string::npos) << message(chunked);
+  EXPECT_NE(message(chunked).find("accepted: 1..2"), std::string::npos) << message(chunked);
 }
 
 }  // namespace

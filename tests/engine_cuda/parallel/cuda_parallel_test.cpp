@@ -189,6 +189,27 @@ TEST_F(CudaParallelTest, NcclRanksMatchOneGpuRank) {
   }
 }
 
+// Overlapping the all-to-all with the experts in chunks of local experts changes the order of
+// work on two streams, not the arithmetic: the losses are bitwise those of one chunk.
+TEST_F(CudaParallelTest, OverlapChunksGiveBitwiseEqualLosses) {
+  RunConfig base = withParallel(gpuConfig(), 4, 4, 0, 0);  // 2 local experts per rank
+  const RunResult plain = runParallel(base, 3);
+  base.parallel.a2aChunks = 2;
+  const RunResult chunked = runParallel(base, 3);
+  ASSERT_EQ(chunked.losses.size(), 3u);
+  EXPECT_EQ(chunked.losses, plain.losses);
+  EXPECT_EQ(chunked.gradNorms, plain.gradNorms);
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+  if (devices < 2) return;
+  RunConfig nccl = withParallel(gpuConfig(), 2, 2, 0, 0);  // 4 local experts per rank
+  const RunResult ncclPlain = runNcclRanks(nccl, 3);
+  nccl.parallel.a2aChunks = 4;
+  const RunResult ncclChunked = runNcclRanks(nccl, 3);
+  ASSERT_EQ(ncclChunked.losses.size(), 3u);
+  EXPECT_EQ(ncclChunked.losses, ncclPlain.losses);
+}
+
 TEST_F(CudaParallelTest, ExpertParallelTraceIsConsistent) {
   const RunConfig config = withParallel(gpuConfig(), 4, 4, 0, 0);
   const RunResult run = runParallel(config, 2);

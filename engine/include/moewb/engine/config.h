@@ -160,6 +160,7 @@ struct ParallelSection {
   int32_t fsdp = 0;               // dense parameter shard degree; 0 = world_size / replicate
   int32_t replicate = 0;          // replicas of each dense shard; 0 = world_size / fsdp
   int32_t timeoutMs = 10000;      // ms a collective waits for a missing rank before failing
+  int32_t a2aChunks = 1;          // GPU ranks: EP all-to-all / expert compute overlap chunks
 
   // The degrees in effect: fsdp (0: world_size / replicate, or world_size when both are 0) and
   // replicate (0: world_size / that fsdp). validateConfig checks fsdp * replicate = world_size.
