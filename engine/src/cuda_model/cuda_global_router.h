@@ -3,8 +3,9 @@
 // all-reduced so each rank holds the loss of the global batch, and the backward reads the global
 // counts scaled by N_r / N so that, with the trainer's 1 / world_size weight per rank, the
 // gradient is that of the global loss.
-// Costs: one host copy of the counts [E] and the probabilities [N, E] per layer (a
-// synchronisation), two host all-reduces of E + 1 elements.
+// Costs per layer: one column-sum kernel over probs [N, E], one device all-reduce of 2E + 1
+// floats, one tiny kernel; no host synchronisation. Every rank must route the same number of
+// tokens (data.batch_size is a multiple of the ranks).
 #pragma once
 
 #include "comm/communicator.h"

@@ -5,7 +5,7 @@ target_sources(moewb_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_moe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ep.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ep_kernels.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_global_router.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_global_router.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_mixer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_loss.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_optimizer.cpp

@@ -119,8 +119,9 @@ Result<StepEvent> CudaRankTrainer::trainStep() {
     MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, &m_timeline));
   }
   // Each rank's loss is the mean over N / W tokens: the global mean is the mean of the ranks'.
-  const double loss = sumOverRanks(m_world, forward.loss) / w;
-  const double auxLoss = sumOverRanks(m_world, forward.auxLoss) / w;
+  const double local[2] = {forward.loss, forward.auxLoss};
+  const std::vector<double> sums = sumsOverRanks(m_world, local);
+  const double loss = sums[0] / w, auxLoss = sums[1] / w;
   if (!std::isfinite(loss) || !std::isfinite(auxLoss)) {
     return internalError("training diverged at step " + std::to_string(stepIndex) +
                          ": loss = " + std::to_string(loss) +
@@ -178,9 +179,7 @@ Result<OptimizerStepResult> CudaRankTrainer::optimizerStep(int64_t stepIndex) {
     optim.lr = applied.lr;
     optim.clipScale = applied.clipScale;
   }
-  for (auto& bias : m_host->expertBiases()) {
-    MOEWB_RETURN_IF_ERROR(m_world.allReduce(std::span<int64_t>(bias.pendingCounts)));
-  }
+  MOEWB_RETURN_IF_ERROR(sumExpertCountsOverRanks(m_world, m_host->expertBiases()));
   m_host->afterOptimizerStep();
   return optim;
 }

@@ -1,6 +1,7 @@
 // Groups, collective observer and sums shared by the rank trainers (see rank_common.h).
 #include "parallel/rank_common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <string>
@@ -54,14 +55,42 @@ void observeCollectives(Communicator& comm, const char* group, EventSink* sink, 
 }
 
 double sumOverRanks(Communicator& world, double value) {
-  const float hi = float(value);
-  const float lo = std::isfinite(hi) ? float(value - double(hi)) : 0.0f;
-  const std::vector<float> send{hi, lo};
-  std::vector<float> recv(size_t(2 * world.worldSize()));
+  return sumsOverRanks(world, std::span<const double>(&value, 1))[0];
+}
+
+std::vector<double> sumsOverRanks(Communicator& world, std::span<const double> values) {
+  const size_t m = values.size();
+  std::vector<float> send(2 * m);  // each value as hi + lo floats
+  for (size_t i = 0; i < m; ++i) {
+    const float hi = float(values[i]);
+    send[2 * i] = hi;
+    send[2 * i + 1] = std::isfinite(hi) ? float(values[i] - double(hi)) : 0.0f;
+  }
+  std::vector<float> recv(2 * m * size_t(world.worldSize()));
   throwIfFailed(world.allGather(std::span<const float>(send), std::span<float>(recv)));
-  double sum = 0;
-  for (size_t i = 0; i < recv.size(); i += 2) sum += double(recv[i]) + double(recv[i + 1]);
-  return sum;
+  std::vector<double> sums(m, 0.0);
+  for (size_t r = 0; r < size_t(world.worldSize()); ++r) {
+    for (size_t i = 0; i < m; ++i) {
+      sums[i] += double(recv[r * 2 * m + 2 * i]) + double(recv[r * 2 * m + 2 * i + 1]);
+    }
+  }
+  return sums;
+}
+
+Status sumExpertCountsOverRanks(Communicator& world, std::vector<ExpertBias>& biases) {
+  std::vector<int64_t> all;
+  for (const ExpertBias& bias : biases) {
+    all.insert(all.end(), bias.pendingCounts.begin(), bias.pendingCounts.end());
+  }
+  if (all.empty()) return Status::ok();
+  MOEWB_RETURN_IF_ERROR(world.allReduce(std::span<int64_t>(all)));
+  size_t offset = 0;
+  for (ExpertBias& bias : biases) {
+    std::copy_n(all.begin() + std::ptrdiff_t(offset), bias.pendingCounts.size(),
+                bias.pendingCounts.begin());
+    offset += bias.pendingCounts.size();
+  }
+  return Status::ok();
 }
 
 Result<bool> agreeOnStop(Communicator& world, bool stop) {

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/model_parallel.h"
@@ -35,6 +37,12 @@ void observeCollectives(Communicator& comm, const char* group, EventSink* sink, 
 // Collective: the sum over the ranks of `world` of one double per rank, exact to about 1e-14
 // (each value travels as two floats). Throws CollectiveError.
 double sumOverRanks(Communicator& world, double value);
+// The same for several values in one collective: result[i] = sum over ranks of values[i].
+std::vector<double> sumsOverRanks(Communicator& world, std::span<const double> values);
+
+// Collective: sums every layer's pending expert counts over `world` in one all-reduce.
+struct ExpertBias;
+Status sumExpertCountsOverRanks(Communicator& world, std::vector<ExpertBias>& biases);
 
 // Collective: true on every rank of `world` when any rank passes true.
 Result<bool> agreeOnStop(Communicator& world, bool stop);
