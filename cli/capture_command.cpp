@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "program_path.h"
 #include "moewb/storage/gpu_summary.h"
 #include "moewb/storage/trace_reader.h"
 
@@ -37,30 +38,6 @@ struct CaptureArgs {
   int64_t bufferMib = 8;
   std::string injectLibrary;  // --inject-lib (default: next to moewb)
 };
-
-bool isExecutableFile(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec) && access(path.c_str(), X_OK) == 0;
-}
-
-// PROGRAM as execvp would find it: a path when it has a '/', else the first match on $PATH.
-Result<std::string> resolveProgram(const std::string& program) {
-  if (program.find('/') != std::string::npos) {
-    if (isExecutableFile(program)) return program;
-    return notFound("program '" + program + "' not found or not executable");
-  }
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= dirs.size()) {
-    size_t end = dirs.find(':', begin);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string dir = end > begin ? dirs.substr(begin, end - begin) : ".";
-    if (isExecutableFile(fs::path(dir) / program)) return (fs::path(dir) / program).string();
-    begin = end + 1;
-  }
-  return notFound("program '" + program + "' not found on PATH");
-}
 
 // The run's name: the program's file name, plus the script for an interpreter
 // ("python3 moe_layer.py").

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "program_path.h"
 
 extern char** environ;
 
@@ -61,30 +62,6 @@ struct Child {
   bool running = false;
   bool signalledByUs = false;  // the launcher sent it SIGTERM / SIGKILL
 };
-
-bool isExecutableFile(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// PROGRAM as execvp would find it: a path when it has a '/', else the first match on $PATH.
-std::optional<std::string> resolveProgram(const std::string& program) {
-  if (program.find('/') != std::string::npos) {
-    return isExecutableFile(program) ? std::optional<std::string>(program) : std::nullopt;
-  }
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= dirs.size()) {
-    size_t end = dirs.find(':', begin);
-    if (end == std::string::npos) end = dirs.size();
-    const fs::path candidate =
-        fs::path(end > begin ? dirs.substr(begin, end - begin) : ".") / program;
-    if (isExecutableFile(candidate)) return candidate.string();
-    begin = end + 1;
-  }
-  return std::nullopt;
-}
 
 // A TCP port that is free now (bound to port 0 and released); rank 0's store binds it next.
 int pickFreePort() {
@@ -314,12 +291,8 @@ int launchCommand(const LaunchArgs& args) {
         "no program to run; put it after --, e.g. moewb launch --nproc 2 -- moewb run "
         "--config samples/configs/tiny.toml");
   }
-  const std::optional<std::string> program = resolveProgram(args.command[0]);
-  if (!program) {
-    return badInput(
-        "program '" + args.command[0] + "' not found" +
-        (args.command[0].find('/') == std::string::npos ? " on PATH" : " or not executable"));
-  }
+  const Result<std::string> program = resolveProgram(args.command[0]);
+  if (!program.isOk()) return badInput(program.status().message());
   const int port = args.masterPort != 0 ? args.masterPort : pickFreePort();
   if (port == 0) {
     std::fprintf(stderr, "moewb launch: cannot find a free TCP port; pass --master-port\n");

@@ -144,8 +144,9 @@ Result<StepEvent> RankTrainer::trainStep() {
     forward = m_model->forward(batch, &recorder);
   }
   // Each rank's loss is the mean over N / W tokens: the global mean is the mean of the ranks'.
-  const double loss = sumOverRanks(m_world, forward.loss) / w;
-  const double auxLoss = sumOverRanks(m_world, forward.auxLoss) / w;
+  const double local[2] = {forward.loss, forward.auxLoss};
+  const std::vector<double> sums = sumsOverRanks(m_world, local);
+  const double loss = sums[0] / w, auxLoss = sums[1] / w;
   if (!std::isfinite(loss) || !std::isfinite(auxLoss)) {
     return internalError("training diverged at step " + std::to_string(stepIndex) +
                          ": loss = " + std::to_string(loss) +
@@ -163,9 +164,7 @@ Result<StepEvent> RankTrainer::trainStep() {
     if (std::isfinite(optim.gradNorm)) {
       optim = optimizerStep(*m_pool, m_shards->shards(), m_config.optim, stepIndex,
                             optim.gradNorm);
-      for (auto& bias : m_model->expertBiases()) {
-        throwIfFailed(m_world.allReduce(std::span<int64_t>(bias.pendingCounts)));
-      }
+      throwIfFailed(sumExpertCountsOverRanks(m_world, m_model->expertBiases()));
       m_model->afterOptimizerStep();
     }
   }
