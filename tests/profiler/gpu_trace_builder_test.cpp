@@ -1,11 +1,14 @@
 // GpuTraceBuilder on synthetic CUPTI-like records (no GPU): kernels take the step, layer and phase
 // of their launching API call's innermost "moewb" NVTX range, ranges pair with PhaseEvents by name
-// and order within a step, and records without an API call are counted, not lost. Also the
+// and order within a step, records without an API call are counted, not lost, and records without
+// a correlation id (lazy module loading) take the enclosing API call's attribution. Also the
 // display-name helpers and the clock calibration.
 #include "gpu/gpu_trace_builder.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include <filesystem>
 
@@ -111,6 +114,62 @@ TEST(GpuTraceBuilder, KernelsGetStepLayerAndPhaseOfTheirLaunch) {
   EXPECT_EQ(kernels[3], std::make_pair(int64_t(0), -1));   // in the step, outside every phase
   EXPECT_EQ(kernels[99], std::make_pair(int64_t(0), -1));  // step by time only
   EXPECT_EQ(kernels[4], std::make_pair(int64_t(-1), -1));  // after the last step
+  std::filesystem::remove(path);
+}
+
+// phase|step|layer of the gpu_memory row at ts_ns = `ts` ("" if none).
+std::string memoryAttribution(const std::string& path, int64_t ts) {
+  std::string out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* stmt = nullptr;
+    const std::string sql =
+        "SELECT s.text || '|' || m.step || '|' || m.layer FROM gpu_memory m JOIN string s "
+        "ON s.id = m.phase WHERE m.ts_ns = " + std::to_string(ts);
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+MemoryActivity staticAllocation(int64_t ts) {
+  MemoryActivity m;
+  m.tsNs = ts;
+  m.correlationId = 0;  // as CUPTI reports a module's static memory when it is loaded lazily
+  m.memoryKind = 6;     // CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC
+  m.bytes = 16;
+  return m;
+}
+
+TEST(GpuTraceBuilder, RecordsWithoutCorrelationTakeTheEnclosingCall) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moewb-gpu-builder-lazy-" + std::to_string(getpid()) + ".sqlite"))
+                               .string();
+  auto writer = storage::TraceWriter::create(path, {.overwrite = true});
+  ASSERT_TRUE(writer.isOk()) << writer.status().toString();
+  GpuTraceBuilder builder(writer->get(), 0);
+  builder.setTrainerThread(5);
+  builder.addPhase(phase(engine::Phase::kExperts, engine::Pass::kForward, 3));
+  builder.addStep(0, 0, 1000);
+  std::vector<Record> records;
+  records.push_back(marker(NvtxMarker::Kind::kStart, 1, 100, "experts.fwd"));
+  records.push_back(marker(NvtxMarker::Kind::kEnd, 1, 400));
+  // A runtime launch [150, 260) holding its driver launch [160, 250); the module loads inside.
+  records.push_back(ApiCall{1, 150, 260, 5, false, 211, "cudaLaunchKernel", 0});
+  records.push_back(ApiCall{1, 160, 250, 5, true, 307, "cuLaunchKernel", 0});
+  records.push_back(ApiCall{2, 300, 310, 5, false, 211, "cudaLaunchKernel", 0});
+  records.push_back(staticAllocation(200));  // inside both calls
+  records.push_back(staticAllocation(500));  // inside the step, outside every call
+  builder.addRecords(std::move(records));
+  builder.resolveAll();
+  EXPECT_EQ(builder.counters().unattributed, 1);  // the one at 500
+  ASSERT_TRUE((*writer)->close().isOk());
+  EXPECT_EQ(memoryAttribution(path, 200), "experts.fwd|0|3");
+  EXPECT_EQ(memoryAttribution(path, 500), "|0|-1");
   std::filesystem::remove(path);
 }
 

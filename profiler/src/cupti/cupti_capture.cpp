@@ -402,7 +402,8 @@ void CuptiCapture::writeStats() {
   stat("cupti_incomplete_records", m_parser.incompleteRecords(), "warning",
        "activity records without timestamps, skipped");
   stat("gpu_records_unattributed", c.unattributed, "warning",
-       "kernels/copies/memsets whose launching API call was not captured (no step/layer/phase)");
+       "device records (kernels, copies, memsets, memory, syncs) whose API call was not captured "
+       "(no step/layer/phase)");
   stat("nvtx_ranges_unmatched", c.unmatchedRanges, "warning",
        "engine NVTX ranges without a matching phase event (layer unknown)");
   stat("phase_events_unmatched", c.unmatchedPhases, "info",

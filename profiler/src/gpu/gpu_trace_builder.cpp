@@ -199,7 +199,10 @@ void GpuTraceBuilder::resolveUntil(int64_t cutoffNs) {
   }
 
   m_attributionAge.emplace_back();
+  m_callSpans.emplace_back();
   for (auto& [thread, list] : calls) resolveThread(thread, ranges[thread], list);
+  std::sort(m_callSpans.back().begin(), m_callSpans.back().end(),
+            [](const CallSpan& a, const CallSpan& b) { return a.startNs < b.startNs; });
   for (auto& [thread, list] : ranges) {
     if (!calls.contains(thread)) {
       std::vector<ApiCall> none;
@@ -232,6 +235,7 @@ void GpuTraceBuilder::resolveUntil(int64_t cutoffNs) {
     for (uint32_t id : m_attributionAge.front()) m_attribution.erase(id);
     m_attributionAge.pop_front();
   }
+  while (m_callSpans.size() > kAttributionGenerations) m_callSpans.pop_front();
 }
 
 // Writes one thread's NVTX ranges and API calls (both started before the cutoff): a sweep in
@@ -291,19 +295,44 @@ void GpuTraceBuilder::resolveThread(uint32_t threadId, std::vector<Range>& range
       m_attribution[call.correlationId] = a;
       m_attributionAge.back().push_back(call.correlationId);
     }
+    m_callSpans.back().push_back({call.startNs, call.endNs, a});
   }
   pushRangesUpTo(kNoCutoff);
 }
 
 GpuTraceBuilder::Attribution GpuTraceBuilder::attributionFor(uint32_t correlationId,
                                                              int64_t tsNs) {
-  auto it = m_attribution.find(correlationId);
-  if (it != m_attribution.end()) return it->second;
+  if (correlationId == 0) {
+    if (const Attribution* enclosing = callEnclosing(tsNs)) return *enclosing;
+  } else if (auto it = m_attribution.find(correlationId); it != m_attribution.end()) {
+    return it->second;
+  }
   m_counters.unattributed++;
   Attribution a;
   a.step = stepAt(tsNs);
   a.phase = "";
   return a;
+}
+
+// The innermost (latest-starting) API call of the kept resolutions whose interval holds tsNs.
+// Calls are short next to a resolution, so looking back over the last few calls that started
+// before tsNs finds it; a long call (a synchronisation) that holds it is found only when no
+// shorter call does.
+const GpuTraceBuilder::Attribution* GpuTraceBuilder::callEnclosing(int64_t tsNs) const {
+  constexpr int kLookBack = 64;
+  const CallSpan* best = nullptr;
+  for (const std::vector<CallSpan>& spans : m_callSpans) {
+    auto after = std::upper_bound(spans.begin(), spans.end(), tsNs,
+                                  [](int64_t ts, const CallSpan& s) { return ts < s.startNs; });
+    int looked = 0;
+    for (auto it = after; it != spans.begin() && looked < kLookBack; ++looked) {
+      --it;
+      if (it->endNs < tsNs) continue;
+      if (best == nullptr || it->startNs > best->startNs) best = &*it;
+      break;
+    }
+  }
+  return best != nullptr ? &best->attribution : nullptr;
 }
 
 void GpuTraceBuilder::writeDevice(const Record& record) {

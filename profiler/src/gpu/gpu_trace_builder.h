@@ -7,8 +7,11 @@
 // one step, the k-th "moewb" range named N on the trainer thread (in the order the ranges closed)
 // is the k-th PhaseEvent named N (events arrive in the order phases close), so the join needs no
 // clock agreement between host events and CUPTI. Kernels, copies, memsets, memory and sync
-// records take the attribution of the API call with their correlation id. Work inside a step but
-// outside every range gets phase "step", work before the first step "setup".
+// records take the attribution of the API call with their correlation id. Records without one
+// (correlation id 0: the static device memory a module gets when CUDA loads it lazily, inside
+// the launch that needs it) take the attribution of the innermost API call whose interval holds
+// their timestamp. Work inside a step but outside every range gets phase "step", work before the
+// first step "setup".
 // Foreign programs (`moewb capture`, setForeignProgram): there are no steps and no PhaseEvents;
 // the innermost NVTX range of any domain on the calling thread names the phase, work outside
 // every range gets phase "external", and rows keep step -1 and layer -1. resolveBefore(cutoff)
@@ -90,6 +93,11 @@ class GpuTraceBuilder {
     int64_t startNs = 0;
     int64_t endNs = 0;
   };
+  struct CallSpan {  // an API call's interval and attribution, for records without correlation
+    int64_t startNs = 0;
+    int64_t endNs = 0;
+    Attribution attribution;
+  };
 
   void takeHostEvents();
   void resolveUntil(int64_t cutoffNs);
@@ -99,6 +107,7 @@ class GpuTraceBuilder {
   void resolveThread(uint32_t threadId, std::vector<Range>& ranges, std::vector<ApiCall>& calls);
   void writeDevice(const Record& record);
   Attribution attributionFor(uint32_t correlationId, int64_t tsNs);
+  const Attribution* callEnclosing(int64_t tsNs) const;
   TrackId streamTrack(uint32_t deviceId, int64_t streamId);
   TrackId apiTrack(uint32_t threadId);
   bool isTrainerRange(const Range& range) const;
@@ -123,6 +132,7 @@ class GpuTraceBuilder {
   std::vector<Record> m_device;                                 // not yet written
   std::unordered_map<uint32_t, Attribution> m_attribution;      // by correlation id
   std::deque<std::vector<uint32_t>> m_attributionAge;           // ids per resolution
+  std::deque<std::vector<CallSpan>> m_callSpans;  // per resolution, sorted by start
   std::map<std::pair<uint32_t, int64_t>, TrackId> m_streamTracks;
   std::unordered_map<uint32_t, TrackId> m_apiTracks;
   BuilderCounters m_counters;

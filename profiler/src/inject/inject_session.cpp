@@ -246,7 +246,8 @@ void Session::writeStats() {
   stat("cupti_incomplete_records", m_parser.incompleteRecords(), "warning",
        "activity records without timestamps, skipped");
   stat("gpu_records_unattributed", c.unattributed, "warning",
-       "kernels/copies/memsets whose launching API call was not captured (no phase)");
+       "device records (kernels, copies, memsets, memory, syncs) whose API call was not captured "
+       "(no phase)");
   stat("nvtx_ranges_unclosed", c.unclosedRanges, "warning",
        "NVTX ranges still open when the program exited");
 }
