@@ -10,7 +10,8 @@
 // kGpuPidBase + rank, one tid per stream track) holding the kernel, memcpy and memset "X" events;
 // each API call is joined to the GPU work it launched (same correlation id and rank) by a flow
 // arrow: "s" at the call's start on its API thread, "f" (binding to the enclosing slice) at the
-// work's start, both with the flow id correlation id * 1024 + rank.
+// work's start, both with the flow id correlation id * 1024 + rank. GPU work events carry their
+// launch details in args (grid, block, registers, shared memory; copy kind and bytes; phase).
 // The file is written as <out>.part and renamed at the end, so a failed export leaves nothing
 // half-written behind. Cost: one pass over slices, counters and memory events; memory O(tracks)
 // plus the API calls whose work has not started yet (calls that launch no work, such as
@@ -62,6 +63,32 @@ int32_t pidOf(const TrackRow& track) {
 }
 
 // Flow id of the launch with correlation id `correlationId` on `rank` (ids are per process).
+// A GPU work slice's details as Nsight Systems shows them: grid, block, registers and shared
+// memory of a kernel; kind and bytes of a copy; bytes and value of a memset; the phase.
+void addGpuWorkArgs(const GpuWorkRow& work, nlohmann::json& args) {
+  if (const auto& k = work.kernel) {
+    args["grid"] = fmt::format("{}x{}x{}", k->gridX, k->gridY, k->gridZ);
+    args["block"] = fmt::format("{}x{}x{}", k->blockX, k->blockY, k->blockZ);
+    args["registers_per_thread"] = k->registersPerThread;
+    args["static_shared_bytes"] = k->staticSharedBytes;
+    args["dynamic_shared_bytes"] = k->dynamicSharedBytes;
+    args["stream"] = k->streamId;
+    args["phase"] = k->phase;
+  } else if (const auto& c = work.memcpy) {
+    args["copy_kind"] = c->copyKind;
+    args["src_kind"] = c->srcKind;
+    args["dst_kind"] = c->dstKind;
+    args["bytes"] = c->bytes;
+    args["stream"] = c->streamId;
+    args["phase"] = c->phase;
+  } else if (const auto& m = work.memset) {
+    args["bytes"] = m->bytes;
+    args["value"] = m->value;
+    args["stream"] = m->streamId;
+    args["phase"] = m->phase;
+  }
+}
+
 int64_t flowId(int64_t correlationId, int32_t rank) {
   return correlationId * 1024 + rank;
 }
@@ -194,9 +221,11 @@ Status writeBody(TraceReader& reader, std::ofstream& out) {
   EventStream events(out);
   writeNameEvents(events, tracks);
   FlowWriter flows(events, originNs);
-  MOEWB_RETURN_IF_ERROR(reader.forEachSlice([&](const SliceRow& s) {
+  MOEWB_RETURN_IF_ERROR(reader.forEachSliceWithGpuWork([&](const SliceRow& s,
+                                                            const GpuWorkRow* work) {
     json args = {{"step", s.step}, {"layer", s.layer}, {"depth", s.depth}};
     if (s.correlationId != 0) args["correlation_id"] = s.correlationId;
+    if (work != nullptr) addGpuWorkArgs(*work, args);
     const int32_t pid = pidOfTrack(s.track);
     events.write({{"name", s.name},
                   {"cat", s.category},

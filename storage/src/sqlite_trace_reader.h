@@ -81,6 +81,8 @@ class SqliteTraceReader final : public TraceReader {
   Result<std::vector<PhaseTotal>> phaseTotals(const std::string& category) override;
   Result<std::vector<LayerImbalance>> layerImbalance() override;
   Status forEachSlice(const std::function<bool(const SliceRow&)>& visit) override;
+  Status forEachSliceWithGpuWork(
+      const std::function<bool(const SliceRow&, const GpuWorkRow*)>& visit) override;
   Status forEachCounter(const std::function<bool(const CounterRow&)>& visit) override;
   Result<std::vector<MemorySeries>> memorySeries(TimeWindow window, int32_t buckets,
                                                  std::optional<TrackId> track) override;

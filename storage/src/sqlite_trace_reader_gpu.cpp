@@ -1,6 +1,7 @@
 // The reader's GPU queries: the stream lanes of a time window (downsampled by folding slices
-// shorter than one bucket), the details of one GPU slice with the API call that launched it, and
-// the expert load of one (step, layer). Lanes read each stream track's slices through the
+// shorter than one bucket), the details of one GPU slice with the API call that launched it,
+// every slice streamed with its GPU detail row (for exports), and the expert load of one
+// (step, layer). Lanes read each stream track's slices through the
 // slice(track, start_ns) index; details are primary-key probes plus one probe of the correlation
 // index; the layer load is one range of expert_load(step, layer). Files written before the GPU
 // tables existed give no lanes and no details.
@@ -69,6 +70,58 @@ constexpr const char* kApiCallSql =
 constexpr const char* kLayerLoadSql =
     "SELECT expert, sum(tokens), sum(dropped) FROM expert_load WHERE step = ?1 AND layer = ?2 "
     "GROUP BY expert ORDER BY expert";
+
+// Every slice with its kernel, memcpy and memset detail columns (NULL where it has none), in
+// forEachSlice's order. Detail columns start at 10: kernel 10-22 (21 = phase, 22 = present),
+// memcpy 23-30 (30 = present), memset 31-37 (37 = present).
+constexpr const char* kSlicesWithGpuWorkSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth, "
+    "k.device_id, k.stream_id, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, "
+    "k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes, "
+    "coalesce(kp.text, ''), k.slice IS NOT NULL, "
+    "m.device_id, m.stream_id, m.copy_kind, m.src_kind, m.dst_kind, m.bytes, "
+    "coalesce(mp.text, ''), m.slice IS NOT NULL, "
+    "z.device_id, z.stream_id, z.bytes, z.value, z.memory_kind, coalesce(zp.text, ''), "
+    "z.slice IS NOT NULL "
+    "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "LEFT JOIN gpu_kernel k ON k.slice = s.id LEFT JOIN string kp ON kp.id = k.phase "
+    "LEFT JOIN gpu_memcpy m ON m.slice = s.id LEFT JOIN string mp ON mp.id = m.phase "
+    "LEFT JOIN gpu_memset z ON z.slice = s.id LEFT JOIN string zp ON zp.id = z.phase "
+    "ORDER BY s.start_ns, s.id";
+
+// A kernel row from the columns starting at `first`: device, stream, grid xyz, block xyz,
+// registers, static and dynamic shared bytes (names and phase are set by the caller).
+GpuKernelRow kernelFromColumns(const Statement& q, int first) {
+  GpuKernelRow k;
+  k.deviceId = int32_t(q.columnInt(first));
+  k.streamId = q.columnInt(first + 1);
+  k.gridX = int32_t(q.columnInt(first + 2));
+  k.gridY = int32_t(q.columnInt(first + 3));
+  k.gridZ = int32_t(q.columnInt(first + 4));
+  k.blockX = int32_t(q.columnInt(first + 5));
+  k.blockY = int32_t(q.columnInt(first + 6));
+  k.blockZ = int32_t(q.columnInt(first + 7));
+  k.registersPerThread = int32_t(q.columnInt(first + 8));
+  k.staticSharedBytes = int32_t(q.columnInt(first + 9));
+  k.dynamicSharedBytes = int32_t(q.columnInt(first + 10));
+  return k;
+}
+
+// device, stream, copy kind, source kind, destination kind, bytes, phase.
+GpuMemcpyRow memcpyFromColumns(const Statement& q, int first) {
+  return GpuMemcpyRow{int32_t(q.columnInt(first)),     q.columnInt(first + 1),
+                      int32_t(q.columnInt(first + 2)), int32_t(q.columnInt(first + 3)),
+                      int32_t(q.columnInt(first + 4)), q.columnInt(first + 5),
+                      q.columnText(first + 6)};
+}
+
+// device, stream, bytes, value, memory kind, phase.
+GpuMemsetRow memsetFromColumns(const Statement& q, int first) {
+  return GpuMemsetRow{int32_t(q.columnInt(first)),     q.columnInt(first + 1),
+                      q.columnInt(first + 2),          int32_t(q.columnInt(first + 3)),
+                      int32_t(q.columnInt(first + 4)), q.columnText(first + 5)};
+}
 
 int64_t lowestStartToScan(int64_t startNs, int64_t maxDurNs) {
   return startNs < std::numeric_limits<int64_t>::min() + maxDurNs
@@ -193,18 +246,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
           MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
-            GpuKernelRow k;
-            k.deviceId = int32_t(q.columnInt(0));
-            k.streamId = q.columnInt(1);
-            k.gridX = int32_t(q.columnInt(2));
-            k.gridY = int32_t(q.columnInt(3));
-            k.gridZ = int32_t(q.columnInt(4));
-            k.blockX = int32_t(q.columnInt(5));
-            k.blockY = int32_t(q.columnInt(6));
-            k.blockZ = int32_t(q.columnInt(7));
-            k.registersPerThread = int32_t(q.columnInt(8));
-            k.staticSharedBytes = int32_t(q.columnInt(9));
-            k.dynamicSharedBytes = int32_t(q.columnInt(10));
+            GpuKernelRow k = kernelFromColumns(q, 0);
             k.mangledName = q.columnText(11);
             k.shortName = q.columnText(12);
             k.phase = q.columnText(13);
@@ -216,10 +258,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
           MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
-            details.memcpy = GpuMemcpyRow{int32_t(q.columnInt(0)), q.columnInt(1),
-                                          int32_t(q.columnInt(2)), int32_t(q.columnInt(3)),
-                                          int32_t(q.columnInt(4)), q.columnInt(5),
-                                          q.columnText(6)};
+            details.memcpy = memcpyFromColumns(q, 0);
           }
         }
         if (!details.kernel && !details.memcpy) {
@@ -227,9 +266,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
           MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
-            details.memset =
-                GpuMemsetRow{int32_t(q.columnInt(0)), q.columnInt(1),          q.columnInt(2),
-                             int32_t(q.columnInt(3)), int32_t(q.columnInt(4)), q.columnText(5)};
+            details.memset = memsetFromColumns(q, 0);
           }
         }
         if (!details.kernel && !details.memcpy && !details.memset) return none;
@@ -256,6 +293,32 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
         }
         return std::optional<GpuSliceDetails>(std::move(details));
       });
+}
+
+Status SqliteTraceReader::forEachSliceWithGpuWork(
+    const std::function<bool(const SliceRow&, const GpuWorkRow*)>& visit) {
+  MOEWB_ASSIGN_OR_RETURN(const bool hasGpuTables, tableExists(m_db, "gpu_kernel"));
+  if (!hasGpuTables) {
+    return forEachSlice([&](const SliceRow& slice) { return visit(slice, nullptr); });
+  }
+  MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kSlicesWithGpuWorkSql));
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
+    if (!hasRow) break;
+    const SliceRow slice = sliceFromColumns(q);
+    GpuWorkRow work;
+    if (q.columnInt(22) != 0) {
+      work.kernel = kernelFromColumns(q, 10);
+      work.kernel->phase = q.columnText(21);
+    } else if (q.columnInt(30) != 0) {
+      work.memcpy = memcpyFromColumns(q, 23);
+    } else if (q.columnInt(37) != 0) {
+      work.memset = memsetFromColumns(q, 31);
+    }
+    const bool isWork = work.kernel || work.memcpy || work.memset;
+    if (!visit(slice, isWork ? &work : nullptr)) break;
+  }
+  return Status::ok();
 }
 
 Result<std::optional<LayerLoad>> SqliteTraceReader::layerLoad(int64_t step, int32_t layer) {

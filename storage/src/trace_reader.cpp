@@ -19,6 +19,11 @@ Status TraceReader::forEachSlice(const std::function<bool(const SliceRow&)>& vis
   return Status::ok();
 }
 
+Status TraceReader::forEachSliceWithGpuWork(
+    const std::function<bool(const SliceRow&, const GpuWorkRow*)>& visit) {
+  return forEachSlice([&](const SliceRow& slice) { return visit(slice, nullptr); });
+}
+
 Status TraceReader::forEachCounter(const std::function<bool(const CounterRow&)>& visit) {
   MOEWB_ASSIGN_OR_RETURN(const std::vector<CounterRow> rows, counters(TimeWindow::all()));
   for (const CounterRow& row : rows) {

@@ -1,6 +1,7 @@
 // exportChromeTrace on GPU capture rows: the stream tracks are threads of a "GPU" process, kernels
-// and copies are "X" events there, and every API call that launched work is joined to it by an
-// "s"/"f" flow pair carrying the correlation id.
+// and copies are "X" events there carrying their launch details (grid, block, registers, shared
+// memory; copy kind and bytes; phase), and every API call that launched work is joined to it by
+// an "s"/"f" flow pair carrying the correlation id.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -83,7 +84,21 @@ TEST(ChromeExportGpu, StreamsUnderGpuProcessWithLaunchFlows) {
   EXPECT_DOUBLE_EQ(gpuSlices[0]["ts"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(gpuSlices[0]["dur"].get<double>(), 10.0);
   EXPECT_EQ(gpuSlices[0]["args"]["correlation_id"], 42);
+  const json& kernelArgs = gpuSlices[0]["args"];
+  EXPECT_EQ(kernelArgs["grid"], "8x1x1");
+  EXPECT_EQ(kernelArgs["block"], "128x1x1");
+  EXPECT_EQ(kernelArgs["registers_per_thread"], 64);
+  EXPECT_EQ(kernelArgs["phase"], "experts.fwd");
+  EXPECT_EQ(kernelArgs["stream"], 7);
   EXPECT_EQ(gpuSlices[1]["cat"], "memcpy");
+  EXPECT_EQ(gpuSlices[1]["args"]["bytes"], 1 << 20);
+  EXPECT_EQ(gpuSlices[1]["args"]["copy_kind"], 1);
+  EXPECT_EQ(gpuSlices[1]["args"]["phase"], "experts.fwd");
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] != "kernel") {
+      EXPECT_FALSE(e["args"].contains("grid")) << e.dump();
+    }
+  }
 
   // One flow per launch that has work: kernel (42) and copy (43); not the sync (44).
   ASSERT_EQ(starts.size(), 2u);

@@ -55,6 +55,15 @@ struct GpuSliceDetails {
   std::string phase() const;             // the detail row's phase, "" without one
 };
 
+// The detail row of a GPU work slice (exactly one of the three is set), as
+// TraceReader::forEachSliceWithGpuWork streams it. Kernel names are on the slice; the kernel
+// row's mangledName and shortName stay empty.
+struct GpuWorkRow {
+  std::optional<GpuKernelRow> kernel;
+  std::optional<GpuMemcpyRow> memcpy;
+  std::optional<GpuMemsetRow> memset;
+};
+
 // Expert load of one (step, layer), tokens summed over ranks, experts 0..n-1 dense (an expert
 // without a row counts 0 tokens).
 struct LayerLoad {

@@ -180,6 +180,12 @@ class TraceReader {
   // slices); stops early when `visit` returns false. `visit` may call other methods of this
   // reader. The default implementation calls slices(TimeWindow::all()).
   virtual Status forEachSlice(const std::function<bool(const SliceRow&)>& visit);
+  // forEachSlice, with each GPU work slice's detail row (kernel launch shape, copy kind and
+  // bytes, memset bytes, phase) alongside; nullptr for other slices and in files without GPU
+  // tables. Same order; costs one primary-key probe per slice and GPU table more. The default
+  // implementation passes nullptr for every slice.
+  virtual Status forEachSliceWithGpuWork(
+      const std::function<bool(const SliceRow&, const GpuWorkRow*)>& visit);
   // Calls `visit` for every counter sample, streaming; stops early when `visit` returns false.
   // The SQLite reader goes in (track, ts) order; the default implementation calls
   // counters(TimeWindow::all()) (ts order).
