@@ -2,9 +2,10 @@
 # Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
 # test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
 # $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [parallel]
-# [multigpu] [scaling] [bench] [-- gtest filter]. `parallel` runs on one GPU (virtual ranks, NCCL with one
-# rank); `multigpu` needs 2+ GPUs (NCCL across processes, a killed rank, all-to-all and EP MoE
-# layer benchmarks next to the PyTorch EP anchor).
+# [multigpu] [scaling] [bench] [overhead] [-- gtest filter]. `parallel` runs on one GPU (virtual
+# ranks, NCCL with one rank); `multigpu` needs 2+ GPUs (NCCL across processes, a killed rank,
+# all-to-all and EP MoE layer benchmarks next to the PyTorch EP anchor); `overhead` measures
+# tracing overhead alone (the training step, CUPTI's floor per kernel, the PyTorch profiler).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -50,6 +51,7 @@ for step in "${steps[@]}"; do
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 20 \
         --gpu-trace -o "$work/small-gputrace.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
       "$here/bin/moewb" info "$work/small-gputrace.sqlite" --no-config >>"$out/cli.log" 2>&1 || status=1
+      cp "$work/small-gputrace.sqlite" "$out/"  # ~10 MiB: inspected and rendered at home
       # Capture modes: a step window (CUPTI off outside it) and a flight recorder on step time.
       "$here/bin/moewb" run -c "$here/configs/small.toml" --set run.backend=cuda --steps 40 \
         --gpu-trace --trace-steps 10:15 -o "$work/small-window.sqlite" -f -q >>"$out/cli.log" 2>&1 || status=1
@@ -152,7 +154,16 @@ for step in "${steps[@]}"; do
         "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 40 --reps 3
         (cd "$here/anchors" && python3 profiler_overhead.py)
       } 2>&1 | tee "$out/bench.jsonl" ;;
-    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench)"
+    overhead)
+      # Tracing overhead alone: on the training step (small and launch-heavy configs), its floor
+      # per kernel (CUPTI on a bare kernel, stream launches vs graph replays), and the PyTorch
+      # profiler's overhead on its MoE layer step.
+      { "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 40 --reps 2 \
+          --modes untraced,engine_events,host_memory,cupti_kernel,cupti_lean,cupti_full,cupti_full_flush1s
+        "$here/bin/cupti_floor_cuda_bench"
+        (cd "$here/anchors" && python3 profiler_overhead.py)
+      } 2>&1 | tee "$out/overhead.jsonl" ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench, overhead)"
        status=2 ;;
   esac
 done
