@@ -4,6 +4,7 @@
 #include "cuda/cuda_check.h"
 #include "ops/adamw/adamw_cuda.h"
 #include "ops/adamw/adamw_cuda_kernels.h"
+#include "ops/adamw/multi_tensor_adamw.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -17,41 +18,93 @@ struct AdamWFactors {
   float b1, b2, oneMinusB1, oneMinusB2, lr, eps, decayFactor, correction1, correction2;
 };
 
+// One element's AdamW update (adamw.h); returns the new parameter value. Every operation is an
+// explicitly rounded intrinsic, so the compiler cannot contract some of them into FMAs in one
+// kernel and not in another: the per-tensor and multi-tensor kernels agree bitwise.
+__device__ __forceinline__ float adamwElement(float& param, float grad, float& m, float& v,
+                                              const AdamWFactors& f, float decayFactor) {
+  const float mi = __fadd_rn(__fmul_rn(f.b1, m), __fmul_rn(f.oneMinusB1, grad));
+  const float vi = __fadd_rn(__fmul_rn(f.b2, v), __fmul_rn(__fmul_rn(f.oneMinusB2, grad), grad));
+  m = mi;
+  v = vi;
+  const float denominator = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, f.correction2)), f.eps);
+  const float update = __fdiv_rn(__fmul_rn(f.lr, __fdiv_rn(mi, f.correction1)), denominator);
+  param = __fsub_rn(__fmul_rn(param, decayFactor), update);
+  return param;
+}
+
 __global__ void adamw_fwd_kernel(float* param, const float* __restrict__ grad, float* m, float* v,
                                  bf16* paramBf16, int64_t n, AdamWFactors f,
                                  const float* __restrict__ gradScale) {
   const float scale = gradScale != nullptr ? *gradScale : 1.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = grad[i] * scale;
-    const float mi = f.b1 * m[i] + f.oneMinusB1 * g;
-    const float vi = f.b2 * v[i] + f.oneMinusB2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float p = param[i] * f.decayFactor -
-                    f.lr * (mi / f.correction1) / (sqrtf(vi / f.correction2) + f.eps);
-    param[i] = p;
+    const float p =
+        adamwElement(param[i], __fmul_rn(grad[i], scale), m[i], v[i], f, f.decayFactor);
     if (paramBf16 != nullptr) paramBf16[i] = __float2bfloat16(p);
   }
+}
+
+// Block b updates chunk b; f.decayFactor applies to tensors with decay, 1 to the others.
+__global__ void multi_tensor_adamw_kernel(const MultiTensorEntry* __restrict__ tensors,
+                                          const MultiTensorChunk* __restrict__ chunks,
+                                          AdamWFactors f, const float* __restrict__ gradScale) {
+  const MultiTensorChunk chunk = chunks[blockIdx.x];
+  const MultiTensorEntry t = tensors[chunk.tensor];
+  const float scale = gradScale != nullptr ? *gradScale : 1.0f;
+  const float decayFactor = t.decay != 0 ? f.decayFactor : 1.0f;
+  for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
+    const float p =
+        adamwElement(t.param[i], __fmul_rn(t.grad[i], scale), t.m[i], t.v[i], f, decayFactor);
+    if (t.paramBf16 != nullptr) t.paramBf16[i] = __float2bfloat16(p);
+  }
+}
+
+// Sums `value` over the block (kThreads threads) in a fixed tree; the total is in thread 0.
+__device__ double blockSum(double value) {
+  __shared__ double sums[kThreads];
+  sums[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return sums[0];
+}
+
+// partial[b] = sum of grad^2 over chunk b.
+__global__ void multi_tensor_norm_partial_kernel(const MultiTensorEntry* __restrict__ tensors,
+                                                 const MultiTensorChunk* __restrict__ chunks,
+                                                 double* __restrict__ partial) {
+  const MultiTensorChunk chunk = chunks[blockIdx.x];
+  const float* grad = tensors[chunk.tensor].grad;
+  double sum = 0.0;
+  for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += kThreads) {
+    const double g = double(grad[i]);
+    sum += g * g;
+  }
+  const double total = blockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+__global__ void multi_tensor_zero_kernel(const MultiTensorEntry* __restrict__ tensors,
+                                         const MultiTensorChunk* __restrict__ chunks) {
+  const MultiTensorChunk chunk = chunks[blockIdx.x];
+  float* grad = tensors[chunk.tensor].grad;
+  for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) grad[i] = 0.0f;
 }
 
 // Block b sums grad^2 over its grid-stride share of [0, n) and writes partial[b].
 __global__ void grad_norm_partial_kernel(const float* __restrict__ grad, int64_t n,
                                          double* __restrict__ partial) {
-  __shared__ double sums[kThreads];
   double sum = 0.0;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads) {
     const double g = double(grad[i]);
     sum += g * g;
   }
-  sums[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  const double total = blockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
 __global__ void grad_norm_finish_kernel(const double* __restrict__ partial, int64_t count,
@@ -83,12 +136,7 @@ __global__ void grad_scale_kernel(float* __restrict__ grad, int64_t n,
   }
 }
 
-}  // namespace
-
-Status adamwUpdateCuda(cudaStream_t stream, float* param, const float* grad, float* m, float* v,
-                       bf16* paramBf16, int64_t n, const AdamWHyper& hyper, bool decay,
-                       const float* gradScale) {
-  if (n <= 0) return Status::ok();
+AdamWFactors adamwFactors(const AdamWHyper& hyper) {
   AdamWFactors f;
   f.b1 = float(hyper.beta1);
   f.b2 = float(hyper.beta2);
@@ -96,11 +144,51 @@ Status adamwUpdateCuda(cudaStream_t stream, float* param, const float* grad, flo
   f.oneMinusB2 = 1.0f - f.b2;
   f.lr = float(hyper.lr);
   f.eps = float(hyper.eps);
-  f.decayFactor = decay ? float(1.0 - hyper.lr * hyper.weightDecay) : 1.0f;
+  f.decayFactor = float(1.0 - hyper.lr * hyper.weightDecay);
   f.correction1 = float(1.0 - std::pow(hyper.beta1, double(hyper.step)));
   f.correction2 = float(1.0 - std::pow(hyper.beta2, double(hyper.step)));
+  return f;
+}
+
+}  // namespace
+
+Status adamwUpdateCuda(cudaStream_t stream, float* param, const float* grad, float* m, float* v,
+                       bf16* paramBf16, int64_t n, const AdamWHyper& hyper, bool decay,
+                       const float* gradScale) {
+  if (n <= 0) return Status::ok();
+  AdamWFactors f = adamwFactors(hyper);
+  if (!decay) f.decayFactor = 1.0f;
   adamw_fwd_kernel<<<gridFor(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, paramBf16, n,
                                                                   f, gradScale);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status multiTensorAdamWCuda(cudaStream_t stream, const MultiTensorPlan& plan,
+                            const AdamWHyper& hyper, const float* gradScale) {
+  if (plan.chunkCount() == 0) return Status::ok();
+  multi_tensor_adamw_kernel<<<unsigned(plan.chunkCount()), kThreads, 0, stream>>>(
+      static_cast<const MultiTensorEntry*>(plan.deviceTensors()),
+      static_cast<const MultiTensorChunk*>(plan.deviceChunks()), adamwFactors(hyper), gradScale);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status multiTensorGradNormCuda(cudaStream_t stream, MultiTensorPlan& plan, double* norm) {
+  if (plan.chunkCount() > 0) {
+    multi_tensor_norm_partial_kernel<<<unsigned(plan.chunkCount()), kThreads, 0, stream>>>(
+        static_cast<const MultiTensorEntry*>(plan.deviceTensors()),
+        static_cast<const MultiTensorChunk*>(plan.deviceChunks()), plan.devicePartials());
+    MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  }
+  return gradNormFinish(stream, plan.devicePartials(), plan.chunkCount(), norm);
+}
+
+Status multiTensorZeroGradsCuda(cudaStream_t stream, const MultiTensorPlan& plan) {
+  if (plan.chunkCount() == 0) return Status::ok();
+  multi_tensor_zero_kernel<<<unsigned(plan.chunkCount()), kThreads, 0, stream>>>(
+      static_cast<const MultiTensorEntry*>(plan.deviceTensors()),
+      static_cast<const MultiTensorChunk*>(plan.deviceChunks()));
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }

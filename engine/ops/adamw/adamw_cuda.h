@@ -11,7 +11,8 @@
 // Determinism: the norm is a fixed two-pass reduction (per-buffer block partials in double,
 // then one block in order), bitwise reproducible for the same buffer sizes.
 // Costs: AdamW about 5 fp32 words + 1 bf16 of traffic per element; the norm reads every gradient
-// once; one launch per buffer (the list is walked on the host).
+// once; one launch per buffer (the list is walked on the host). multi_tensor_adamw.h does a whole
+// parameter set in one launch.
 #pragma once
 
 #include <cstdint>

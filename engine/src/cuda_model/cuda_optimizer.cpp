@@ -1,12 +1,12 @@
-// Device optimizer step (see cuda_optimizer.h) over the AdamW / norm kernels of
-// ops/adamw/adamw_cuda.h; the CPU twin is optim/optimizer.cpp.
+// Device optimizer step (see cuda_optimizer.h) over the multi-tensor AdamW / norm launches of
+// ops/adamw/multi_tensor_adamw.h; the CPU twin is optim/optimizer.cpp.
 #include "cuda_model/cuda_optimizer.h"
 
 #include <cstring>
 #include <vector>
 
 #include "cuda/transfer.h"
-#include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/multi_tensor_adamw.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -21,19 +21,13 @@ Result<double> readDeviceDouble(CudaContext& context, const DeviceTensor<uint8_t
 
 }  // namespace
 
-Result<double> parameterGradNormCuda(CudaContext& context, const CudaParameters& params) {
-  std::vector<const float*> grads;
-  std::vector<int64_t> sizes;
-  for (const CudaParameter& p : params.all()) {
-    if (!p.trainable) continue;
-    grads.push_back(p.grad.data());
-    sizes.push_back(p.grad.numel());
-  }
+Result<double> parameterGradNormCuda(CudaContext& context, CudaParameters& params) {
+  MOEWB_ASSIGN_OR_RETURN(MultiTensorPlan * plan, params.trainablePlan(context));
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<uint8_t> norm,
                          context.newTensor<uint8_t>({int64_t(sizeof(double))},
                                                     MemoryCategory::kWorkspace));
-  MOEWB_RETURN_IF_ERROR(globalGradNormCuda(context, grads, sizes,
-                                           reinterpret_cast<double*>(norm.data())));
+  MOEWB_RETURN_IF_ERROR(
+      multiTensorGradNormCuda(context.stream(), *plan, reinterpret_cast<double*>(norm.data())));
   return readDeviceDouble(context, norm);
 }
 
@@ -58,12 +52,8 @@ Result<OptimizerStepResult> optimizerStepCuda(CudaContext& context, CudaParamete
   hyper.eps = optim.eps;
   hyper.weightDecay = optim.weightDecay;
   hyper.step = step + 1;
-  for (CudaParameter& p : params.all()) {
-    if (!p.trainable) continue;
-    MOEWB_RETURN_IF_ERROR(adamwUpdateCuda(context.stream(), p.master.data(), p.grad.data(),
-                                          p.adamM.data(), p.adamV.data(), p.compute.data(),
-                                          p.master.numel(), hyper, p.decay, scale.data()));
-  }
+  MOEWB_ASSIGN_OR_RETURN(MultiTensorPlan * plan, params.trainablePlan(context));
+  MOEWB_RETURN_IF_ERROR(multiTensorAdamWCuda(context.stream(), *plan, hyper, scale.data()));
   return result;
 }
 

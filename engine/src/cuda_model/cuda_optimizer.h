@@ -1,7 +1,7 @@
 // The optimizer step on the device (optim/optimizer.h's CUDA twin): the global L2 gradient norm
 // over the trainable parameters (read back to the host: the step's divergence check and the
 // clip factor need it), then fused AdamW on the fp32 master weights with the bf16 compute copy
-// rewritten in the same kernel.
+// rewritten in the same kernel; each is one launch for the whole parameter set.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,9 @@
 namespace moewb::engine::cuda {
 
 // sqrt(sum over trainable parameters of sum grad^2), reduced in a fixed order (deterministic).
-// Waits for the stream. Errors: kInternal, kResourceExhausted (workspace).
-Result<double> parameterGradNormCuda(CudaContext& context, const CudaParameters& params);
+// Waits for the stream. Non-const: builds the set's multi-tensor plan on first use.
+// Errors: kInternal, kResourceExhausted (workspace).
+Result<double> parameterGradNormCuda(CudaContext& context, CudaParameters& params);
 
 // Clips by `gradNorm` (optim.grad_clip > 0) and applies AdamW for 0-based `step` to every
 // trainable parameter; returns the lr and clip factor used (as optimizerStep on the CPU).

@@ -5,6 +5,18 @@
 #include "cuda/transfer.h"
 
 namespace moewb::engine::cuda {
+namespace {
+
+// `plan` for `refs`, rebuilt only when they changed.
+Result<MultiTensorPlan*> currentPlan(CudaContext& context, MultiTensorPlan& plan,
+                                     const std::vector<MultiTensorRef>& refs) {
+  if (!plan.matches(refs)) {
+    MOEWB_ASSIGN_OR_RETURN(plan, MultiTensorPlan::create(context, refs));
+  }
+  return &plan;
+}
+
+}  // namespace
 
 Result<CudaParameters> CudaParameters::upload(CudaContext& context,
                                               const std::vector<Parameter<float>>& host) {
@@ -28,6 +40,8 @@ Result<CudaParameters> CudaParameters::upload(CudaContext& context,
   }
   MOEWB_RETURN_IF_ERROR(params.refreshComputeCopies(context));
   MOEWB_RETURN_IF_ERROR(params.zeroGrads(context));
+  // The optimizer's plan too, so that the persistent memory is all in place before the first step.
+  MOEWB_RETURN_IF_ERROR(params.trainablePlan(context).status());
   return params;
 }
 
@@ -92,12 +106,27 @@ const CudaParameter& CudaParameters::at(const std::string& name) const {
 }
 
 Status CudaParameters::zeroGrads(CudaContext& context) {
+  std::vector<MultiTensorRef> refs;
   for (CudaParameter& p : m_params) {
     if (p.grad.empty()) continue;
-    MOEWB_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(p.grad.data(), 0, size_t(p.grad.bytes()), context.stream()));
+    MultiTensorRef ref;
+    ref.grad = p.grad.data();
+    ref.n = p.grad.numel();
+    refs.push_back(ref);
   }
-  return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(MultiTensorPlan * plan, currentPlan(context, m_gradsPlan, refs));
+  return multiTensorZeroGradsCuda(context.stream(), *plan);
+}
+
+Result<MultiTensorPlan*> CudaParameters::trainablePlan(CudaContext& context) {
+  std::vector<MultiTensorRef> refs;
+  for (CudaParameter& p : m_params) {
+    if (!p.trainable || p.grad.empty()) continue;
+    MOEWB_CHECK_EQ(p.master.numel(), p.grad.numel());
+    refs.push_back({p.master.data(), p.grad.data(), p.adamM.data(), p.adamV.data(),
+                    p.compute.data(), p.grad.numel(), p.decay});
+  }
+  return currentPlan(context, m_trainablePlan, refs);
 }
 
 Status CudaParameters::refreshComputeCopies(CudaContext& context) {

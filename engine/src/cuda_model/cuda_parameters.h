@@ -6,7 +6,8 @@
 // Operations: upload from / download to a host Model<float>'s parameters (weights and moments,
 // for checkpoints), look parameters up by name, zero the gradients, refresh the bf16 copies.
 // Memory categories: weights (master + compute copy), grads, optimizer.
-// Costs: upload/download O(parameters) over PCIe; zeroGrads one memset per parameter.
+// Costs: upload/download O(parameters) over PCIe; zeroGrads, the norm and AdamW one launch each
+// for the whole set (multi-tensor plans, built on first use and whenever a buffer moved).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "cuda/cuda_context.h"
 #include "model/parameter.h"
+#include "ops/adamw/multi_tensor_adamw.h"
 
 namespace moewb::engine::cuda {
 
@@ -61,8 +63,15 @@ class CudaParameters {
   // compute = bf16(master) for every parameter (after the optimizer step or a reload).
   Status refreshComputeCopies(CudaContext& context);
 
+  // The multi-tensor plan over the trainable parameters (master, grad, moments, compute copy,
+  // decay flag), for the norm and AdamW; rebuilt (waits for the stream) when a buffer moved.
+  // Errors: kResourceExhausted, kInternal.
+  Result<MultiTensorPlan*> trainablePlan(CudaContext& context);
+
  private:
   std::vector<CudaParameter> m_params;
+  MultiTensorPlan m_trainablePlan;
+  MultiTensorPlan m_gradsPlan;  // every non-empty gradient, for zeroGrads
   std::unordered_map<std::string, int> m_index;
 };
 
