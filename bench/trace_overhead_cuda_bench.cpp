@@ -16,11 +16,16 @@
 //   cupti_full_flush1s  all, but CUPTI flushed at most once a second instead of after every
 //                  step (GpuCaptureOptions::flushIntervalMs): what the per-step flush costs
 //   cupti_lean     kernel,memcpy,memset,runtime,nvtx (no driver, memory, sync)
+//   cupti_every10  all kinds, every 10th step only (`--trace-every 10`): the amortised cost
+//   cupti_idle     all kinds armed for a step window after the run (`--trace-steps` far ahead):
+//                  what CUPTI costs before its first capture window
+//   cupti_after    all kinds for the warm-up steps only (`--trace-steps 0:5`): what CUPTI costs
+//                  after a capture window has closed
 // Each (config, mode) trains in a child process of its own (this program re-run with --child), so
 // CUPTI's and NVTX's state never leak into another mode; the modes alternate for --reps rounds
-// and each mode's figure is the median of its rounds' medians. Step time = time between
-// consecutive step ends (as the last sink sees them; untraced: as step() returns), after
-// 5 warm-up steps, so the sinks' own work is included.
+// and each mode's figure is the median of its rounds. Step time = mean time between consecutive
+// step ends (as the last sink sees them; untraced: as step() returns) after 5 warm-up steps, so
+// the sinks' own work and the steps a mode captures only now and then are all included.
 // Output: one JSON line per (config, mode) as soon as a config is done (overhead in % of the
 // untraced step, GPU records, unattributed GPU records and dropped records per step), then a
 // Markdown table of all of them. Compare with ../shared/anchors/profiler_overhead.py.
@@ -61,6 +66,9 @@ struct Mode {
   bool memoryEvents;        // the host trace keeps device-memory events
   const char* gpuKinds;     // --gpu-trace-kinds of the CUPTI capture; null = no capture
   int32_t flushIntervalMs;  // GpuCaptureOptions::flushIntervalMs (0 = after every step)
+  int64_t everySteps = 1;   // CaptureMode::everySteps
+  bool windowAfterRun = false;  // CaptureMode window starts after the last step (never on)
+  bool windowInWarmup = false;  // CaptureMode window = the warm-up steps (closed before timing)
 };
 
 const Mode kModes[] = {
@@ -76,6 +84,9 @@ const Mode kModes[] = {
     {"cupti_full", Sink::kTrace, true, "all", 0},
     {"cupti_full_flush1s", Sink::kTrace, true, "all", 1000},
     {"cupti_lean", Sink::kTrace, true, "kernel,memcpy,memset,runtime,nvtx", 0},
+    {"cupti_every10", Sink::kTrace, true, "all", 0, 10},
+    {"cupti_idle", Sink::kTrace, true, "all", 0, 1, true},
+    {"cupti_after", Sink::kTrace, true, "all", 0, 1, false, true},
 };
 
 const Mode* findMode(const std::string& name) {
@@ -90,15 +101,17 @@ const std::vector<std::string> kLaunchHeavy = {"run.name=launch_heavy", "model.n
                                                "moe.num_experts=64",    "moe.top_k=8",
                                                "moe.d_ff=32",           "data.batch_size=2"};
 
-// Median ms between consecutive step ends after the warm-up steps.
-double medianStepMs(const std::vector<int64_t>& endsNs) {
-  std::vector<double> ms;
-  for (size_t i = kWarmupSteps + 1; i < endsNs.size(); ++i) {
-    ms.push_back(double(endsNs[i] - endsNs[i - 1]) / 1e6);
+// Mean ms between consecutive step ends after the warm-up steps. With MOEWB_BENCH_STEP_TIMES set,
+// every step's time goes to stderr too (where a mode's cost lands).
+double meanStepMs(const std::vector<int64_t>& endsNs) {
+  if (std::getenv("MOEWB_BENCH_STEP_TIMES") != nullptr) {
+    for (size_t i = 1; i < endsNs.size(); ++i) {
+      std::fprintf(stderr, "    step %zu: %.3f ms\n", i, double(endsNs[i] - endsNs[i - 1]) / 1e6);
+    }
   }
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  if (endsNs.size() < size_t(kWarmupSteps) + 2) return 0;
+  const int64_t spanNs = endsNs.back() - endsNs[size_t(kWarmupSteps)];
+  return double(spanNs) / 1e6 / double(endsNs.size() - size_t(kWarmupSteps) - 1);
 }
 
 // Remembers when each step's events reached it (it is the last sink).
@@ -160,13 +173,13 @@ void readStats(const std::string& path, int steps, ChildResult& r) {
 int child(const RunConfig& config, const Mode& mode, int steps) {
   ChildResult r;
   if (mode.sink == Sink::kNone) {
-    r.stepMs = medianStepMs(trainUntraced(config, steps));
+    r.stepMs = meanStepMs(trainUntraced(config, steps));
   } else if (mode.sink == Sink::kNoOp) {
     StepClock clock;
     auto trainer = moewb::engine::Trainer::create(config, &clock);
     if (!trainer.isOk()) fail(trainer.status().toString());
     if (auto s = (*trainer)->run(steps); !s.isOk()) fail(s.toString());
-    r.stepMs = medianStepMs(clock.endsNs());
+    r.stepMs = meanStepMs(clock.endsNs());
   } else {
     StepClock clock;
     moewb::profiler::TracedRunOptions options;
@@ -181,12 +194,18 @@ int child(const RunConfig& config, const Mode& mode, int steps) {
       if (!kinds.isOk()) fail(kinds.status().toString());
       options.gpuCapture.kinds = *kinds;
       options.gpuCapture.flushIntervalMs = mode.flushIntervalMs;
+      options.gpuCapture.mode.everySteps = mode.everySteps;
+      if (mode.windowAfterRun) {
+        options.gpuCapture.mode.firstStep = steps + 1000;
+        options.gpuCapture.mode.endStep = steps + 1001;
+      }
+      if (mode.windowInWarmup) options.gpuCapture.mode.endStep = kWarmupSteps;
     }
     auto run = moewb::profiler::TracedRun::create(config, options, &clock);
     if (!run.isOk()) fail(run.status().toString());
     auto summary = (*run)->run();
     if (!summary.isOk()) fail(summary.status().toString());
-    r.stepMs = medianStepMs(clock.endsNs());
+    r.stepMs = meanStepMs(clock.endsNs());
     readStats(options.outPath, steps, r);
     for (const char* suffix : {"", "-wal", "-shm"}) {
       std::error_code ignored;
@@ -225,8 +244,10 @@ std::optional<ChildResult> runChild(const std::string& self, const std::string& 
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
-  return v.empty() ? std::nan("") : v[v.size() / 2];
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 std::vector<std::string> splitList(const std::string& text) {
