@@ -16,6 +16,8 @@
 //   cupti_full_flush1s  all, but CUPTI flushed at most once a second instead of after every
 //                  step (GpuCaptureOptions::flushIntervalMs): what the per-step flush costs
 //   cupti_lean     kernel,memcpy,memset,runtime,nvtx (no driver, memory, sync)
+//   cupti_launches the "launches" set: every device kind and nvtx, and only the API calls that
+//                  launch, copy, set, allocate or wait (launch_api)
 //   cupti_every10  all kinds, every 10th step only (`--trace-every 10`): the amortised cost
 //   cupti_idle     all kinds armed for a step window after the run (`--trace-steps` far ahead):
 //                  what CUPTI costs before its first capture window
@@ -84,6 +86,7 @@ const Mode kModes[] = {
     {"cupti_full", Sink::kTrace, true, "all", 0},
     {"cupti_full_flush1s", Sink::kTrace, true, "all", 1000},
     {"cupti_lean", Sink::kTrace, true, "kernel,memcpy,memset,runtime,nvtx", 0},
+    {"cupti_launches", Sink::kTrace, true, "launches", 0},
     {"cupti_every10", Sink::kTrace, true, "all", 0, 10},
     {"cupti_idle", Sink::kTrace, true, "all", 0, 1, true},
     {"cupti_after", Sink::kTrace, true, "all", 0, 1, false, true},

@@ -282,10 +282,12 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
          std::string("with --gpu-trace: record only these kinds, like nsys --trace (default "
                      "all): ") +
              profiler::kGpuTraceKindNames +
-             ". A kernel, copy or memset gets its step, layer and phase from its launching API "
-             "call's correlation id and the NVTX range around that call: without runtime and "
-             "driver its kernels cannot be attributed (driver covers cuBLAS's launches), without "
-             "nvtx they get no layer or phase; fewer kinds cost less")
+             ", or the sets all and launches (every device kind, nvtx and launch_api: only the "
+             "API calls that launch, copy, set, allocate or wait). A kernel, copy or memset gets "
+             "its step, layer and phase from its launching API call's correlation id and the "
+             "NVTX range around that call: without runtime, driver or launch_api its kernels "
+             "cannot be attributed (runtime alone misses cuBLAS's launches), without nvtx they "
+             "get no layer or phase; fewer kinds cost less")
       ->check(CLI::Validator(
           [](std::string& list) {
             auto kinds = profiler::parseGpuTraceKinds(list);

@@ -158,8 +158,8 @@ for step in "${steps[@]}"; do
       # Tracing overhead alone: on the training step (small and launch-heavy configs), its floor
       # per kernel (CUPTI on a bare kernel, stream launches vs graph replays), and the PyTorch
       # profiler's overhead on its MoE layer step.
-      { "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 60 --reps 4 \
-          --modes untraced,engine_events,host_memory,cupti_kernel,cupti_lean,cupti_full,cupti_every10,cupti_idle
+      { "$here/bin/trace_overhead_cuda_bench" "$here/configs/small.toml" --steps 60 --reps 5 \
+          --modes untraced,host_memory,cupti_kernel,cupti_launches,cupti_full,cupti_every10,cupti_after
         "$here/bin/cupti_floor_cuda_bench"
         (cd "$here/anchors" && python3 profiler_overhead.py)
       } 2>&1 | tee "$out/overhead.jsonl" ;;

@@ -9,7 +9,7 @@ namespace moewb::profiler {
 
 namespace {
 
-constexpr std::array<std::pair<const char*, GpuTraceKind>, 8> kNamed = {{
+constexpr std::array<std::pair<const char*, GpuTraceKind>, 9> kNamed = {{
     {"kernel", GpuTraceKind::kKernel},
     {"memcpy", GpuTraceKind::kMemcpy},
     {"memset", GpuTraceKind::kMemset},
@@ -18,6 +18,7 @@ constexpr std::array<std::pair<const char*, GpuTraceKind>, 8> kNamed = {{
     {"runtime", GpuTraceKind::kRuntime},
     {"driver", GpuTraceKind::kDriver},
     {"nvtx", GpuTraceKind::kNvtx},
+    {"launch_api", GpuTraceKind::kLaunchApi},
 }};
 
 std::string trimmed(const std::string& text) {
@@ -30,6 +31,7 @@ std::string trimmed(const std::string& text) {
 
 std::string GpuTraceKinds::describe() const {
   if (*this == all()) return "all";
+  if (*this == launches()) return "launches";
   if (empty()) return "none";
   std::string text;
   for (const auto& [name, kind] : kNamed) {
@@ -51,10 +53,13 @@ std::string GpuTraceKinds::attributionNote() const {
   }
   std::string note = "kernels, copies and memsets are attributed through the API call that "
                      "launched them (correlation id)";
-  if (!has(GpuTraceKind::kDriver)) {
+  const bool launchApiOnly = !has(GpuTraceKind::kRuntime) && !has(GpuTraceKind::kDriver);
+  if (launchApiOnly) {
+    note += "; only the API calls that launch, copy, set, allocate or wait are recorded";
+  } else if (!has(GpuTraceKind::kDriver) && !has(GpuTraceKind::kLaunchApi)) {
     note += "; without driver records, work launched directly through the driver API "
             "(cuBLAS kernels) is not attributed";
-  } else if (!has(GpuTraceKind::kRuntime)) {
+  } else if (!has(GpuTraceKind::kRuntime) && !has(GpuTraceKind::kLaunchApi)) {
     note += "; without runtime records, work launched through the runtime API is attributed "
             "only through the driver call it made";
   }
@@ -64,9 +69,20 @@ std::string GpuTraceKinds::attributionNote() const {
   return note;
 }
 
+bool isLaunchApiName(std::string_view name) {
+  // Module loads and kernel lookups too: a lazily loaded module's static memory is allocated
+  // inside them (records without a correlation id take the call that holds them).
+  constexpr std::string_view kMarks[] = {"Launch",    "Memcpy",          "Memset",    "Malloc",
+                                         "MemAlloc",  "Free",            "Load",      "GetKernel",
+                                         "GetFunction", "Synchronize", "StreamWaitEvent"};
+  return std::any_of(std::begin(kMarks), std::end(kMarks),
+                     [&](std::string_view mark) { return name.find(mark) != name.npos; });
+}
+
 Result<GpuTraceKinds> parseGpuTraceKinds(const std::string& list) {
   const std::string accepted =
-      std::string("accepted: a comma-separated list of ") + kGpuTraceKindNames + ", or all";
+      std::string("accepted: a comma-separated list of ") + kGpuTraceKindNames +
+      ", or the sets all, launches";
   if (trimmed(list).empty()) return invalidArgument("no GPU trace kind given; " + accepted);
   GpuTraceKinds kinds = GpuTraceKinds::none();
   size_t start = 0;
@@ -77,8 +93,9 @@ Result<GpuTraceKinds> parseGpuTraceKinds(const std::string& list) {
     if (name.empty()) {
       return invalidArgument("GPU trace kinds '" + list + "' have an empty entry; " + accepted);
     }
-    if (name == "all") {
-      kinds = GpuTraceKinds::all();
+    if (name == "all" || name == "launches") {
+      const GpuTraceKinds set = name == "all" ? GpuTraceKinds::all() : GpuTraceKinds::launches();
+      kinds = GpuTraceKinds::fromBits(kinds.bits() | set.bits());
       continue;
     }
     const auto named = std::find_if(kNamed.begin(), kNamed.end(),

@@ -18,7 +18,8 @@ TEST(CliGpuTraceKinds, BadListsExitTwoNamingTheAcceptedKinds) {
       {"--gpu-trace-kinds kernel", "--gpu-trace-kinds requires --gpu-trace"},
       {"--gpu-trace --gpu-trace-kinds kernel,bogus",
        "--gpu-trace-kinds: 'bogus' is not a GPU trace kind; accepted: a comma-separated list of "
-       "kernel, memcpy, memset, memory, sync, runtime, driver, nvtx, or all"},
+       "kernel, memcpy, memset, memory, sync, runtime, driver, nvtx, launch_api, or the sets all, "
+       "launches"},
       {"--gpu-trace --gpu-trace-kinds kernel,,nvtx", "have an empty entry"},
   };
   for (const auto& [options, message] : cases) {
@@ -35,9 +36,10 @@ TEST(CliGpuTraceKinds, HelpSaysWhatAttributionNeeds) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const std::string help = r.out + r.err;
   EXPECT_NE(help.find("--gpu-trace-kinds"), std::string::npos) << help;
-  EXPECT_NE(help.find("without runtime and driver its kernels cannot be attributed"),
+  EXPECT_NE(help.find("without runtime, driver or launch_api its kernels cannot be attributed"),
             std::string::npos)
       << help;
+  EXPECT_NE(help.find("the sets all and launches"), std::string::npos) << help;
 }
 
 }  // namespace

@@ -37,6 +37,43 @@ TEST(GpuTraceKinds, ParsesListsInAnyOrderWithSpacesAndRepeats) {
   EXPECT_EQ(*all, GpuTraceKinds::all());
 }
 
+TEST(GpuTraceKinds, LaunchesSetRecordsOnlyTheLaunchingApiCalls) {
+  auto launches = parseGpuTraceKinds("launches");
+  ASSERT_TRUE(launches.isOk()) << launches.status().toString();
+  EXPECT_EQ(*launches, GpuTraceKinds::launches());
+  EXPECT_EQ(launches->describe(), "launches");
+  EXPECT_TRUE(launches->canAttribute());
+  EXPECT_TRUE(launches->has(GpuTraceKind::kLaunchApi));
+  EXPECT_FALSE(launches->has(GpuTraceKind::kRuntime));
+  EXPECT_FALSE(launches->has(GpuTraceKind::kDriver));
+  for (GpuTraceKind k : {GpuTraceKind::kKernel, GpuTraceKind::kMemcpy, GpuTraceKind::kMemset,
+                         GpuTraceKind::kMemory, GpuTraceKind::kSync, GpuTraceKind::kNvtx}) {
+    EXPECT_TRUE(launches->has(k));
+  }
+  EXPECT_NE(launches->attributionNote().find("only the API calls that launch"), std::string::npos)
+      << launches->attributionNote();
+  EXPECT_FALSE(GpuTraceKinds::all().has(GpuTraceKind::kLaunchApi));
+  auto listed = parseGpuTraceKinds("kernel,launch_api");
+  ASSERT_TRUE(listed.isOk());
+  EXPECT_EQ(listed->describe(), "kernel,launch_api");
+  EXPECT_TRUE(listed->canAttribute());
+
+  for (const char* name :
+       {"cudaLaunchKernel_v7000", "cudaLaunchKernelExC_v11060", "cuLaunchKernelEx",
+        "cudaMemcpyAsync_v3020", "cuMemsetD8Async", "cudaMalloc_v3020", "cuMemAlloc_v2",
+        "cudaFreeAsync_v11020", "cuMemFree_v2", "cudaStreamSynchronize_v3020", "cuCtxSynchronize",
+        "cudaStreamWaitEvent_v3020", "cudaGraphLaunch_v10000", "cuLibraryLoadData",
+        "cuKernelGetFunction"}) {
+    EXPECT_TRUE(isLaunchApiName(name)) << name;
+  }
+  for (const char* name :
+       {"cudaGetLastError_v3020", "cudaGetDevice_v3020", "cudaEventRecord_v3020",
+        "cuKernelGetName", "cuKernelGetAttribute", "cuCtxGetCurrent", "cudaGraphUpload_v11010",
+        "cudaEventElapsedTime_v3020", "cudaFuncGetAttributes_v3020"}) {
+    EXPECT_FALSE(isLaunchApiName(name)) << name;
+  }
+}
+
 TEST(GpuTraceKinds, RejectsUnknownAndEmptyEntriesNamingWhatIsAccepted) {
   const std::pair<const char*, const char*> cases[] = {
       {"kernel,cuda", "'cuda' is not a GPU trace kind"},
@@ -54,7 +91,7 @@ TEST(GpuTraceKinds, RejectsUnknownAndEmptyEntriesNamingWhatIsAccepted) {
         << kinds.status().message();
     EXPECT_NE(kinds.status().message().find(
                   "accepted: a comma-separated list of kernel, memcpy, memset, memory, sync, "
-                  "runtime, driver, nvtx, or all"),
+                  "runtime, driver, nvtx, launch_api, or the sets all, launches"),
               std::string::npos)
         << kinds.status().message();
   }

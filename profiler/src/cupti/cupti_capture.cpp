@@ -59,6 +59,19 @@ void pointNvtxAtCupti() {
   }
 }
 
+// The callback ids of `domain` (below `count`) whose function names isLaunchApiName accepts.
+std::vector<CUpti_CallbackId> launchApiCallbackIds(CUpti_CallbackDomain domain, uint32_t count) {
+  std::vector<CUpti_CallbackId> ids;
+  for (CUpti_CallbackId cbid = 1; cbid < count; ++cbid) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name != nullptr &&
+        isLaunchApiName(name)) {
+      ids.push_back(cbid);
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions& options)
@@ -72,6 +85,16 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
       m_window(options.mode.flightRecorderSteps) {
   for (const auto& [kind, activity] : kActivityKinds) {
     if (options.kinds.has(kind)) m_kinds.push_back(activity);
+  }
+  if (options.kinds.has(GpuTraceKind::kLaunchApi)) {
+    if (!options.kinds.has(GpuTraceKind::kRuntime)) {
+      m_launchRuntimeCbids =
+          launchApiCallbackIds(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
+    }
+    if (!options.kinds.has(GpuTraceKind::kDriver)) {
+      m_launchDriverCbids =
+          launchApiCallbackIds(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
+    }
   }
 }
 
@@ -139,7 +162,20 @@ void CuptiCapture::disable() {
 // API callbacks, no kernel records, no buffers.
 Status CuptiCapture::setKindsEnabled(bool on) {
   std::lock_guard lock(m_kindsMutex);
+  Status first;
+  if (on != m_launchApiEnabled) {
+    for (CUpti_CallbackId cbid : m_launchRuntimeCbids) {
+      Status status = MOEWB_CUPTI_STATUS(cuptiActivityEnableRuntimeApi(cbid, on ? 1 : 0));
+      if (first.isOk()) first = status;
+    }
+    for (CUpti_CallbackId cbid : m_launchDriverCbids) {
+      Status status = MOEWB_CUPTI_STATUS(cuptiActivityEnableDriverApi(cbid, on ? 1 : 0));
+      if (first.isOk()) first = status;
+    }
+    m_launchApiEnabled = on;
+  }
   if (on) {
+    MOEWB_RETURN_IF_ERROR(first);
     for (CUpti_ActivityKind kind : m_kinds) {
       if (std::find(m_enabled.begin(), m_enabled.end(), kind) != m_enabled.end()) continue;
       MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityEnable(kind));
@@ -147,7 +183,6 @@ Status CuptiCapture::setKindsEnabled(bool on) {
     }
     return Status::ok();
   }
-  Status first;
   for (CUpti_ActivityKind kind : m_enabled) {
     Status status = MOEWB_CUPTI_STATUS(cuptiActivityDisable(kind));
     if (first.isOk()) first = status;

@@ -82,8 +82,12 @@ class CuptiCapture final : public GpuCapture {
   std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder
   gpu::GpuTraceBuilder m_builder;
   std::vector<CUpti_ActivityKind> m_kinds;  // of options.kinds; fixed at construction
-  std::mutex m_kindsMutex;  // guards m_enabled
+  std::mutex m_kindsMutex;  // guards m_enabled and m_launchApiEnabled
   std::vector<CUpti_ActivityKind> m_enabled;
+  // launch_api without runtime / driver: the callback ids recorded one by one (isLaunchApiName).
+  std::vector<CUpti_CallbackId> m_launchRuntimeCbids;
+  std::vector<CUpti_CallbackId> m_launchDriverCbids;
+  bool m_launchApiEnabled = false;
 
   gpu::FlightTriggers m_triggers;  // trainer thread
   gpu::FlightWindow m_window;      // parser thread
