@@ -193,7 +193,10 @@ int child(const RunConfig& config, const Mode& mode, int steps) {
     options.hostMemoryEvents = mode.memoryEvents;
     options.gpuTrace = mode.gpuKinds != nullptr;
     if (options.gpuTrace) {
-      auto kinds = moewb::profiler::parseGpuTraceKinds(mode.gpuKinds);
+      // MOEWB_BENCH_GPU_KINDS overrides the mode's kinds (to find which kind a cost comes from).
+      const char* kindsOverride = std::getenv("MOEWB_BENCH_GPU_KINDS");
+      auto kinds =
+          moewb::profiler::parseGpuTraceKinds(kindsOverride ? kindsOverride : mode.gpuKinds);
       if (!kinds.isOk()) fail(kinds.status().toString());
       options.gpuCapture.kinds = *kinds;
       options.gpuCapture.flushIntervalMs = mode.flushIntervalMs;
