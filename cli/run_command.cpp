@@ -303,6 +303,7 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   auto flight = std::make_shared<int64_t>(0);
   auto load = std::make_shared<double>(0), stepMs = std::make_shared<double>(0),
        memoryGiB = std::make_shared<double>(0);
+  auto cooldown = std::make_shared<int64_t>(0);
   CLI::Option* everyOpt = cmd->add_option(
       "--trace-every", *every, "with --gpu-trace: capture only every N-th step (steps 0, N, 2N, "
       "..., or counted from the start of --trace-steps); CUPTI is off in between");
@@ -320,6 +321,9 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   CLI::Option* memoryOpt = cmd->add_option(
       "--trigger-memory-gib", *memoryGiB, "flight-recorder trigger: the step's peak device "
       "memory above Z GiB");
+  CLI::Option* cooldownOpt = cmd->add_option(
+      "--trigger-cooldown", *cooldown, "flight recorder: after a firing, ignore the triggers for "
+      "the next K steps (default 0: a trigger that stays true fires, and writes, every step)");
   cmd->callback([=] {
     profiler::CaptureModeArgs& c = args->capture;
     if (everyOpt->count() > 0) c.traceEvery = *every;
@@ -328,6 +332,7 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
     if (loadOpt->count() > 0) c.triggerLoad = *load;
     if (stepMsOpt->count() > 0) c.triggerStepMs = *stepMs;
     if (memoryOpt->count() > 0) c.triggerMemoryGiB = *memoryGiB;
+    if (cooldownOpt->count() > 0) c.triggerCooldown = *cooldown;
     *action = [args] { return runCommand(*args); };
   });
 }

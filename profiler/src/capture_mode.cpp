@@ -70,6 +70,9 @@ std::string CaptureMode::describe() const {
     if (triggers.expertLoad > 0) text += " expert max/mean load > " + number(triggers.expertLoad);
     if (triggers.stepMs > 0) text += " step time > " + number(triggers.stepMs) + " ms";
     if (triggers.memoryGiB > 0) text += " peak memory > " + number(triggers.memoryGiB) + " GiB";
+    if (triggers.cooldownSteps > 0) {
+      text += "; cooldown " + std::to_string(triggers.cooldownSteps) + " steps";
+    }
     return text + ")";
   }
   std::string text = everySteps == 1 ? "every step" : "every " + ordinal(everySteps) + " step";
@@ -88,6 +91,7 @@ Result<CaptureMode> parseCaptureMode(const CaptureModeArgs& args) {
                       : args.triggerLoad      ? "--trigger-load"
                       : args.triggerStepMs    ? "--trigger-step-ms"
                       : args.triggerMemoryGiB ? "--trigger-memory-gib"
+                      : args.triggerCooldown  ? "--trigger-cooldown"
                                               : nullptr;
   if (given == nullptr) return mode;
   if (!args.gpuTrace) {
@@ -121,6 +125,16 @@ Result<CaptureMode> parseCaptureMode(const CaptureModeArgs& args) {
                                           "a device memory size in GiB Z > 0"));
   mode.triggers = {args.triggerLoad.value_or(0), args.triggerStepMs.value_or(0),
                    args.triggerMemoryGiB.value_or(0)};
+  if (args.triggerCooldown && !args.flightRecorder) {
+    return invalidArgument("--trigger-cooldown needs --flight-recorder N (it spaces the flight "
+                           "recorder's firings)");
+  }
+  if (args.triggerCooldown && *args.triggerCooldown < 0) {
+    return invalidArgument("--trigger-cooldown " + std::to_string(*args.triggerCooldown) +
+                           " is out of range; accepted: K >= 0 steps (0 = a firing may follow "
+                           "every step)");
+  }
+  mode.triggers.cooldownSteps = args.triggerCooldown.value_or(0);
   if (!args.flightRecorder) {
     if (mode.triggers.any()) {
       const char* trigger = args.triggerLoad     ? "--trigger-load"

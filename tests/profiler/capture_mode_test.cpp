@@ -129,6 +129,25 @@ TEST(CaptureMode, RejectsBadFlightRecorderCombinations) {
   EXPECT_NE(rejection(noRecorder).find("--trigger-load needs --flight-recorder"),
             std::string::npos);
 
+  CaptureModeArgs cooldownAlone = traced();
+  cooldownAlone.triggerCooldown = 5;
+  EXPECT_NE(rejection(cooldownAlone).find("--trigger-cooldown needs --flight-recorder"),
+            std::string::npos);
+  CaptureModeArgs negativeCooldown = traced();
+  negativeCooldown.flightRecorder = 4;
+  negativeCooldown.triggerStepMs = 10;
+  negativeCooldown.triggerCooldown = -1;
+  EXPECT_NE(rejection(negativeCooldown).find("--trigger-cooldown -1 is out of range"),
+            std::string::npos);
+  CaptureModeArgs cooled = traced();
+  cooled.flightRecorder = 4;
+  cooled.triggerStepMs = 10;
+  cooled.triggerCooldown = 100;
+  auto mode = parseCaptureMode(cooled);
+  ASSERT_TRUE(mode.isOk()) << mode.status().toString();
+  EXPECT_EQ(mode->triggers.cooldownSteps, 100);
+  EXPECT_NE(mode->describe().find("cooldown 100 steps"), std::string::npos) << mode->describe();
+
   CaptureModeArgs withWindow = traced();
   withWindow.flightRecorder = 4;
   withWindow.triggerStepMs = 10;

@@ -106,6 +106,21 @@ TEST(FlightTriggers, StepTimeAndMemoryFireTogether) {
   EXPECT_FALSE(triggers.endStep(stepEvent(2, 1)).has_value());
 }
 
+TEST(FlightTriggers, CooldownSuppressesFiringsForKStepsAfterOne) {
+  FlightTriggers triggers({.stepMs = 10.0, .cooldownSteps = 3});
+  std::vector<int64_t> fired;
+  for (int64_t step = 0; step < 10; ++step) {
+    if (triggers.endStep(stepEvent(step, 50.0)).has_value()) fired.push_back(step);
+  }
+  EXPECT_EQ(fired, (std::vector<int64_t>{0, 4, 8}));  // steps 1-3, 5-7 and 9 cool down
+  EXPECT_EQ(triggers.suppressed(), 7);
+  FlightTriggers noCooldown({.stepMs = 10.0});
+  for (int64_t step = 0; step < 3; ++step) {
+    EXPECT_TRUE(noCooldown.endStep(stepEvent(step, 50.0)).has_value()) << step;
+  }
+  EXPECT_EQ(noCooldown.suppressed(), 0);
+}
+
 TEST(FlightWindow, AFiringWritesTheLastNStepsNotYetWritten) {
   FlightWindow window(4);
   EXPECT_EQ(window.onFiring(2), std::make_pair(int64_t(0), int64_t(2)));  // only 0..2 exist

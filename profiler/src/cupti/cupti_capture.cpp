@@ -456,6 +456,9 @@ void CuptiCapture::writeStats() {
                        m_firingCount == 0 ? "flight-recorder triggers that fired (none)"
                                           : "flight-recorder triggers that fired (first: " +
                                                 first + ")"});
+    m_writer->addStat({"flight_recorder_triggers_suppressed", "info", m_triggers.suppressed(),
+                       "steps whose triggers held during the cooldown after a firing "
+                       "(--trigger-cooldown), not written"});
     m_writer->addStat({"flight_recorder_steps_written", "info", m_flightStepsWritten,
                        "steps whose GPU rows the flight recorder wrote"});
     m_writer->addStat({"flight_recorder_rows_discarded", "info", m_flight->rowsDiscarded(),

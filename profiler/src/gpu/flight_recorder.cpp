@@ -51,6 +51,11 @@ std::optional<TriggerFiring> FlightTriggers::endStep(const engine::StepEvent& ev
   m_worstLoad = 0;
   m_worstLayer = -1;
   if (reason.empty()) return std::nullopt;
+  if (event.step < m_quietUntilStep) {
+    ++m_suppressed;
+    return std::nullopt;
+  }
+  m_quietUntilStep = event.step + 1 + m_triggers.cooldownSteps;
   return TriggerFiring{event.step, "step " + std::to_string(event.step) + ": " + reason};
 }
 

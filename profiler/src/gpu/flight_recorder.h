@@ -1,7 +1,8 @@
 // The flight recorder of the GPU capture (CaptureMode::flightRecorderSteps > 0), in three plain
 // parts that need no GPU:
 // - FlightTriggers (trainer thread) watches each step's expert load, step time and peak device
-//   memory and says at the step's end whether a trigger fired and why.
+//   memory and says at the step's end whether a trigger fired and why; for cooldownSteps steps
+//   after a firing, triggers that hold are counted as suppressed instead.
 // - FlightWindow decides which steps a firing writes: the last N steps up to the firing step,
 //   less those an earlier firing already wrote.
 // - FlightRecorderWriter sits between the GpuTraceBuilder and the real TraceWriter: the GPU rows
@@ -14,6 +15,7 @@
 // on one (the parser) thread; the pass-through methods as thread-safe as the wrapped writer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,12 +40,17 @@ class FlightTriggers {
   explicit FlightTriggers(const CaptureTriggers& triggers) : m_triggers(triggers) {}
   // Keeps the worst max/mean load of the step in progress. O(experts).
   void addExpertLoad(const engine::ExpertLoadEvent& event);
-  // Ends the step: a firing when any trigger's threshold was exceeded, else nullopt. Resets the
-  // per-step state. Step time is endNs - startNs; memory is StepEvent::peakBytes.
+  // Ends the step: a firing when any trigger's threshold was exceeded and the step is past the
+  // cooldown of the last firing, else nullopt. Resets the per-step state. Step time is
+  // endNs - startNs; memory is StepEvent::peakBytes.
   std::optional<TriggerFiring> endStep(const engine::StepEvent& event);
+  // Steps whose triggers held during a cooldown (readable from any thread).
+  int64_t suppressed() const { return m_suppressed.load(); }
 
  private:
   CaptureTriggers m_triggers;
+  int64_t m_quietUntilStep = 0;  // steps below this do not fire (the cooldown)
+  std::atomic<int64_t> m_suppressed{0};
   double m_worstLoad = 0;  // max/mean of the worst layer so far in the step
   int32_t m_worstLayer = -1;
 };

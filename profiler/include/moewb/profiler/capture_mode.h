@@ -26,6 +26,7 @@ struct CaptureTriggers {
   double expertLoad = 0;  // fire when max/mean tokens per expert of any layer exceeds this
   double stepMs = 0;      // fire when a step (host wall time) takes longer than this, ms
   double memoryGiB = 0;   // fire when the step's peak device memory exceeds this, GiB
+  int64_t cooldownSteps = 0;  // after a firing, ignore the triggers for this many steps
   bool any() const { return expertLoad > 0 || stepMs > 0 || memoryGiB > 0; }
 };
 
@@ -56,6 +57,7 @@ struct CaptureModeArgs {
   std::optional<double> triggerLoad;       // --trigger-load X
   std::optional<double> triggerStepMs;     // --trigger-step-ms Y
   std::optional<double> triggerMemoryGiB;  // --trigger-memory-gib Z
+  std::optional<int64_t> triggerCooldown;  // --trigger-cooldown K
   int64_t plannedSteps = -1;               // steps the run will train (-1 = unknown)
   GpuTraceKinds gpuTraceKinds;             // --gpu-trace-kinds LIST, parsed (default: all);
                                            // not part of the mode (GpuCaptureOptions::kinds)
@@ -67,8 +69,9 @@ constexpr int64_t kMaxFlightRecorderSteps = 10'000;
 // Validates `args` and returns the mode. kInvalidArgument naming the option, the value and what
 // is accepted when: a mode option comes without --gpu-trace; N < 1; A:B is not 0 <= A < B (a
 // single A means A:A+1) or starts at or after plannedSteps; a trigger comes without
-// --flight-recorder or is not > 0 (--trigger-load: > 1, as max/mean is never below 1); the
-// flight recorder has no trigger or is combined with --trace-every / --trace-steps.
+// --flight-recorder or is not > 0 (--trigger-load: > 1, as max/mean is never below 1);
+// --trigger-cooldown comes without --flight-recorder or is < 0; the flight recorder has no
+// trigger or is combined with --trace-every / --trace-steps.
 Result<CaptureMode> parseCaptureMode(const CaptureModeArgs& args);
 
 }  // namespace moewb::profiler
