@@ -1,4 +1,5 @@
-// GPU stream lanes: layout on the timeline's pixels, hit testing, colours and labels.
+// GPU lanes (CUDA API threads and streams): layout on the timeline's pixels, hit testing,
+// colours and labels.
 #include "moewb/gui/gpu_timeline.h"
 
 #include <algorithm>
@@ -43,6 +44,8 @@ QColor gpuCategoryColor(const std::string& category) {
   if (category == storage::kCategoryKernel) return QColor::fromRgb(0x4e79a7);
   if (category == storage::kCategoryMemcpy) return QColor::fromRgb(0xf28e2b);
   if (category == storage::kCategoryMemset) return QColor::fromRgb(0x59a14f);
+  if (category == storage::kCategoryApi) return QColor::fromRgb(0xb07aa1);
+  if (category == storage::kCategorySync) return QColor::fromRgb(0xe15759);
   return QColor::fromRgb(0x8c8c8c);
 }
 
@@ -51,6 +54,7 @@ std::string gpuItemLabel(const storage::GpuLaneItem& item) {
     const std::string what = item.category == storage::kCategoryKernel   ? " kernels"
                              : item.category == storage::kCategoryMemcpy ? " copies"
                              : item.category == storage::kCategoryMemset ? " memsets"
+                             : item.category == storage::kCategoryApi    ? " API calls"
                                                                          : " GPU slices";
     return std::to_string(item.count) + what;
   }

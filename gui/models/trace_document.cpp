@@ -59,7 +59,7 @@ void TraceDocument::close() {
   m_run.reset();
   m_stats.clear();
   m_memoryTracks.clear();
-  m_gpuStreamTracks.clear();
+  m_gpuLaneTracks.clear();
   m_hostTracks.clear();
   m_hasGpuTracks = false;
   m_gpuDetails.clear();
@@ -83,21 +83,25 @@ Status TraceDocument::loadRunInfo() {
   MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
   MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
   m_memoryTracks.clear();
-  m_gpuStreamTracks.clear();
+  m_gpuLaneTracks.clear();
   m_hostTracks.clear();
   m_hasGpuTracks = false;
   for (const storage::TrackRow& t : tracks) {
     if (t.kind == storage::kTrackKindMemory) m_memoryTracks.push_back(t);
-    if (t.kind == storage::kTrackKindStream) m_gpuStreamTracks.push_back(t);
     if (t.kind == storage::kTrackKindStream || t.kind == storage::kTrackKindCudaApi) {
+      m_gpuLaneTracks.push_back(t);
       m_hasGpuTracks = true;
     } else {
       m_hostTracks.push_back(t.id);
     }
   }
-  std::stable_sort(m_gpuStreamTracks.begin(), m_gpuStreamTracks.end(),
+  // As TraceReader::gpuLanes orders its lanes: per rank the API threads, then the streams.
+  std::stable_sort(m_gpuLaneTracks.begin(), m_gpuLaneTracks.end(),
                    [](const storage::TrackRow& a, const storage::TrackRow& b) {
-                     return a.rank != b.rank ? a.rank < b.rank : a.id < b.id;
+                     const bool aStream = a.kind == storage::kTrackKindStream;
+                     const bool bStream = b.kind == storage::kTrackKindStream;
+                     if (a.rank != b.rank) return a.rank < b.rank;
+                     return aStream != bStream ? bStream : a.id < b.id;
                    });
   if (tracks.size() != m_timeline.tracks().size()) m_timeline.setTracks(tracks);
   return Status::ok();
@@ -110,7 +114,7 @@ Result<std::vector<storage::MemorySeries>> TraceDocument::memorySeries(TimeRange
 }
 
 Result<std::vector<storage::GpuLane>> TraceDocument::gpuLanes(TimeRange window, int buckets) {
-  if (!m_reader || m_gpuStreamTracks.empty()) return std::vector<storage::GpuLane>{};
+  if (!m_reader || m_gpuLaneTracks.empty()) return std::vector<storage::GpuLane>{};
   return m_reader->gpuLanes({window.startNs, window.endNs}, buckets);
 }
 

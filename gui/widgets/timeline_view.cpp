@@ -114,7 +114,7 @@ void TimelineView::rebuildDrawList() {
 void TimelineView::rebuildGpu() {
   m_gpuLanes.clear();
   m_gpuItems.clear();
-  if (!m_document || m_document->gpuStreamTracks().empty()) return;
+  if (!m_document || m_document->gpuLaneTracks().empty()) return;
   // One bucket per pixel column; a failed read leaves the lanes empty (as for memory rows).
   auto lanes = m_document->gpuLanes({m_geometry.startNs, m_geometry.endNs},
                                      int(std::ceil(m_geometry.widthPx)));
@@ -124,14 +124,14 @@ void TimelineView::rebuildGpu() {
 }
 
 QRect TimelineView::gpuLaneRect(int lane) const {
-  if (!m_document || lane < 0 || size_t(lane) >= m_document->gpuStreamTracks().size()) return {};
+  if (!m_document || lane < 0 || size_t(lane) >= m_document->gpuLaneTracks().size()) return {};
   return QRect(kGutterPx, m_gpuTop + lane * kLaneHeightPx, width() - kGutterPx, kLaneHeightPx);
 }
 
 int TimelineView::gpuLaneAtY(int y) const {
   if (!m_document || y < m_gpuTop) return -1;
   const int lane = (y - m_gpuTop) / kLaneHeightPx;
-  return size_t(lane) < m_document->gpuStreamTracks().size() ? lane : -1;
+  return size_t(lane) < m_document->gpuLaneTracks().size() ? lane : -1;
 }
 
 const storage::GpuLaneItem* TimelineView::gpuItemAtPos(const QPoint& pos) const {
@@ -220,9 +220,9 @@ void TimelineView::layoutLanes() {
     m_rows.push_back({int(i), y, first});
     y += kLaneHeightPx;
   }
-  const size_t streams = m_document->gpuStreamTracks().size();
-  m_gpuTop = y + (streams ? kTrackGapPx : 0);
-  y = m_gpuTop + int(streams) * kLaneHeightPx;
+  const size_t gpuLaneCount = m_document->gpuLaneTracks().size();
+  m_gpuTop = y + (gpuLaneCount ? kTrackGapPx : 0);
+  y = m_gpuTop + int(gpuLaneCount) * kLaneHeightPx;
   m_memoryTop = y + kTrackGapPx;
 }
 
@@ -255,8 +255,8 @@ void TimelineView::resizeEvent(QResizeEvent* event) {
 QSize TimelineView::sizeHint() const {
   int lanesBottom = m_rows.empty() ? 4 * kLaneHeightPx : m_rows.back().top + kLaneHeightPx;
   if (m_document && !m_rows.empty()) {
-    const int streams = int(m_document->gpuStreamTracks().size());
-    if (streams > 0) lanesBottom += kTrackGapPx + streams * kLaneHeightPx;
+    const int gpuLanes = int(m_document->gpuLaneTracks().size());
+    if (gpuLanes > 0) lanesBottom += kTrackGapPx + gpuLanes * kLaneHeightPx;
     lanesBottom += int(m_document->memoryTracks().size()) * (kMemoryRowPx + kTrackGapPx);
   }
   return {900, std::max(220, lanesBottom + kLegendPx + 8)};

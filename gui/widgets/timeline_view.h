@@ -12,11 +12,13 @@
 // under the host lanes: a stacked area of bytes in use per category over the same time axis,
 // rebuilt with the draw list from the reader's per-pixel downsampled series (max per column, so
 // peaks stay visible); hovering it shows every category's bytes at that time.
-// Traces with GPU capture get one lane per CUDA stream under the host lanes (above the memory
-// rows): kernels, copies and memsets coloured by kind with elided names, read per window from
-// the reader's downsampled stream lanes (slices under a pixel fold into hatched runs). Clicking a
-// kernel selects it and emits gpuSliceActivated (the main window shows its launch details and
-// the expert load of its step and layer) and stepActivated for its step.
+// Traces with GPU capture get, under the host lanes (above the memory rows), one lane per CUDA
+// API thread (its runtime and driver calls, as Nsight Systems' CUDA API row) and one per CUDA
+// stream (kernels, copies, memsets), coloured by kind with elided names, read per window from
+// the reader's downsampled lanes (slices under a pixel fold into hatched runs). Clicking a
+// kernel, or the API call that launched it, selects it and emits gpuSliceActivated (the main
+// window shows its launch details and the expert load of its step and layer) and stepActivated
+// for its step.
 // Clicking a host slice also emits sliceActivated (track, start): the main window uses it to find
 // a collective's peers, which setHighlightedSlices then outlines on every rank's comm track.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
@@ -76,7 +78,7 @@ class TimelineView : public QWidget {
   // the memory-per-step chart).
   static QColor memoryColor(const std::string& category);
 
-  // The GPU stream lanes of the visible window (one per document->gpuStreamTracks() entry, same
+  // The GPU lanes of the visible window (one per document->gpuLaneTracks() entry, same
   // order) and their laid-out items, rebuilt with the draw list; empty without GPU capture.
   const std::vector<storage::GpuLane>& gpuLanes() const { return m_gpuLanes; }
   const std::vector<GpuDrawItem>& gpuItems() const { return m_gpuItems; }

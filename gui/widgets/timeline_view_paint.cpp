@@ -1,4 +1,4 @@
-// TimelineView painting: ruler, lane backgrounds, the prepared draw items, the GPU stream lanes,
+// TimelineView painting: ruler, lane backgrounds, the prepared draw items, the GPU lanes,
 // the device-memory rows, gutter and legend.
 // Nothing here searches the data: it walks m_drawList, which is rebuilt elsewhere.
 #include <QPainter>
@@ -90,17 +90,17 @@ void TimelineView::paintMemory(QPainter& p) const {
   }
 }
 
-// GPU stream lanes: alternate background, then the laid-out items coloured by kind; folded runs
-// hatched; the selected slice outlined; names elided to the item's width.
+// GPU lanes (API threads, streams): alternate background, then the laid-out items coloured by
+// kind; folded runs hatched; the selected slice outlined; names elided to the item's width.
 void TimelineView::paintGpu(QPainter& p) const {
-  const size_t streams = m_document->gpuStreamTracks().size();
-  for (size_t lane = 0; lane < streams; ++lane) {
+  const size_t laneCount = m_document->gpuLaneTracks().size();
+  for (size_t lane = 0; lane < laneCount; ++lane) {
     if (lane % 2 == 0) p.fillRect(gpuLaneRect(int(lane)), theme::alternate());
   }
   const QFontMetrics fm(font());
   const QColor folded = foldedColor();
   for (const GpuDrawItem& d : m_gpuItems) {
-    if (size_t(d.lane) >= m_gpuLanes.size() || size_t(d.lane) >= streams) continue;
+    if (size_t(d.lane) >= m_gpuLanes.size() || size_t(d.lane) >= laneCount) continue;
     const storage::GpuLaneItem& item = m_gpuLanes[size_t(d.lane)].items[size_t(d.item)];
     const QRectF r(kGutterPx + d.x0, m_gpuTop + d.lane * kLaneHeightPx + 2, d.x1 - d.x0,
                    kLaneHeightPx - 4);
@@ -126,9 +126,9 @@ void TimelineView::paintGpu(QPainter& p) const {
   }
 }
 
-// Gutter of the GPU lanes: the stream track names.
+// Gutter of the GPU lanes: the API thread and stream track names.
 void TimelineView::paintGpuGutter(QPainter& p) const {
-  const auto& tracks = m_document->gpuStreamTracks();
+  const auto& tracks = m_document->gpuLaneTracks();
   QFont bold = font();
   bold.setBold(true);
   p.setFont(bold);
@@ -343,11 +343,11 @@ void TimelineView::paintLegend(QPainter& p) const {
   const QFontMetrics fm(font());
   const QString note = tr("darker shade = backward");
   const int noteWidth = fm.horizontalAdvance(note) + 20;
-  // GPU kinds first (three short entries), then the phase families as far as they fit.
+  // GPU kinds first (four short entries), then the phase families as far as they fit.
   std::vector<std::pair<std::string, QColor>> entries;
-  if (!m_document->gpuStreamTracks().empty()) {
+  if (!m_document->gpuLaneTracks().empty()) {
     for (const char* kind : {storage::kCategoryKernel, storage::kCategoryMemcpy,
-                             storage::kCategoryMemset}) {
+                             storage::kCategoryMemset, storage::kCategoryApi}) {
       entries.emplace_back(kind, gpuCategoryColor(kind));
     }
   }

@@ -1,8 +1,8 @@
-// The reader's GPU queries: the stream lanes of a time window (downsampled by folding slices
-// shorter than one bucket), the details of one GPU slice with the API call that launched it,
-// every slice streamed with its GPU detail row (for exports), and the expert load of one
-// (step, layer). Lanes read each stream track's slices through the
-// slice(track, start_ns) index; details are primary-key probes plus one probe of the correlation
+// The reader's GPU queries: the CUDA API and stream lanes of a time window (downsampled by
+// folding slices shorter than one bucket), the details of one GPU slice with the API call that
+// launched it (or, for an API call, of the work it launched), every slice streamed with its GPU
+// detail row (for exports), and the expert load of one (step, layer). Lanes read each lane
+// track's slices through the slice(track, start_ns) index; details are primary-key probes plus one probe of the correlation
 // index; the layer load is one range of expert_load(step, layer). Files written before the GPU
 // tables existed give no lanes and no details.
 #include <algorithm>
@@ -23,8 +23,10 @@ namespace detail {
 
 namespace {
 
-constexpr const char* kStreamTracksSql =
-    "SELECT id, name, kind, rank, thread_id FROM track WHERE kind = ?1 ORDER BY rank, id";
+// The lanes' tracks: per rank its CUDA API threads (?1), then its streams (?2).
+constexpr const char* kGpuLaneTracksSql =
+    "SELECT id, name, kind, rank, thread_id FROM track WHERE kind IN (?1, ?2) "
+    "ORDER BY rank, kind = ?2, id";
 
 // ?1 = lowest start to scan, ?2 = window end (exclusive), ?3 = window start, ?4 = track.
 constexpr const char* kGpuLaneSql =
@@ -33,7 +35,18 @@ constexpr const char* kGpuLaneSql =
     "FROM slice s LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
     "LEFT JOIN gpu_kernel k ON k.slice = s.id LEFT JOIN string kn ON kn.id = k.short_name "
     "WHERE s.track = ?4 AND s.start_ns >= ?1 AND s.start_ns < ?2 AND s.start_ns + s.dur_ns > ?3 "
+    "AND coalesce(c.text, '') <> 'nvtx' "
     "ORDER BY s.start_ns, s.id";
+
+// The GPU work (kernel, memcpy, memset) that API call ?1 launched: same correlation id, same
+// rank (correlation ids are per process).
+constexpr const char* kLaunchedWorkSql =
+    "SELECT w.id FROM slice a JOIN track ta ON ta.id = a.track "
+    "JOIN string ca ON ca.id = a.category "
+    "JOIN slice w ON w.correlation_id = a.correlation_id JOIN track tw ON tw.id = w.track "
+    "JOIN string cw ON cw.id = w.category "
+    "WHERE a.id = ?1 AND ca.text = 'api' AND a.correlation_id != 0 AND tw.rank = ta.rank "
+    "AND cw.text IN ('kernel', 'memcpy', 'memset') ORDER BY w.id LIMIT 1";
 
 constexpr const char* kSliceByIdSql =
     "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
@@ -188,8 +201,9 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
   std::vector<GpuLane> lanes;
   MOEWB_ASSIGN_OR_RETURN(const bool hasKernels, tableExists(m_db, "gpu_kernel"));
   if (!hasKernels) return lanes;
-  MOEWB_ASSIGN_OR_RETURN(Statement tracks, Statement::prepare(m_db, kStreamTracksSql));
-  MOEWB_RETURN_IF_ERROR(tracks.bindAll(std::string(kTrackKindStream)));
+  MOEWB_ASSIGN_OR_RETURN(Statement tracks, Statement::prepare(m_db, kGpuLaneTracksSql));
+  MOEWB_RETURN_IF_ERROR(
+      tracks.bindAll(std::string(kTrackKindCudaApi), std::string(kTrackKindStream)));
   for (;;) {
     MOEWB_ASSIGN_OR_RETURN(const bool hasRow, tracks.step());
     if (!hasRow) break;
@@ -234,16 +248,23 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
         MOEWB_ASSIGN_OR_RETURN(const bool hasGpuTables, tableExists(m_db, "gpu_kernel"));
         if (!hasGpuTables) return none;
         GpuSliceDetails details;
+        SliceId work = slice;  // an API call stands for the work it launched
+        {
+          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kLaunchedWorkSql));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
+          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
+          if (found) work = SliceId(q.columnInt(0));
+        }
         {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kSliceByIdSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (!found) return none;
           details.slice = sliceFromColumns(q);
         }
         {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kKernelSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
             GpuKernelRow k = kernelFromColumns(q, 0);
@@ -255,7 +276,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
         }
         if (!details.kernel) {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemcpySql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
             details.memcpy = memcpyFromColumns(q, 0);
@@ -263,7 +284,7 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
         }
         if (!details.kernel && !details.memcpy) {
           MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemsetSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(slice.value));
+          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
           MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
           if (found) {
             details.memset = memsetFromColumns(q, 0);

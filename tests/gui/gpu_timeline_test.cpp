@@ -76,7 +76,10 @@ TEST(GpuTimeline, LabelsAndColours) {
   EXPECT_EQ(gpuItemLabel(item(1, 0, 10, "mixed", 5)), "5 GPU slices");
   EXPECT_NE(gpuCategoryColor("kernel"), gpuCategoryColor("memcpy"));
   EXPECT_NE(gpuCategoryColor("memcpy"), gpuCategoryColor("memset"));
-  EXPECT_EQ(gpuCategoryColor("mixed"), gpuCategoryColor("sync"));
+  EXPECT_NE(gpuCategoryColor("api"), gpuCategoryColor("kernel"));
+  EXPECT_NE(gpuCategoryColor("sync"), gpuCategoryColor("mixed"));
+  EXPECT_EQ(gpuCategoryColor("mixed"), gpuCategoryColor("nvtx"));  // anything else: grey
+  EXPECT_EQ(gpuItemLabel(item(1, 0, 10, "api", 4)), "4 API calls");
   storage::TrackRow track{TrackId(3), "GPU 1 stream 7", "stream", 1, 7};
   EXPECT_EQ(gpuLaneLabel(track), "rank 1 · GPU 1 stream 7");
   track.rank = 0;
@@ -173,24 +176,28 @@ class GpuDocument : public ::testing::Test {
 
 TEST_F(GpuDocument, HostTimelineLeavesGpuSlicesToTheLanes) {
   EXPECT_EQ(m_doc.timeline().sliceCount(), 3 * m_slicesPerStep);
-  ASSERT_EQ(m_doc.gpuStreamTracks().size(), 2u);
-  EXPECT_EQ(m_doc.gpuStreamTracks()[0].name, "GPU 0 stream 7");
-  EXPECT_EQ(m_doc.gpuStreamTracks()[1].name, "GPU 0 stream 13");
+  // The API thread's lane first, then the streams.
+  ASSERT_EQ(m_doc.gpuLaneTracks().size(), 3u);
+  EXPECT_EQ(m_doc.gpuLaneTracks()[0].kind, storage::kTrackKindCudaApi);
+  EXPECT_EQ(m_doc.gpuLaneTracks()[1].name, "GPU 0 stream 7");
+  EXPECT_EQ(m_doc.gpuLaneTracks()[2].name, "GPU 0 stream 13");
   // Step 1 zoomed in (1 ns buckets): 2 gemm + 20 elementwise kernels on stream 7; memcpy and
   // memset on stream 13.
   const int64_t step1 = testing::TestTrace::kOriginNs + testing::TestTrace::kStepNs;
   auto lanes = m_doc.gpuLanes({step1, step1 + testing::TestTrace::kStepNs},
                               int(testing::TestTrace::kStepNs));
   ASSERT_TRUE(lanes.isOk()) << lanes.status().toString();
-  ASSERT_EQ(lanes->size(), 2u);
-  EXPECT_EQ((*lanes)[0].items.size(), 22u);
-  EXPECT_EQ((*lanes)[1].items.size(), 2u);
-  EXPECT_EQ((*lanes)[0].items[0].shortName, "grouped_gemm_fwd_kernel");
+  ASSERT_EQ(lanes->size(), 3u);
+  EXPECT_FALSE((*lanes)[0].items.empty());  // the launches
+  EXPECT_EQ((*lanes)[0].items[0].category, storage::kCategoryApi);
+  EXPECT_EQ((*lanes)[1].items.size(), 22u);
+  EXPECT_EQ((*lanes)[2].items.size(), 2u);
+  EXPECT_EQ((*lanes)[1].items[0].shortName, "grouped_gemm_fwd_kernel");
   // The whole run on 100 px: the elementwise bursts fold.
   lanes = m_doc.gpuLanes(m_doc.timeBounds(), 100);
   ASSERT_TRUE(lanes.isOk());
   int folded = 0;
-  for (const auto& i : (*lanes)[0].items) folded += i.isFolded() ? 1 : 0;
+  for (const auto& i : (*lanes)[1].items) folded += i.isFolded() ? 1 : 0;
   EXPECT_GE(folded, 3);
 }
 
@@ -198,7 +205,7 @@ TEST_F(GpuDocument, SelectingAKernelShowsLaunchAndExpertLoad) {
   const int64_t step2 = testing::TestTrace::kOriginNs + 2 * testing::TestTrace::kStepNs;
   auto lanes = m_doc.gpuLanes({step2, step2 + testing::TestTrace::kStepNs}, 100000);
   ASSERT_TRUE(lanes.isOk());
-  const storage::GpuLaneItem& gemm = (*lanes)[0].items[1];  // layer 1
+  const storage::GpuLaneItem& gemm = (*lanes)[1].items[1];  // layer 1
   ASSERT_EQ(gemm.layer, 1);
   testing::ModelCheck check(m_doc.gpuDetailsModel());
   ASSERT_TRUE(m_doc.selectGpuSlice(gemm.id).isOk());
@@ -215,7 +222,7 @@ TEST_F(GpuDocument, SelectingAKernelShowsLaunchAndExpertLoad) {
   EXPECT_TRUE(model->isEmpty());
   EXPECT_TRUE(check.failures().isEmpty()) << check.failures().join('\n').toStdString();
   m_doc.close();
-  EXPECT_TRUE(m_doc.gpuStreamTracks().empty());
+  EXPECT_TRUE(m_doc.gpuLaneTracks().empty());
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ class TimelineGpuView : public ::testing::Test {
     ASSERT_TRUE(trace.value()->finish().isOk());
     theme::apply(*qApp);
   }
-  // Widget point at the middle of the first item of GPU lane `lane` that is not folded and
-  // belongs to `layer`, or (-1, -1).
+  // Widget point at the middle of the first item of GPU lane `lane` (0: the CUDA API thread,
+  // 1 and 2: streams) that is not folded, belongs to `layer` and is 3 px wide, or (-1, -1).
   static QPoint kernelPoint(const TimelineView& view, int lane, int layer) {
     for (const GpuDrawItem& d : view.gpuItems()) {
       const auto& item = view.gpuLanes()[size_t(d.lane)].items[size_t(d.item)];
@@ -55,14 +55,14 @@ TEST_F(TimelineGpuView, StreamLanesUnderTheHostLanesAndClickSelects) {
   view.resize(1150, 420);
   view.show();
   QApplication::processEvents();
-  ASSERT_EQ(view.gpuLanes().size(), 2u);
+  ASSERT_EQ(view.gpuLanes().size(), 3u);  // the CUDA API thread, streams 7 and 13
   EXPECT_GT(view.gpuItems().size(), 8u);
   EXPECT_GT(view.gpuLaneRect(0).top(), 24 * 3);  // below the three host lanes
   EXPECT_EQ(view.gpuLaneRect(1).top(), view.gpuLaneRect(0).bottom() + 1);
   // Zoom to step 1 so each gemm kernel is many pixels wide, then click layer 2's.
   const int64_t step1 = testing::TestTrace::kOriginNs + testing::TestTrace::kStepNs;
   view.showTimeRange({step1, step1 + testing::TestTrace::kStepNs});
-  const QPoint at = kernelPoint(view, 0, 2);
+  const QPoint at = kernelPoint(view, 1, 2);
   ASSERT_GE(at.x(), 0);
   QSignalSpy gpuSpy(&view, &TimelineView::gpuSliceActivated);
   QSignalSpy stepSpy(&view, &TimelineView::stepActivated);
@@ -89,7 +89,7 @@ TEST_F(TimelineGpuView, MainWindowShowsKernelDetailsOnClick) {
   const int64_t step2 = testing::TestTrace::kOriginNs + 2 * testing::TestTrace::kStepNs;
   timeline->showTimeRange({step2, step2 + testing::TestTrace::kStepNs});
   QApplication::processEvents();
-  const QPoint at = kernelPoint(*timeline, 0, 3);
+  const QPoint at = kernelPoint(*timeline, 1, 3);
   ASSERT_GE(at.x(), 0);
   QTest::mouseClick(timeline, Qt::LeftButton, Qt::NoModifier, at);
   QApplication::processEvents();
@@ -102,6 +102,25 @@ TEST_F(TimelineGpuView, MainWindowShowsKernelDetailsOnClick) {
   QTableView* table = window.gpuDetailsTable();
   EXPECT_EQ(table->model()->rowCount(), details->rowCount());
   EXPECT_TRUE(table->isVisible());
+  // Clicking a launch on the CUDA API lane shows the kernel it launched (zoomed to the 5 us
+  // call so that it is wide enough to hit).
+  int64_t launchNs = -1;
+  for (const storage::GpuLaneItem& item : timeline->gpuLanes()[0].items) {
+    if (item.layer == 1 && !item.isFolded()) {
+      launchNs = item.startNs;
+      break;
+    }
+  }
+  ASSERT_GE(launchNs, 0);
+  timeline->showTimeRange({launchNs - 20'000, launchNs + 25'000});
+  QApplication::processEvents();
+  const QPoint launch = kernelPoint(*timeline, 0, 1);
+  ASSERT_GE(launch.x(), 0);
+  QTest::mouseClick(timeline, Qt::LeftButton, Qt::NoModifier, launch);
+  QApplication::processEvents();
+  EXPECT_EQ(details->value("layer"), "1");
+  EXPECT_FALSE(details->value("grid").isEmpty());
+  EXPECT_TRUE(details->value("launched by").startsWith("cudaLaunchKernel"));
   const QImage image = timeline->grab().toImage();
   EXPECT_FALSE(image.isNull());
   if (const QByteArray out = qgetenv("MOEWB_GPU_SCREENSHOT"); !out.isEmpty()) {

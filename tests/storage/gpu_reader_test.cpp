@@ -109,15 +109,20 @@ TEST_F(GpuReader, ZoomedInLanesHoldEverySlice) {
   // 10000 buckets over [0, 10000): 1 ns per bucket, nothing folds.
   auto lanes = m_reader->gpuLanes({0, 10000}, 10000);
   ASSERT_TRUE(lanes.isOk()) << lanes.status().toString();
-  ASSERT_EQ(lanes->size(), 2u);
-  EXPECT_EQ((*lanes)[0].track.id, m_s7);
-  EXPECT_EQ((*lanes)[0].track.name, "GPU 0 stream 7");
+  ASSERT_EQ(lanes->size(), 3u);
+  // The rank's CUDA API thread first (its calls, not its NVTX ranges), then its streams.
+  EXPECT_EQ((*lanes)[0].track.id, m_api);
+  EXPECT_EQ(describe((*lanes)[0]),
+            (Lines{"api cudaMemcpyAsync 90 95 1", "api cudaLaunchKernel 990 998 1",
+                   "api cudaLaunchKernel 1900 1907 1"}));
+  EXPECT_EQ((*lanes)[1].track.id, m_s7);
+  EXPECT_EQ((*lanes)[1].track.name, "GPU 0 stream 7");
   EXPECT_EQ(
-      describe((*lanes)[0]),
+      describe((*lanes)[1]),
       (Lines{"memcpy memcpy HtoD 100 200 1", "kernel K0 1000 1010 1", "kernel K1 1020 1030 1",
              "kernel K2 1040 1050 1", "kernel K3 1060 1070 1", "kernel grouped_gemm 2000 6000 1"}));
-  EXPECT_EQ(describe((*lanes)[1]), (Lines{"memset memset 500 550 1"}));
-  const GpuLaneItem& k0 = (*lanes)[0].items[1];
+  EXPECT_EQ(describe((*lanes)[2]), (Lines{"memset memset 500 550 1"}));
+  const GpuLaneItem& k0 = (*lanes)[1].items[1];
   EXPECT_EQ(k0.name, "K0()");
   EXPECT_EQ(k0.step, 3);
   EXPECT_EQ(k0.layer, 1);
@@ -129,14 +134,14 @@ TEST_F(GpuReader, ZoomedOutLanesFoldShortNeighbours) {
   // kernels 10 ns apart fold into one item; the long kernel stays.
   auto lanes = m_reader->gpuLanes({0, 10000}, 100);
   ASSERT_TRUE(lanes.isOk()) << lanes.status().toString();
-  EXPECT_EQ(describe((*lanes)[0]), (Lines{"memcpy memcpy HtoD 100 200 1", "kernel  1000 1070 4",
+  EXPECT_EQ(describe((*lanes)[1]), (Lines{"memcpy memcpy HtoD 100 200 1", "kernel  1000 1070 4",
                                           "kernel grouped_gemm 2000 6000 1"}));
   // 10 buckets: 1000 ns each; the memcpy and the kernels are narrow but 800 ns apart: one fold
   // of mixed kinds.
   lanes = m_reader->gpuLanes({0, 10000}, 10);
   ASSERT_TRUE(lanes.isOk());
-  EXPECT_EQ(describe((*lanes)[0]), (Lines{"mixed  100 1070 5", "kernel grouped_gemm 2000 6000 1"}));
-  EXPECT_EQ((*lanes)[0].items[0].id.value > 0, true);
+  EXPECT_EQ(describe((*lanes)[1]), (Lines{"mixed  100 1070 5", "kernel grouped_gemm 2000 6000 1"}));
+  EXPECT_EQ((*lanes)[1].items[0].id.value > 0, true);
 }
 
 TEST_F(GpuReader, WindowAndTrackFilter) {
@@ -148,7 +153,7 @@ TEST_F(GpuReader, WindowAndTrackFilter) {
   // An empty window gives the lanes without items.
   lanes = m_reader->gpuLanes({4000, 4000}, 10);
   ASSERT_TRUE(lanes.isOk());
-  ASSERT_EQ(lanes->size(), 2u);
+  ASSERT_EQ(lanes->size(), 3u);
   EXPECT_TRUE((*lanes)[0].items.empty());
 }
 
@@ -190,7 +195,7 @@ TEST_F(GpuReader, KernelDetailsWithLaunchingCall) {
 TEST_F(GpuReader, CopyDetailsAndNonGpuSlices) {
   auto lanes = m_reader->gpuLanes({0, 10000}, 10000);
   ASSERT_TRUE(lanes.isOk());
-  auto copy = m_reader->gpuSliceDetails((*lanes)[0].items[0].id);
+  auto copy = m_reader->gpuSliceDetails((*lanes)[1].items[0].id);
   ASSERT_TRUE(copy.isOk());
   ASSERT_TRUE(copy->has_value());
   ASSERT_TRUE((*copy)->memcpy.has_value());
@@ -198,11 +203,18 @@ TEST_F(GpuReader, CopyDetailsAndNonGpuSlices) {
   EXPECT_EQ((*copy)->memcpy->copyKind, 1);
   EXPECT_EQ((*copy)->apiCall->name, "cudaMemcpyAsync");
   // The memset has no correlation id, so no API call.
-  auto set = m_reader->gpuSliceDetails((*lanes)[1].items[0].id);
+  auto set = m_reader->gpuSliceDetails((*lanes)[2].items[0].id);
   ASSERT_TRUE(set.isOk());
   ASSERT_TRUE(set->has_value());
   EXPECT_EQ((*set)->memset->bytes, 256);
   EXPECT_FALSE((*set)->apiCall.has_value());
+  // An API call stands for the work it launched: the last launch is the grouped GEMM's.
+  auto launch = m_reader->gpuSliceDetails((*lanes)[0].items[2].id);
+  ASSERT_TRUE(launch.isOk());
+  ASSERT_TRUE(launch->has_value());
+  ASSERT_TRUE((*launch)->kernel.has_value());
+  EXPECT_EQ((*launch)->kernel->shortName, "grouped_gemm");
+  EXPECT_EQ((*launch)->apiCall->startNs, 1900);
   // The step slice (host) and a missing id are not GPU work.
   auto step = m_reader->gpuSliceDetails(SliceId(1));
   ASSERT_TRUE(step.isOk());

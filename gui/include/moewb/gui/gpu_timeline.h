@@ -1,12 +1,13 @@
-// GPU stream lanes of the timeline: the reader's downsampled lanes (storage::TraceReader::gpuLanes,
+// GPU lanes of the timeline (each rank's CUDA API threads, then its streams): the reader's
+// downsampled lanes (storage::TraceReader::gpuLanes,
 // queried for the visible window with one bucket per pixel) laid out on the pixels of a
 // TimelineGeometry, hit-tested, coloured by kind and labelled.
 //
 // layoutGpuItems places every item of every lane: x0/x1 are the item's edges in plot pixels,
 // clipped to a pixel beyond the plot on either side and at least 1 px wide, so the narrowest
 // kernel stays visible; items of a lane keep the reader's start order. gpuItemAt finds the item
-// under (lane, x) by binary search. Colours: kernels blue, memcpy orange, memset green, folded or
-// mixed runs grey. Labels: a kernel's short name when the capture gave one (the demangled name
+// under (lane, x) by binary search. Colours: kernels blue, memcpy orange, memset green, API calls
+// mauve, synchronisations red, mixed runs grey. Labels: a kernel's short name when the capture gave one (the demangled name
 // otherwise), "N kernels" for a folded run. Pure value computations, O(items) or O(log items);
 // no widgets, any thread.
 #pragma once
@@ -38,13 +39,13 @@ std::vector<GpuDrawItem> layoutGpuItems(const std::vector<storage::GpuLane>& lan
 // the last one drawn (the later start). O(log items).
 const GpuDrawItem* gpuItemAt(const std::vector<GpuDrawItem>& items, int32_t lane, double x);
 
-// Fill colour of an item of `category` (kernel, memcpy, memset; anything else grey).
+// Fill colour of an item of `category` (kernel, memcpy, memset, api, sync; anything else grey).
 QColor gpuCategoryColor(const std::string& category);
 
 // Text drawn on `item` (before eliding to its width).
 std::string gpuItemLabel(const storage::GpuLaneItem& item);
 
-// Gutter label of a stream lane: the track name, prefixed with the rank for ranks > 0.
+// Gutter label of a lane: the track name, prefixed with the rank for ranks > 0.
 std::string gpuLaneLabel(const storage::TrackRow& track);
 
 }  // namespace moewb::gui

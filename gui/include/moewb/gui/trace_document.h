@@ -80,11 +80,12 @@ class TraceDocument : public QObject {
   // (see storage::TraceReader::memorySeries; the timeline asks for one bucket per pixel).
   // Reads the file (indexed, O(events in the window)); empty when nothing is open.
   Result<std::vector<storage::MemorySeries>> memorySeries(TimeRange window, int buckets);
-  // Tracks of kind "stream" (CUDA streams of GPU capture), ordered by rank then id; empty for
-  // traces without GPU capture.
-  const std::vector<storage::TrackRow>& gpuStreamTracks() const { return m_gpuStreamTracks; }
-  // The stream lanes over `window` with `buckets` buckets (storage::TraceReader::gpuLanes; the
-  // timeline asks for one bucket per pixel). Empty when nothing is open or there are no streams.
+  // The GPU lanes' tracks: per rank its CUDA API threads ("cuda_api"), then its CUDA streams
+  // ("stream"), each by id (the order of gpuLanes); empty for traces without GPU capture.
+  const std::vector<storage::TrackRow>& gpuLaneTracks() const { return m_gpuLaneTracks; }
+  // The API and stream lanes over `window` with `buckets` buckets (storage::TraceReader::
+  // gpuLanes; the timeline asks for one bucket per pixel). Empty when nothing is open or there
+  // are no GPU tracks.
   Result<std::vector<storage::GpuLane>> gpuLanes(TimeRange window, int buckets);
   // Fills gpuDetailsModel() with GPU slice `slice`'s details and the expert load of its step and
   // layer; clears it when the slice is not GPU work. Errors: read errors (the model is cleared).
@@ -121,7 +122,7 @@ class TraceDocument : public QObject {
   std::optional<storage::RunRow> m_run;
   std::vector<storage::StatRow> m_stats;
   std::vector<storage::TrackRow> m_memoryTracks;
-  std::vector<storage::TrackRow> m_gpuStreamTracks;
+  std::vector<storage::TrackRow> m_gpuLaneTracks;
   std::vector<TrackId> m_hostTracks;  // tracks whose slices are loaded (not stream / cuda_api)
   bool m_hasGpuTracks = false;        // the file has stream or cuda_api tracks
   GpuDetailsModel m_gpuDetails;

@@ -25,7 +25,8 @@ struct GpuLaneItem {
   int64_t endNs = 0;      // end (folded: the latest end among its slices)
   std::string name;       // slice name (kernels: the demangled name); "" when folded
   std::string shortName;  // kernels: the base name from gpu_kernel; else ""
-  std::string category;   // kernel, memcpy, memset; folded: theirs when all agree, else "mixed"
+  std::string category;   // kernel, memcpy, memset, api, sync; folded: theirs when all agree,
+                          // else "mixed"
   int64_t step = -1;      // folded: of the first slice
   int32_t layer = -1;     // folded: of the first slice
   int64_t correlationId = 0;
@@ -36,10 +37,10 @@ struct GpuLaneItem {
   bool operator==(const GpuLaneItem&) const = default;
 };
 
-// The slices of one stream track in a window (see TraceReader::gpuLanes).
+// The slices of one stream or CUDA API track in a window (see TraceReader::gpuLanes).
 struct GpuLane {
-  TrackRow track;                  // kind kTrackKindStream
-  std::vector<GpuLaneItem> items;  // by start, non-overlapping folds
+  TrackRow track;                  // kind kTrackKindStream or kTrackKindCudaApi
+  std::vector<GpuLaneItem> items;  // by start; stream items do not overlap, API calls may nest
 };
 
 // Everything known about one GPU slice: the slice, its detail row (the one that matches its

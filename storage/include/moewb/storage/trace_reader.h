@@ -131,18 +131,21 @@ class TraceReader {
   // returns false. The default implementations of these three report no memory events.
   virtual Status forEachMemoryEvent(const std::function<bool(const MemoryEventRow&)>& visit);
 
-  // GPU stream lanes over `window`, downsampled for drawing: one GpuLane per track of kind
-  // "stream" (ordered by rank, then track id; also lanes without items), optionally only `track`.
+  // GPU lanes over `window`, downsampled for drawing: one GpuLane per track of kind "cuda_api"
+  // (its API calls and synchronisations, without its NVTX ranges) and "stream" (kernels, copies,
+  // memsets); per rank the API threads first, then the streams, each by track id; also lanes
+  // without items; optionally only `track`.
   // The window is cut into `buckets` (>= 1) equal buckets; slices at least one bucket long are
   // items of their own, and runs of shorter slices whose gaps are shorter than one bucket fold
   // into one item (count > 1), so a lane has O(buckets) items however many kernels it ran.
-  // Errors: read errors. Cost: one index range scan of slice(track, start_ns) per stream track
+  // Errors: read errors. Cost: one index range scan of slice(track, start_ns) per lane track
   // over the window (rows read O(slices in the window)), in one read snapshot. The default
   // implementation reports no lanes.
   virtual Result<std::vector<GpuLane>> gpuLanes(TimeWindow window, int32_t buckets,
                                                 std::optional<TrackId> track = {});
   // The details of GPU slice `slice` (kernel, memcpy or memset, with its launching API call
-  // found by correlation id); nullopt when the slice does not exist or is not GPU work.
+  // found by correlation id); for a CUDA API call, those of the GPU work it launched; nullopt
+  // when the slice does not exist or is not GPU work and launched none.
   // Cost: a few primary-key probes and one probe of the correlation index.
   virtual Result<std::optional<GpuSliceDetails>> gpuSliceDetails(SliceId slice);
   // Expert load of (step, layer), summed over ranks; nullopt without rows for it. Cost: one
