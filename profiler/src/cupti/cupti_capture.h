@@ -84,7 +84,8 @@ class CuptiCapture final : public GpuCapture {
   std::vector<CUpti_ActivityKind> m_kinds;  // of options.kinds; fixed at construction
   std::mutex m_kindsMutex;  // guards m_enabled and m_launchApiEnabled
   std::vector<CUpti_ActivityKind> m_enabled;
-  // launch_api without runtime / driver: the callback ids recorded one by one (isLaunchApiName).
+  // Callback ids recorded one by one: launch_api without runtime / driver (isLaunchApiName), and
+  // every driver call when a windowed capture records the driver kind (see the constructor).
   std::vector<CUpti_CallbackId> m_launchRuntimeCbids;
   std::vector<CUpti_CallbackId> m_launchDriverCbids;
   bool m_launchApiEnabled = false;
