@@ -30,6 +30,10 @@ std::string gpuCategoryIds() {
       kCategoryNvtx);
 }
 
+// Stats whose value is a bit mask rather than a count: merged files keep the bits every rank has
+// (the GPU trace kinds all ranks captured); every other stat is a count and adds up.
+constexpr const char* kBitMaskStats = "'gpu_trace_kinds'";
+
 // Severity order of stats rows, for keeping the worst when two files have the same stat.
 constexpr const char* kSeverityRank =
     "CASE {} WHEN 'data_loss' THEN 3 WHEN 'error' THEN 2 WHEN 'warning' THEN 1 ELSE 0 END";
@@ -90,9 +94,10 @@ std::vector<TableCopy> buildTableCopies() {
       {"stats",
        fmt::format("INSERT INTO main.stats(name, severity, value, description) "
                    "SELECT name, severity, value, description FROM src.stats WHERE true "
-                   "ON CONFLICT(name) DO UPDATE SET value = stats.value + excluded.value, "
+                   "ON CONFLICT(name) DO UPDATE SET value = CASE WHEN name IN ({}) "
+                   "THEN stats.value & excluded.value ELSE stats.value + excluded.value END, "
                    "severity = CASE WHEN {} > {} THEN excluded.severity ELSE stats.severity END",
-                   severityNew, severityOld)},
+                   kBitMaskStats, severityNew, severityOld)},
       {"tuner_trial",
        "INSERT INTO main.tuner_trial(run, start_ns, end_ns, settings_json, metrics_json, "
        "verdict) SELECT :run, t.start_ns + :clock, t.end_ns + :clock, t.settings_json, "

@@ -69,6 +69,8 @@ class RankWriter {
     m_w.addConfigChange(m_run, {1, local(kT0Ns + kStepNs + 1), "moe.top_k", "2", "1", "cli"});
     m_w.addStat({"cupti_dropped_records", m_rank == 1 ? "warning" : "info", m_rank, "dropped"});
     m_w.addStat({"rank_only_stat_" + std::to_string(m_rank), "info", 1, "one rank's"});
+    // A bit mask (GPU trace kinds): rank 1 captured one kind fewer.
+    m_w.addStat({"gpu_trace_kinds", "info", m_rank == 1 ? 0xfe : 0xff, "kinds"});
     m_w.setMeta("host", "host-" + std::to_string(m_rank));
   }
 
@@ -283,7 +285,7 @@ TEST(TraceMerge, EveryTimeColumnMovesByItsFilesOffsetAndRowCountsAdd) {
     int64_t sumOfInputs = 0;
     for (const std::string& input : inputs) sumOfInputs += count(input, table);
     if (table == "stats") {  // equal names merge into one row
-      EXPECT_EQ(count(out, table), kWorldSize + 1);
+      EXPECT_EQ(count(out, table), kWorldSize + 2);
     } else {
       EXPECT_EQ(count(out, table), sumOfInputs) << table;
       EXPECT_GT(sumOfInputs, 0) << table << ": the fixture must fill every table";
@@ -308,6 +310,9 @@ TEST(TraceMerge, EveryTimeColumnMovesByItsFilesOffsetAndRowCountsAdd) {
                 "SELECT value || ' ' || severity FROM stats WHERE name = "
                 "'cupti_dropped_records'"),
             "6 warning");
+  // A bit-mask stat keeps the bits of every rank instead of adding up.
+  EXPECT_EQ(one(out, "SELECT value FROM stats WHERE name = 'gpu_trace_kinds'"),
+            std::to_string(0xfe));
   // The run row's times too: earliest start, latest end on rank 0's clock.
   EXPECT_EQ(one(out, "SELECT start_ns || ' ' || end_ns FROM run"),
             std::to_string(kT0Ns - kNsPerMs + kShifts[0]) + " " +
