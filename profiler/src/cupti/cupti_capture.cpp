@@ -87,10 +87,14 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
       m_window(options.mode.flightRecorderSteps) {
   // Capture windows toggle the kinds. Re-enabling the DRIVER kind after a window leaves a cost
   // on every later step that grows with each window (bench/RESULTS.md: about 0.55 ms per small
-  // step per window on the H200); enabling the driver calls one by one does not, so windowed
-  // modes record driver calls that way.
+  // step per window on the H200); enabling the driver calls one callback id at a time does not,
+  // but records nothing when first switched on in the middle of a run (a --trace-steps 10:15
+  // window lost every cuBLAS launch's attribution, even with the ids switched on and off at the
+  // start). So windowed modes that capture step 0 record driver calls by callback id, the others
+  // through the kind.
   const bool windowed = !options.mode.isEveryStep() && !options.mode.isFlightRecorder();
-  const bool driverByCallback = options.kinds.has(GpuTraceKind::kDriver) && windowed;
+  const bool driverByCallback =
+      options.kinds.has(GpuTraceKind::kDriver) && windowed && options.mode.capturesStep(0);
   for (const auto& [kind, activity] : kActivityKinds) {
     if (kind == GpuTraceKind::kDriver && driverByCallback) continue;
     if (options.kinds.has(kind)) m_kinds.push_back(activity);

@@ -85,7 +85,8 @@ class CuptiCapture final : public GpuCapture {
   std::mutex m_kindsMutex;  // guards m_enabled and m_launchApiEnabled
   std::vector<CUpti_ActivityKind> m_enabled;
   // Callback ids recorded one by one: launch_api without runtime / driver (isLaunchApiName), and
-  // every driver call when a windowed capture records the driver kind (see the constructor).
+  // every driver call when a windowed capture from step 0 records the driver kind (see the
+  // constructor).
   std::vector<CUpti_CallbackId> m_launchRuntimeCbids;
   std::vector<CUpti_CallbackId> m_launchDriverCbids;
   bool m_launchApiEnabled = false;
