@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "cupti/cupti_check.h"
+#include "cupti/cupti_clock.h"
 #include "moewb/base/units.h"
 
 namespace moewb::profiler {
@@ -326,23 +327,7 @@ void CuptiCapture::parseCompleted() {
   }
 }
 
-Status CuptiCapture::calibrate() {
-  // The tightest of a few steady-clock brackets around one CUPTI timestamp.
-  int64_t bestWidth = INT64_MAX, bestCupti = 0, bestSteady = 0;
-  for (int i = 0; i < 5; ++i) {
-    const int64_t before = steadyNowNs();
-    uint64_t cuptiNs = 0;
-    MOEWB_CUPTI_RETURN_IF_ERROR(cuptiGetTimestamp(&cuptiNs));
-    const int64_t after = steadyNowNs();
-    if (after - before < bestWidth) {
-      bestWidth = after - before;
-      bestCupti = int64_t(cuptiNs);
-      bestSteady = before + (after - before) / 2;
-    }
-  }
-  m_clock.add(bestCupti, bestSteady);
-  return Status::ok();
-}
+Status CuptiCapture::calibrate() { return addCuptiClockPoint(m_clock); }
 
 Status CuptiCapture::flushAndCalibrate(uint32_t flag) {
   // The flush calls bufferCompleted on this thread for every finished buffer.

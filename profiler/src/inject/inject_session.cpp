@@ -18,6 +18,7 @@
 
 #include "cupti/activity_parser.h"
 #include "cupti/cupti_check.h"
+#include "cupti/cupti_clock.h"
 #include "gpu/clock_calibration.h"
 #include "gpu/gpu_trace_builder.h"
 #include "moewb/base/units.h"
@@ -128,22 +129,7 @@ void CUPTIAPI Session::bufferCompleted(CUcontext context, uint32_t streamId, uin
   g_session->m_completed.push_back({buffer, validSize});
 }
 
-Status Session::calibrate() {
-  int64_t bestWidth = INT64_MAX, bestCupti = 0, bestSteady = 0;
-  for (int i = 0; i < 5; ++i) {
-    const int64_t before = steadyNowNs();
-    uint64_t cuptiNs = 0;
-    MOEWB_CUPTI_RETURN_IF_ERROR(cuptiGetTimestamp(&cuptiNs));
-    const int64_t after = steadyNowNs();
-    if (after - before < bestWidth) {
-      bestWidth = after - before;
-      bestCupti = int64_t(cuptiNs);
-      bestSteady = before + (after - before) / 2;
-    }
-  }
-  m_clock.add(bestCupti, bestSteady);
-  return Status::ok();
-}
+Status Session::calibrate() { return cupti::addCuptiClockPoint(m_clock); }
 
 Status Session::start() {
   storage::RunRow run;
