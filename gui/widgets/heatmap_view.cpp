@@ -1,10 +1,7 @@
 // HeatmapView: layer x expert colour grid with labels, a legend bar and hover details.
 #include "heatmap_view.h"
 
-#include <QLinearGradient>
-#include <QMouseEvent>
 #include <QPainter>
-#include <QToolTip>
 #include <cmath>
 
 #include "moewb/base/units.h"
@@ -14,7 +11,7 @@
 
 namespace moewb::gui {
 
-HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
+HeatmapView::HeatmapView(QWidget* parent) : ColorGridView(parent) {
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
 }
@@ -120,10 +117,10 @@ void HeatmapView::paintCells(QPainter& p) const {
       }
     }
   }
-  if (m_hoverLayer >= 0 && m_hoverLayer < m_model->rowCount() &&
-      m_hoverExpert < m_model->columnCount()) {
+  if (hoverRow() >= 0 && hoverRow() < m_model->rowCount() &&
+      hoverColumn() < m_model->columnCount()) {
     p.setPen(QPen(theme::accent(), 2));
-    p.drawRect(cellRect(m_hoverLayer, m_hoverExpert).adjusted(1, 1, -2, -2));
+    p.drawRect(cellRect(hoverRow(), hoverColumn()).adjusted(1, 1, -2, -2));
   }
 }
 
@@ -151,14 +148,7 @@ void HeatmapView::paintLabels(QPainter& p) const {
 void HeatmapView::paintLegend(QPainter& p) const {
   const QRect g = gridRect();
   const QRect bar(g.right() + 18, g.top() + 26, 14, std::max(20, g.height() - 34));
-  QLinearGradient gradient(bar.bottomLeft(), bar.topLeft());
-  for (int i = 0; i <= 10; ++i) gradient.setColorAt(i / 10.0, heatColor(i / 10.0));
-  p.fillRect(bar, gradient);
-  p.setPen(theme::axisLine());
-  p.drawRect(bar.adjusted(0, 0, -1, -1));
-  p.setPen(theme::dimText());
-  p.drawText(QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18), Qt::AlignLeft | Qt::AlignVCenter,
-             tr("x layer mean"));
+  paintScaleBar(p, bar, QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18), tr("x layer mean"));
   const double scale = colorScaleMax();
   p.setPen(theme::text());
   for (double v : {0.0, 1.0, scale / 2 > 1.2 ? scale / 2 : -1.0, scale}) {
@@ -168,32 +158,6 @@ void HeatmapView::paintLegend(QPainter& p) const {
     p.drawText(QRect(bar.right() + 8, y - 8, kLegendPx - 40, 16), Qt::AlignVCenter | Qt::AlignLeft,
                QString::number(v, 'g', 3) + QStringLiteral("x"));
   }
-}
-
-void HeatmapView::mouseMoveEvent(QMouseEvent* event) {
-  int layer = -1, expert = -1;
-  const QPoint pos = event->position().toPoint();
-  if (!cellAt(pos, &layer, &expert)) layer = expert = -1;
-  if (layer != m_hoverLayer || expert != m_hoverExpert) {
-    m_hoverLayer = layer;
-    m_hoverExpert = expert;
-    const QString text = layer >= 0 ? cellText(layer, expert) : QString();
-    emit hoverTextChanged(text);
-    if (layer >= 0) {
-      QToolTip::showText(event->globalPosition().toPoint(), text, this);
-    } else {
-      QToolTip::hideText();
-    }
-    update();
-  }
-  QWidget::mouseMoveEvent(event);
-}
-
-void HeatmapView::leaveEvent(QEvent* event) {
-  m_hoverLayer = m_hoverExpert = -1;
-  emit hoverTextChanged({});
-  update();
-  QWidget::leaveEvent(event);
 }
 
 }  // namespace moewb::gui

@@ -1,19 +1,17 @@
 // HeatmapView: the expert load of every (layer, expert) as a colour grid, read from an
 // ExpertLoadModel. Colour encodes the normalised load (tokens / layer mean: 1.0 = balanced), with
 // a legend bar; cells large enough also print their value. Hovering a cell outlines it, shows a
-// tooltip and reports the cell's text through hoverTextChanged. Repaints on the model's signals;
+// tooltip and reports the cell's text through hoverTextChanged (ColorGridView). Repaints on the model's signals;
 // painting is O(layers * experts). GUI thread only.
 #pragma once
 
-#include <QWidget>
-
-class QPainter;
+#include "color_grid_view.h"
 
 namespace moewb::gui {
 
 class ExpertLoadModel;
 
-class HeatmapView : public QWidget {
+class HeatmapView : public ColorGridView {
   Q_OBJECT
 
  public:
@@ -29,18 +27,14 @@ class HeatmapView : public QWidget {
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
- signals:
-  void hoverTextChanged(const QString& text);
-
  protected:
   void paintEvent(QPaintEvent* event) override;
-  void mouseMoveEvent(QMouseEvent* event) override;
-  void leaveEvent(QEvent* event) override;
+  bool cellAt(const QPoint& pos, int* layer, int* expert) const override;
+  QString hoverText(int layer, int expert) const override { return cellText(layer, expert); }
 
  private:
   QRect gridRect() const;
   QRectF cellRect(int layer, int expert) const;
-  bool cellAt(const QPoint& pos, int* layer, int* expert) const;
   void paintCells(QPainter& p) const;
   void paintLabels(QPainter& p) const;
   void paintLegend(QPainter& p) const;
@@ -52,8 +46,6 @@ class HeatmapView : public QWidget {
   static constexpr int kBottomPx = 6;
 
   ExpertLoadModel* m_model = nullptr;
-  int m_hoverLayer = -1;
-  int m_hoverExpert = -1;
 };
 
 }  // namespace moewb::gui

@@ -1,10 +1,7 @@
 // ParallelMatrixView: src x dst traffic grid with sum row / column, legend and hover details.
 #include "parallel_matrix_view.h"
 
-#include <QLinearGradient>
-#include <QMouseEvent>
 #include <QPainter>
-#include <QToolTip>
 #include <algorithm>
 #include <cmath>
 
@@ -15,7 +12,7 @@
 
 namespace moewb::gui {
 
-ParallelMatrixView::ParallelMatrixView(QWidget* parent) : QWidget(parent) {
+ParallelMatrixView::ParallelMatrixView(QWidget* parent) : ColorGridView(parent) {
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
 }
@@ -118,9 +115,9 @@ void ParallelMatrixView::paintCells(QPainter& p) const {
       }
     }
   }
-  if (m_hoverRow >= 0 && m_hoverColumn >= 0) {
+  if (hoverRow() >= 0 && hoverColumn() >= 0) {
     p.setPen(QPen(theme::accent(), 2));
-    p.drawRect(cellRect(m_hoverRow, m_hoverColumn).adjusted(1, 1, -2, -2));
+    p.drawRect(cellRect(hoverRow(), hoverColumn()).adjusted(1, 1, -2, -2));
   }
 }
 
@@ -142,14 +139,7 @@ void ParallelMatrixView::paintLabels(QPainter& p) const {
 void ParallelMatrixView::paintLegend(QPainter& p) const {
   const QRect g = gridRect();
   const QRect bar(g.right() + 16, g.top() + 22, 14, std::max(20, g.height() - 30));
-  QLinearGradient gradient(bar.bottomLeft(), bar.topLeft());
-  for (int i = 0; i <= 10; ++i) gradient.setColorAt(i / 10.0, heatColor(i / 10.0));
-  p.fillRect(bar, gradient);
-  p.setPen(theme::axisLine());
-  p.drawRect(bar.adjusted(0, 0, -1, -1));
-  p.setPen(theme::dimText());
-  p.drawText(QRect(bar.left() - 8, g.top() - 4, kLegendPx, 18), Qt::AlignLeft | Qt::AlignVCenter,
-             tr("bytes"));
+  paintScaleBar(p, bar, QRect(bar.left() - 8, g.top() - 4, kLegendPx, 18), tr("bytes"));
   int64_t maxCell = 0;
   for (int64_t b : m_model->matrix().bytes) maxCell = std::max(maxCell, b);
   p.setPen(theme::text());
@@ -161,31 +151,8 @@ void ParallelMatrixView::paintLegend(QPainter& p) const {
   }
 }
 
-void ParallelMatrixView::mouseMoveEvent(QMouseEvent* event) {
-  int row = -1, column = -1;
-  if (!cellAt(event->position().toPoint(), &row, &column)) row = column = -1;
-  if (row != m_hoverRow || column != m_hoverColumn) {
-    m_hoverRow = row;
-    m_hoverColumn = column;
-    const QString text =
-        row >= 0 ? m_model->data(m_model->index(row, column), Qt::ToolTipRole).toString()
-                 : QString();
-    emit hoverTextChanged(text);
-    if (row >= 0) {
-      QToolTip::showText(event->globalPosition().toPoint(), text, this);
-    } else {
-      QToolTip::hideText();
-    }
-    update();
-  }
-  QWidget::mouseMoveEvent(event);
-}
-
-void ParallelMatrixView::leaveEvent(QEvent* event) {
-  m_hoverRow = m_hoverColumn = -1;
-  emit hoverTextChanged({});
-  update();
-  QWidget::leaveEvent(event);
+QString ParallelMatrixView::hoverText(int row, int column) const {
+  return m_model->data(m_model->index(row, column), Qt::ToolTipRole).toString();
 }
 
 }  // namespace moewb::gui

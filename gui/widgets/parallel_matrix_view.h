@@ -6,15 +6,13 @@
 // model's signals; painting is O(W^2). GUI thread only.
 #pragma once
 
-#include <QWidget>
-
-class QPainter;
+#include "color_grid_view.h"
 
 namespace moewb::gui {
 
 class ParallelTrafficModel;
 
-class ParallelMatrixView : public QWidget {
+class ParallelMatrixView : public ColorGridView {
   Q_OBJECT
 
  public:
@@ -28,17 +26,13 @@ class ParallelMatrixView : public QWidget {
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
- signals:
-  void hoverTextChanged(const QString& text);
-
  protected:
   void paintEvent(QPaintEvent* event) override;
-  void mouseMoveEvent(QMouseEvent* event) override;
-  void leaveEvent(QEvent* event) override;
+  bool cellAt(const QPoint& pos, int* row, int* column) const override;
+  QString hoverText(int row, int column) const override;
 
  private:
   QRect gridRect() const;
-  bool cellAt(const QPoint& pos, int* row, int* column) const;
   void paintCells(QPainter& p) const;
   void paintLabels(QPainter& p) const;
   void paintLegend(QPainter& p) const;
@@ -50,8 +44,6 @@ class ParallelMatrixView : public QWidget {
   static constexpr int kSumGapPx = 6;
 
   ParallelTrafficModel* m_model = nullptr;
-  int m_hoverRow = -1;
-  int m_hoverColumn = -1;
 };
 
 }  // namespace moewb::gui
