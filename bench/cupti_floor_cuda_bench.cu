@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "child_process.h"
+
 #define MOEWB_FLOOR_CUDA(call) checkCuda((call), #call)
 #define MOEWB_FLOOR_CUPTI(call) checkCupti((call), #call)
 
@@ -234,14 +236,11 @@ struct Case {
 void runChild(const std::string& self, Case& c, int kernels, int round) {
   const std::string command = "'" + self + "' --child " + c.launch() + " " + c.tracing->name + " " +
                               c.size->name + " --kernels " + std::to_string(kernels);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) fail("cannot run " + command);
-  char line[256] = {};
-  const bool got = std::fgets(line, sizeof line, pipe) != nullptr;
-  const int status = pclose(pipe);
+  const std::optional<std::string> line = moewb::bench::childOutputLine(command);
   ChildFigures f;
-  if (!got || status != 0 ||
-      std::sscanf(line, "{\"us_per_kernel\": %lf, \"records_per_launch\": %lf, \"dropped\": %lf}",
+  if (!line ||
+      std::sscanf(line->c_str(),
+                  "{\"us_per_kernel\": %lf, \"records_per_launch\": %lf, \"dropped\": %lf}",
                   &f.usPerKernel, &f.recordsPerLaunch, &f.droppedRecords) != 3) {
     std::fprintf(stderr, "cupti_floor_cuda_bench: child failed: %s\n", command.c_str());
     ++c.failedRounds;
@@ -254,11 +253,6 @@ void runChild(const std::string& self, Case& c, int kernels, int round) {
                c.size->name, round + 1, f.usPerKernel);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? std::nan("") : v[v.size() / 2];
-}
-
 // One JSON line per case, then the Markdown table; "added" is against the untraced case of the
 // same launch and size.
 void printResults(const std::vector<Case>& cases, int kernels, int reps) {
@@ -269,10 +263,10 @@ void printResults(const std::vector<Case>& cases, int kernels, int reps) {
     double baseUs = std::nan("");
     for (const Case& u : cases) {
       if (u.tracing->kinds.empty() && u.graphLaunch == c.graphLaunch && u.size == c.size) {
-        baseUs = median(u.usPerKernelRounds);
+        baseUs = moewb::bench::median(u.usPerKernelRounds);
       }
     }
-    const double us = median(c.usPerKernelRounds);
+    const double us = moewb::bench::median(c.usPerKernelRounds);
     const bool ok = !std::isnan(us) && !std::isnan(baseUs);
     const double addedUs = ok ? us - baseUs : 0, overheadPct = ok ? 100.0 * (us / baseUs - 1) : 0;
     std::printf(

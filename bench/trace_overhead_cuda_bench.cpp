@@ -47,6 +47,8 @@
 #include <string>
 #include <vector>
 
+#include "child_process.h"
+
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
@@ -232,14 +234,10 @@ std::optional<ChildResult> runChild(const std::string& self, const std::string& 
   std::string command = "'" + self + "' '" + configPath + "' --child " + mode.name +
                         " --steps " + std::to_string(steps) + " --backend " + backend;
   for (const auto& o : overrides) command += " --set '" + o + "'";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) fail("cannot run " + command);
-  char line[512] = {};
-  const bool got = std::fgets(line, sizeof line, pipe) != nullptr;
-  const int status = pclose(pipe);
+  const std::optional<std::string> line = moewb::bench::childOutputLine(command);
   ChildResult r;
-  if (!got || status != 0 ||
-      std::sscanf(line,
+  if (!line ||
+      std::sscanf(line->c_str(),
                   "{\"step_ms\": %lf, \"gpu_records_per_step\": %lf, \"unattributed_per_step\": "
                   "%lf, \"dropped_records\": %lf}",
                   &r.stepMs, &r.recordsPerStep, &r.unattributedPerStep, &r.droppedRecords) != 4) {
@@ -247,13 +245,6 @@ std::optional<ChildResult> runChild(const std::string& self, const std::string& 
     return std::nullopt;
   }
   return r;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -301,9 +292,9 @@ ConfigFigures measureConfig(const std::string& self, const std::string& configPa
                    result->stepMs);
     }
   }
-  figures.baseMs = median(figures.modes.front().stepMs);
+  figures.baseMs = moewb::bench::median(figures.modes.front().stepMs);
   for (const ModeFigures& m : figures.modes) {
-    const double ms = median(m.stepMs);
+    const double ms = moewb::bench::median(m.stepMs);
     std::string rounds;
     for (double v : m.stepMs) {
       char text[32];
@@ -340,8 +331,8 @@ void printTable(const std::vector<ConfigFigures>& configs) {
     const Mode* mode = configs.front().modes[row].mode;
     std::printf("| %s | %s |", mode->name, mode->gpuKinds != nullptr ? mode->gpuKinds : "-");
     for (const auto& c : configs) {
-      const double ms = median(c.modes[row].stepMs);
-      const double above = row > 0 ? median(c.modes[row - 1].stepMs) : ms;
+      const double ms = moewb::bench::median(c.modes[row].stepMs);
+      const double above = row > 0 ? moewb::bench::median(c.modes[row - 1].stepMs) : ms;
       if (std::isnan(ms)) {
         std::printf(" failed | - |");
         continue;
