@@ -77,6 +77,20 @@ std::vector<double> sumsOverRanks(Communicator& world, std::span<const double> v
   return sums;
 }
 
+Result<GlobalLosses> meanLossesOverRanks(Communicator& world, double loss, double auxLoss,
+                                         int64_t stepIndex) {
+  const double local[2] = {loss, auxLoss};
+  const std::vector<double> sums = sumsOverRanks(world, local);
+  const double w = double(world.worldSize());
+  const GlobalLosses global{sums[0] / w, sums[1] / w};
+  if (!std::isfinite(global.loss) || !std::isfinite(global.auxLoss)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": loss = " + std::to_string(global.loss) +
+                         ", aux loss = " + std::to_string(global.auxLoss));
+  }
+  return global;
+}
+
 Status sumExpertCountsOverRanks(Communicator& world, std::vector<ExpertBias>& biases) {
   std::vector<int64_t> all;
   for (const ExpertBias& bias : biases) {

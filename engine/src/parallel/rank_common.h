@@ -40,6 +40,16 @@ double sumOverRanks(Communicator& world, double value);
 // The same for several values in one collective: result[i] = sum over ranks of values[i].
 std::vector<double> sumsOverRanks(Communicator& world, std::span<const double> values);
 
+// Collective: the step's global mean loss and aux loss from each rank's means over its N / W
+// tokens (the mean of the ranks' means), in one collective. kInternal ("training diverged at step
+// S") when either is not finite. Throws CollectiveError.
+struct GlobalLosses {
+  double loss = 0;
+  double auxLoss = 0;
+};
+Result<GlobalLosses> meanLossesOverRanks(Communicator& world, double loss, double auxLoss,
+                                         int64_t stepIndex);
+
 // Collective: sums every layer's pending expert counts over `world` in one all-reduce.
 struct ExpertBias;
 Status sumExpertCountsOverRanks(Communicator& world, std::vector<ExpertBias>& biases);

@@ -143,15 +143,8 @@ Result<StepEvent> RankTrainer::trainStep() {
     ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
     forward = m_model->forward(batch, &recorder);
   }
-  // Each rank's loss is the mean over N / W tokens: the global mean is the mean of the ranks'.
-  const double local[2] = {forward.loss, forward.auxLoss};
-  const std::vector<double> sums = sumsOverRanks(m_world, local);
-  const double loss = sums[0] / w, auxLoss = sums[1] / w;
-  if (!std::isfinite(loss) || !std::isfinite(auxLoss)) {
-    return internalError("training diverged at step " + std::to_string(stepIndex) +
-                         ": loss = " + std::to_string(loss) +
-                         ", aux loss = " + std::to_string(auxLoss));
-  }
+  MOEWB_ASSIGN_OR_RETURN(const GlobalLosses losses,
+                         meanLossesOverRanks(m_world, forward.loss, forward.auxLoss, stepIndex));
   {
     ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
     m_model->backward(&recorder);
@@ -173,8 +166,8 @@ Result<StepEvent> RankTrainer::trainStep() {
                          ": gradient norm = " + std::to_string(optim.gradNorm));
   }
   event.endNs = steadyNowNs();
-  event.loss = loss;
-  event.auxLoss = auxLoss;
+  event.loss = losses.loss;
+  event.auxLoss = losses.auxLoss;
   event.tokens = batch.tokens();
   const double seconds = double(std::max<int64_t>(1, event.endNs - event.startNs)) / kNsPerSecond;
   event.tokensPerSecond = double(event.tokens) / seconds;

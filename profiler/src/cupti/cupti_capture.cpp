@@ -102,11 +102,11 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
   }
   const bool launchApi = options.kinds.has(GpuTraceKind::kLaunchApi);
   if (launchApi && !options.kinds.has(GpuTraceKind::kRuntime)) {
-    m_launchRuntimeCbids = apiCallbackIds(CUPTI_CB_DOMAIN_RUNTIME_API,
+    m_runtimeCbids = apiCallbackIds(CUPTI_CB_DOMAIN_RUNTIME_API,
                                           CUPTI_RUNTIME_TRACE_CBID_SIZE, /*launchesOnly=*/true);
   }
   if (driverByCallback || (launchApi && !options.kinds.has(GpuTraceKind::kDriver))) {
-    m_launchDriverCbids = apiCallbackIds(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
+    m_driverCbids = apiCallbackIds(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
                                          /*launchesOnly=*/!driverByCallback);
   }
 }
@@ -175,17 +175,19 @@ void CuptiCapture::disable() {
 // API callbacks, no kernel records, no buffers.
 Status CuptiCapture::setKindsEnabled(bool on) {
   std::lock_guard lock(m_kindsMutex);
-  Status first;
-  if (on != m_launchApiEnabled) {
-    for (CUpti_CallbackId cbid : m_launchRuntimeCbids) {
-      Status status = MOEWB_CUPTI_STATUS(cuptiActivityEnableRuntimeApi(cbid, on ? 1 : 0));
-      if (first.isOk()) first = status;
+  Status first;  // the first failure; the other calls are still made
+  auto keep = [&first](Status status) {
+    if (first.isOk()) first = std::move(status);
+  };
+  if (on != m_cbidsEnabled) {
+    const uint8_t flag = on ? 1 : 0;
+    for (CUpti_CallbackId cbid : m_runtimeCbids) {
+      keep(MOEWB_CUPTI_STATUS(cuptiActivityEnableRuntimeApi(cbid, flag)));
     }
-    for (CUpti_CallbackId cbid : m_launchDriverCbids) {
-      Status status = MOEWB_CUPTI_STATUS(cuptiActivityEnableDriverApi(cbid, on ? 1 : 0));
-      if (first.isOk()) first = status;
+    for (CUpti_CallbackId cbid : m_driverCbids) {
+      keep(MOEWB_CUPTI_STATUS(cuptiActivityEnableDriverApi(cbid, flag)));
     }
-    m_launchApiEnabled = on;
+    m_cbidsEnabled = on;
   }
   if (on) {
     MOEWB_RETURN_IF_ERROR(first);
@@ -196,10 +198,7 @@ Status CuptiCapture::setKindsEnabled(bool on) {
     }
     return Status::ok();
   }
-  for (CUpti_ActivityKind kind : m_enabled) {
-    Status status = MOEWB_CUPTI_STATUS(cuptiActivityDisable(kind));
-    if (first.isOk()) first = status;
-  }
+  for (CUpti_ActivityKind kind : m_enabled) keep(MOEWB_CUPTI_STATUS(cuptiActivityDisable(kind)));
   m_enabled.clear();
   return first;
 }

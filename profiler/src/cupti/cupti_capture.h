@@ -82,14 +82,14 @@ class CuptiCapture final : public GpuCapture {
   std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder
   gpu::GpuTraceBuilder m_builder;
   std::vector<CUpti_ActivityKind> m_kinds;  // of options.kinds; fixed at construction
-  std::mutex m_kindsMutex;  // guards m_enabled and m_launchApiEnabled
+  std::mutex m_kindsMutex;  // guards m_enabled and m_cbidsEnabled
   std::vector<CUpti_ActivityKind> m_enabled;
   // Callback ids recorded one by one: launch_api without runtime / driver (isLaunchApiName), and
   // every driver call when a windowed capture from step 0 records the driver kind (see the
   // constructor).
-  std::vector<CUpti_CallbackId> m_launchRuntimeCbids;
-  std::vector<CUpti_CallbackId> m_launchDriverCbids;
-  bool m_launchApiEnabled = false;
+  std::vector<CUpti_CallbackId> m_runtimeCbids;
+  std::vector<CUpti_CallbackId> m_driverCbids;
+  bool m_cbidsEnabled = false;
 
   gpu::FlightTriggers m_triggers;  // trainer thread
   gpu::FlightWindow m_window;      // parser thread
