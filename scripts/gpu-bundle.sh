@@ -24,7 +24,7 @@ for binary in "${binaries[@]}"; do
   cp "$binary" .gpu/bin/ && strip .gpu/bin/"$(basename "$binary")"
 done
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libfmt.so.9 libtomlplusplus.so.3 \
-           libbenchmark.so.1debian libspdlog.so.1.10; do
+           libbenchmark.so.1debian; do
   # (awk reads all of ldconfig's output: exiting early would SIGPIPE it under pipefail)
   path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
   [[ -n "$path" ]] && cp -L "$path" .gpu/lib/
