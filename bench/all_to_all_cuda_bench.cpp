@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm_cuda/nccl_comm.h"
-#include "comm_cuda/virtual_gpu_comm.h"
+#include "comm/cuda/nccl_comm.h"
+#include "comm/cuda/virtual_gpu_comm.h"
 #include "cuda_bench_util.h"
 
 namespace moewb::engine::cuda::bench {

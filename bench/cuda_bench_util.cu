@@ -1,6 +1,6 @@
 // Random device fills of the GPU benchmarks (cuda_bench_fill.h): element i is a function of
 // (seed, i) through splitmix64, normals by Box-Muller. Grid-stride loops, one launch per fill.
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "cuda_bench_fill.h"
 
 namespace moewb::engine::cuda::bench {

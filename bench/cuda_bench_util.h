@@ -17,14 +17,14 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/cuda_context.h"
-#include "cuda/device_tensor.h"
-#include "cuda/elementwise.h"
-#include "cuda/transfer.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/elementwise.h"
+#include "runtime/cuda/transfer.h"
 #include "cuda_bench_fill.h"
 #include "moewb/base/status.h"
-#include "tensor/rng.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/rng.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine::cuda::bench {
 

@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/cuda_context.h"
-#include "cuda/transfer.h"
-#include "cuda_model/cuda_ep.h"
-#include "cuda_model/cuda_moe.h"
-#include "parallel/rank_common.h"
-#include "tensor/rng.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/transfer.h"
+#include "model/cuda/cuda_ep.h"
+#include "model/cuda/cuda_moe.h"
+#include "train/parallel/rank_common.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine::cuda {
 namespace {

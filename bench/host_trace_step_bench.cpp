@@ -1,7 +1,7 @@
 // What the host trace costs the engine thread per CUDA training step, measured on the CPU: a
 // synthetic step shaped like samples/configs/small.toml's GPU step (120 phase events, 1,500
 // device-memory events, 4 expert-load events of 16 experts, 30 counters, one step event) is fed
-// through a FanOutSink (the HostTracer plus two no-op sinks, as TracedRun has) into a real SQLite
+// through a FanOutSink (the HostTracer plus two no-op sinks, as TrainingRun has) into a real SQLite
 // trace. Before each memory event the thread does ~2 us of busy work, as if it were launching
 // kernels, so the writer thread idles between events as it does on the GPU host; after each
 // traced step the benchmark waits (flush) until the writer has caught up, as it does during the

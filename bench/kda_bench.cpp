@@ -2,8 +2,8 @@
 // (B=8, T=64, D=64, H=4, K=16), for chunk sizes 64 and 16, one thread.
 #include <benchmark/benchmark.h>
 
-#include "ops/kda/kda_layer.h"
-#include "tensor/rng.h"
+#include "model/layers/kda_layer.h"
+#include "runtime/tensor/rng.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 // 2 R P + D H + P D) forward (q, k, v, f and gate bottlenecks, beta, output), backward 2x.
 // Usage: kda_cuda_bench [B T D H K C]   (default 4 4096 2048 16 128 64)
 #include "cuda_bench_util.h"
-#include "ops/kda/kda_cuda.h"
+#include "model/layers/kda_layer_cuda.h"
 
 namespace moewb::engine::cuda::bench {
 namespace {

@@ -2,7 +2,7 @@
 // the head's fp32 weight gradient), at the sizes of ../shared/anchors/loss.py (T tokens, D model
 // width, V vocabulary; h ~ N(0, 0.25), W ~ N(0, 0.0004), uniform targets) so its ce_dense and
 // ce_seq_chunked_2048 lines compare with ours. Cases, each a full forward + backward:
-//   loss_dense_ce        what cuda_model/cuda_loss.cpp runs for loss.kind = "dense": fp32 logits
+//   loss_dense_ce        what model/cuda/cuda_loss.cpp runs for loss.kind = "dense": fp32 logits
 //                        [T, V] through one GEMM, crossEntropyForwardCuda, crossEntropyBackwardCuda
 //                        (bf16 dLogits), then dh = dLogits W and dW += dLogits^T h
 //   loss_chunk_2048      chunkLossForwardCuda + chunkLossBackwardCuda, 2048 tokens per chunk (the
@@ -15,7 +15,7 @@
 // inputs and the weight gradient (the anchor's peak_extra_gib), the loss (about log V for these
 // inputs), shapes.
 // Usage: loss_cuda_bench [T D V]   (default 16384 2048 163840)
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "cuda_bench_util.h"
 #include "ops/cce/cce_cuda.h"
 #include "ops/chunk_loss/chunk_loss_cuda.h"

@@ -16,7 +16,7 @@
 #include "ops/chunk_loss/chunk_loss.h"
 #include "ops/cross_entropy/cross_entropy.h"
 #include "ops/linear/linear.h"
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine {
 namespace {

@@ -1,6 +1,6 @@
 // The MoE layer's glue on the GPU without the expert GEMMs: router (fp32 logits GEMM, softmax
 // top-k, Switch aux loss alpha = 0.01, the config default), device dispatch plan, permute, weighted
-// combine, and their backwards, exactly as cuda_model/cuda_moe.cpp runs them for a plain
+// combine, and their backwards, exactly as model/cuda/cuda_moe.cpp runs them for a plain
 // (non-latent, no shared expert, dropless) MoE layer. The experts are replaced by the identity
 // (the combine reads the permuted rows, the permute backward reads the combine's row gradients),
 // so moe_glue_fwd_bwd is what the MoE layer costs beyond its expert GEMMs (compare with
@@ -24,7 +24,7 @@
 //                          and written) + 8 T E (probabilities read, logit gradients written)
 //   moe_glue_fwd_bwd       all of the above in order (tokens/s; GB/s against the sum of the bytes)
 // Usage: moe_glue_cuda_bench [T D E K]   (default 16384 2048 64 8)
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "cuda_bench_util.h"
 #include "ops/combine/combine_cuda.h"
 #include "ops/permute/permute_cuda.h"

@@ -12,10 +12,10 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cuda/cuda_context.h"
-#include "cuda/transfer.h"
-#include "cuda_model/cuda_moe.h"
-#include "tensor/rng.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/transfer.h"
+#include "model/cuda/cuda_moe.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine::cuda {
 namespace {

@@ -4,7 +4,7 @@
 //   untraced       no event sink: no GPU phase timing, no memory observer
 //   engine_events  the engine's events into a no-op sink: GPU phase timing (CUDA event pairs)
 //                  and the allocator's memory events, no trace
-//   host_phases    host trace (TracedRun into SQLite) without device-memory events (the tracer
+//   host_phases    host trace (TrainingRun into SQLite) without device-memory events (the tracer
 //                  drops them)
 //   host_memory    host trace with device-memory events (`moewb run`)
 //   cupti_kernel   + CUPTI kernel records                      (--gpu-trace-kinds kernel)
@@ -53,7 +53,7 @@
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/gpu_trace_kinds.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace {
@@ -187,7 +187,7 @@ int child(const RunConfig& config, const Mode& mode, int steps) {
     r.stepMs = meanStepMs(clock.endsNs());
   } else {
     StepClock clock;
-    moewb::profiler::TracedRunOptions options;
+    moewb::run::TrainingRunOptions options;
     options.outPath = (std::filesystem::temp_directory_path() /
                        ("moewb-trace-overhead-" + std::to_string(getpid()) + ".sqlite"))
                           .string();
@@ -209,7 +209,7 @@ int child(const RunConfig& config, const Mode& mode, int steps) {
       }
       if (mode.windowInWarmup) options.gpuCapture.mode.endStep = kWarmupSteps;
     }
-    auto run = moewb::profiler::TracedRun::create(config, options, &clock);
+    auto run = moewb::run::TrainingRun::create(config, options, &clock);
     if (!run.isOk()) fail(run.status().toString());
     auto summary = (*run)->run();
     if (!summary.isOk()) fail(summary.status().toString());

@@ -9,6 +9,7 @@
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/host_tracer.h"
 #include "moewb/storage/trace_writer.h"
+#include "../tests/source_dir.h"
 
 namespace {
 
@@ -16,7 +17,7 @@ using moewb::engine::RunConfig;
 
 // samples/configs/<name>.toml with run.threads set (defaults when the file cannot be read).
 RunConfig sampleConfig(const char* name, int threads) {
-  auto config = moewb::engine::loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/" +
+  auto config = moewb::engine::loadConfigFile(moewb::test::sourceDir() + "/samples/configs/" +
                                               name + ".toml");
   if (!config.isOk()) return RunConfig{};
   config->run.threads = threads;

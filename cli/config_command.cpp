@@ -19,7 +19,10 @@ struct ConfigArgs {
 };
 
 int printParameters(const engine::RunConfig& config) {
-  auto trainer = engine::Trainer::create(config, nullptr);
+  // The full model's parameters, as one rank holds them (a parallel run shards the same list).
+  engine::RunConfig oneRank = config;
+  oneRank.parallel = engine::ParallelSection{};
+  auto trainer = engine::Trainer::create(oneRank, nullptr);
   if (!trainer.isOk()) {
     std::fprintf(stderr, "moewb config: %s\n", trainer.status().message().c_str());
     return kExitBadInput;

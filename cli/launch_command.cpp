@@ -3,7 +3,7 @@
 //
 // Each child gets MASTER_ADDR=127.0.0.1, MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE and
 // LOCAL_WORLD_SIZE (so `moewb run` and PyTorch scripts alike find each other through rank 0's
-// store, engine/src/launch/rendezvous.h) and shares the launcher's stdin, stdout and stderr.
+// store, engine/comm/launch/rendezvous.h) and shares the launcher's stdin, stdout and stderr.
 //
 // Supervision: the launcher waits for all children. When one fails (non-zero exit or a signal) it
 // says so once, then gives the others --grace-s seconds to stop on their own (they should: their
@@ -348,7 +348,7 @@ void addLaunchCommand(CLI::App& app, std::function<int()>* action) {
       "  moewb launch --nproc 2 -- python3 train.py\n"
       "Exit code: 0 when every rank succeeded, else the first failing rank's code (128 + "
       "signal when it was killed). Several hosts: start the ranks with torchrun or srun "
-      "instead (see README).");
+      "instead (see docs/PARALLEL.md).");
   cmd->callback([args, action] { *action = [args] { return launchCommand(*args); }; });
 }
 

@@ -11,9 +11,10 @@
 #include "commands.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
-#include "moewb/engine/distributed_trainer.h"
+#include "moewb/engine/trainer.h"
 #include "moewb/profiler/capture_mode.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/topology.h"
+#include "moewb/run/training_run.h"
 #include "progress_printer.h"
 
 namespace moewb::cli {
@@ -60,7 +61,7 @@ Status parseStepRange(const std::string& text, int64_t* first, int64_t* end) {
   return *first >= 0 && *end > *first ? Status::ok() : bad();
 }
 
-profiler::TracedRun* g_activeRun = nullptr;
+run::TrainingRun* g_activeRun = nullptr;
 
 // First Ctrl-C: finish the current step, commit it and stop. Second: default action.
 extern "C" void onInterrupt(int) {
@@ -68,7 +69,7 @@ extern "C" void onInterrupt(int) {
   std::signal(SIGINT, SIG_DFL);
 }
 
-void printSummary(const profiler::RunSummary& s) {
+void printSummary(const run::RunSummary& s) {
   std::printf("\nrun summary\n");
   std::printf("  trace           %s\n", s.tracePath.c_str());
   std::printf("  steps           %lld%s\n", (long long)s.stepsDone, s.stopped ? " (stopped early)" : "");
@@ -142,7 +143,7 @@ int runCommand(const RunArgs& args) {
                          "choose another file\n", outPath.c_str());
     return kExitBadInput;
   }
-  profiler::TracedRunOptions options;
+  run::TrainingRunOptions options;
   if (!args.dumpSteps.empty()) {
     Status range = parseStepRange(args.dumpSteps, &options.dumpFirstStep, &options.dumpEndStep);
     if (!range.isOk()) {
@@ -182,7 +183,7 @@ int runCommand(const RunArgs& args) {
       args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
   int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
   ProgressPrinter progress(planned);
-  auto run = profiler::TracedRun::create(*config, options, args.quiet ? nullptr : &progress);
+  auto run = run::TrainingRun::create(*config, options, args.quiet ? nullptr : &progress);
   if (!run.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n", run.status().message().c_str());
     StatusCode code = run.status().code();
@@ -195,17 +196,9 @@ int runCommand(const RunArgs& args) {
   if (args.gpuTrace && !options.gpuCapture.mode.isEveryStep()) {
     std::fprintf(stderr, "  GPU capture: %s\n", options.gpuCapture.mode.describe().c_str());
   }
-  if (config->parallel.worldSize > 1) {
-    const engine::ParallelSection& p = config->parallel;
-    const std::string where =
-        launcher ? "rank " + std::to_string(launcher->rank) + " of " + std::to_string(p.worldSize) +
-                       " processes (NCCL, GPU " + std::to_string(launcher->localRank) + ")"
-        : config->run.backend == "cuda" ? std::to_string(p.worldSize) +
-                                              " virtual ranks sharing GPU 0"
-                                        : std::to_string(p.worldSize) + " in-process ranks";
-    std::fprintf(stderr, "  %s: ep = %d, fsdp = %d, replicate = %d\n", where.c_str(), p.ep,
-                 p.fsdpDegree(), p.replicateDegree());
-  }
+  const std::string topology = run::describeTopology(*config, launcher ? launcher->rank : -1,
+                                                      launcher ? launcher->localRank : -1);
+  if (!topology.empty()) std::fprintf(stderr, "  %s\n", topology.c_str());
   g_activeRun = run->get();
   std::signal(SIGINT, onInterrupt);
   auto summary = (*run)->run();

@@ -6,6 +6,7 @@
 # The build folder itself is far too big (objects) to send.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEWB_CUDA=ON -DMOEWB_GUI=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu-configure.log || { cat build-gpu-configure.log; exit 1; }
 op_benches=(attention_cuda_bench loss_cuda_bench kda_cuda_bench sparse_attention_cuda_bench

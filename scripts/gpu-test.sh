@@ -15,6 +15,11 @@ work="${MOEWB_GPU_WORK:-/tmp/moewb-gpu-work}"
 mkdir -p "$out" "$work"
 [[ -f "$here/lib/libopenblas.so.0.xz" ]] && xz -d -f "$here/lib/libopenblas.so.0.xz"
 [[ -f "$here/bin.tar.xz" ]] && tar -C "$here" -xJf "$here/bin.tar.xz" && rm -f "$here/bin.tar.xz"
+# The tests read the sample configs from a source tree (tests/source_dir.h): the bundle's copy.
+if [[ -z "${MOEWB_SOURCE_DIR:-}" ]]; then
+  mkdir -p "$work/source/samples" && ln -sfn "$here/configs" "$work/source/samples/configs"
+  export MOEWB_SOURCE_DIR="$work/source"
+fi
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines (H200.md)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 filter="*"

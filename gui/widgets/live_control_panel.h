@@ -5,7 +5,7 @@
 // Pause / Resume / Step / Stop post engine::TrainerCommand kPause, kResume, kStep, kStop through
 // the RunController; their enabled state follows the trainer's paused() (polled every 100 ms) and
 // the commands still waiting for a reply. Below them, one editor per key of
-// profiler::TracedRun::liveKeys() (built from that list, typed and ranged from
+// run::TrainingRun::liveKeys() (built from that list, typed and ranged from
 // engine::configKeys(): a line edit whose validator takes integers, floats such as "1e-3", or any
 // string) shows the current value. An edited value is tinted; one outside the accepted
 // range is tinted red and its tooltip names the range, but it is still sent: the engine's

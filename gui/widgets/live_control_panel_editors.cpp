@@ -1,5 +1,5 @@
 // LiveControlPanel editors: one row per live key (label, line edit, current value), built from
-// profiler::TracedRun::liveKeys() and described by engine::configKeys(); edited / out-of-range
+// run::TrainingRun::liveKeys() and described by engine::configKeys(); edited / out-of-range
 // tinting and the TOML text of edited values.
 #include <QGridLayout>
 #include <QLabel>
@@ -9,7 +9,7 @@
 #include "live_control_panel.h"
 #include "moewb/engine/config.h"
 #include "moewb/gui/config_change_model.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
 #include "theme.h"
 
 namespace moewb::gui {
@@ -65,7 +65,7 @@ void LiveControlPanel::buildEditors(QGridLayout* grid) {
   header(tr("new value"), 1);
   header(tr("current"), 2);
   ++row;
-  for (const std::string& key : profiler::TracedRun::liveKeys()) {
+  for (const std::string& key : run::TrainingRun::liveKeys()) {
     KeyEditor e;
     e.key = QString::fromStdString(key);
     const engine::ConfigKeyInfo* info = keyInfo(key);

@@ -1,10 +1,10 @@
-// RunController: TracedRun created on the GUI thread, trained on a worker QThread.
+// RunController: TrainingRun created on the GUI thread, trained on a worker QThread.
 #include "run_controller.h"
 
 #include <QThread>
 
 #include "moewb/engine/config.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
 
 namespace moewb::gui {
 
@@ -23,11 +23,11 @@ Status RunController::start(const QString& configPath, const QString& outPath, q
   if (m_thread) return failedPrecondition("a run is already in progress; stop it first");
   auto config = engine::loadConfigFile(configPath.toStdString());
   if (!config.isOk()) return config.status();
-  profiler::TracedRunOptions options;
+  run::TrainingRunOptions options;
   options.outPath = outPath.toStdString();
   options.overwrite = true;
   options.steps = steps;
-  auto run = profiler::TracedRun::create(config.value(), options);
+  auto run = run::TrainingRun::create(config.value(), options);
   if (!run.isOk()) return run.status();
   m_run = std::move(run).value();
   m_tracePath = outPath;
@@ -35,11 +35,11 @@ Status RunController::start(const QString& configPath, const QString& outPath, q
   m_startConfig = m_run->config();
   m_ok = false;
   m_message.clear();
-  profiler::TracedRun* traced = m_run.get();
+  run::TrainingRun* traced = m_run.get();
   m_thread = QThread::create([this, traced] {
     auto summary = traced->run();
     if (summary.isOk()) {
-      const profiler::RunSummary& s = summary.value();
+      const run::RunSummary& s = summary.value();
       m_ok = true;
       m_message = tr("%1 %2 steps in %3 s, loss %4 -> %5, %6 tokens/s")
                       .arg(s.stopped ? tr("Stopped after") : tr("Finished"))

@@ -1,4 +1,4 @@
-// RunController: runs one profiler::TracedRun for the GUI. start() loads and validates the config
+// RunController: runs one run::TrainingRun for the GUI. start() loads and validates the config
 // and creates the trace on the calling (GUI) thread, so a bad config is reported at once and
 // nothing is created; the training itself runs on a worker QThread. requestStop() ends the run
 // after the step in progress; finished() arrives on the GUI thread when the worker is done.
@@ -18,8 +18,8 @@
 
 class QThread;
 
-namespace moewb::profiler {
-class TracedRun;
+namespace moewb::run {
+class TrainingRun;
 }
 
 namespace moewb::gui {
@@ -37,7 +37,7 @@ class RunController : public QObject {
   Status start(const QString& configPath, const QString& outPath, qint64 steps = -1);
   // Thread-safe; no-op when idle.
   void requestStop();
-  // Queues `command` for the run in progress (profiler::TracedRun::post). The future becomes
+  // Queues `command` for the run in progress (run::TrainingRun::post). The future becomes
   // ready once the trainer handled it: ok, or the refusal (a patch's message names the key).
   // When no run is in progress it is ready at once with kFailedPrecondition. A future whose
   // run ended before handling it may throw std::future_error (broken promise) from get().
@@ -61,7 +61,7 @@ class RunController : public QObject {
  private:
   void onWorkerDone();
 
-  std::unique_ptr<profiler::TracedRun> m_run;
+  std::unique_ptr<run::TrainingRun> m_run;
   QThread* m_thread = nullptr;
   QString m_tracePath;
   qint64 m_plannedSteps = 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include "../source_dir.h"
 
 namespace moewb::cli::testing {
 
@@ -56,6 +57,6 @@ class TempDir {
   std::filesystem::path m_path;
 };
 
-inline std::string tinyConfig() { return std::string(MOEWB_SOURCE_DIR) + "/samples/configs/tiny.toml"; }
+inline std::string tinyConfig() { return moewb::test::sourceDir() + "/samples/configs/tiny.toml"; }
 
 }  // namespace moewb::cli::testing

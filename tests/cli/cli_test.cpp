@@ -8,6 +8,7 @@
 #include "cli_process.h"
 #include "moewb/storage/trace_reader.h"
 #include "moewb/storage/trace_writer.h"
+#include "../source_dir.h"
 
 namespace moewb::cli::testing {
 namespace {
@@ -259,17 +260,17 @@ TEST(CliConfig, ValidatesAndPrintsEffectiveConfig) {
   EXPECT_NE(r.err.find("model.num_heads"), std::string::npos) << r.err;
 }
 
-// The README's config reference is the output of `moewb config --reference`, so it stays true.
-TEST(CliConfig, ReadmeReferenceMatchesTheKeyTable) {
+// docs/CONFIG.md's config reference is the output of `moewb config --reference`, so it stays true.
+TEST(CliConfig, DocsReferenceMatchesTheKeyTable) {
   TempDir dir("cli-reference");
   ProcessResult r = runMoewb("config --reference", dir.path());
   ASSERT_EQ(r.exitCode, 0) << r.err;
-  std::string readme = readFile(std::string(MOEWB_SOURCE_DIR) + "/README.md");
+  std::string doc = readFile(moewb::test::sourceDir() + "/docs/CONFIG.md");
   std::istringstream lines(r.out);
   int rows = 0;
   for (std::string line; std::getline(lines, line); ++rows) {
-    EXPECT_NE(readme.find(line), std::string::npos)
-        << "README.md's config reference lacks or differs from:\n" << line
+    EXPECT_NE(doc.find(line), std::string::npos)
+        << "docs/CONFIG.md's config reference lacks or differs from:\n" << line
         << "\n(regenerate it with: moewb config --reference)";
   }
   EXPECT_GT(rows, 20);

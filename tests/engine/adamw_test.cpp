@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "optim/optimizer.h"
+#include "train/optimizer.h"
 
 namespace moewb::engine {
 namespace {

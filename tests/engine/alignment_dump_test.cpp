@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "checkpoint/safetensors.h"
+#include "train/checkpoint/safetensors.h"
 #include "moewb/engine/trainer.h"
 
 namespace moewb::engine {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/safetensors.h"
+#include "train/checkpoint/safetensors.h"
 #include "moewb/engine/trainer.h"
 
 namespace moewb::engine {

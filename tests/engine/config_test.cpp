@@ -1,10 +1,11 @@
-// Tests of config parsing, overrides, validation and serialisation (engine/src/config*.cpp).
+// Tests of config parsing, overrides, validation and serialisation (engine/config/config*.cpp).
 #include "moewb/engine/config.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include "../source_dir.h"
 
 namespace moewb::engine {
 namespace {
@@ -123,7 +124,7 @@ TEST(Config, KeyTableListsEveryKeyWithDefaults) {
 }
 
 TEST(Config, ShippedSampleConfigsAreValid) {
-  std::filesystem::path dir = std::filesystem::path(MOEWB_SOURCE_DIR) / "samples" / "configs";
+  std::filesystem::path dir = std::filesystem::path(moewb::test::sourceDir()) / "samples" / "configs";
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".toml") continue;

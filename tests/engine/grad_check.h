@@ -9,8 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "tensor/rng.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/rng.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine::test {
 

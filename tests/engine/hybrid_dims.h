@@ -4,7 +4,7 @@
 // detached, so with it the total loss would not be differentiable the way FD sees it).
 #pragma once
 
-#include "model/parameter.h"
+#include "model/cpu/parameter.h"
 
 namespace moewb::engine::test {
 

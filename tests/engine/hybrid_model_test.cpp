@@ -7,11 +7,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include "data/synthetic_data.h"
+#include "train/synthetic_data.h"
 #include "grad_check.h"
 #include "hybrid_dims.h"
-#include "model/model.h"
+#include "model/cpu/model.h"
 #include "moewb/engine/trainer.h"
+#include "../source_dir.h"
 
 namespace moewb::engine {
 namespace {
@@ -91,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 RunConfig smallConfig() {
-  auto config = loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/small.toml");
+  auto config = loadConfigFile(moewb::test::sourceDir() + "/samples/configs/small.toml");
   EXPECT_TRUE(config.isOk()) << config.status().toString();
   return config.isOk() ? config.value() : RunConfig{};
 }

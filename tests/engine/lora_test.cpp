@@ -3,7 +3,7 @@
 // frozen weights carry no moments; the merged export reproduces the LoRA model's loss in a
 // LoRA-off model; loading pretrained weights then LoRA training lowers the loss; validation;
 // bit-exact resume.
-#include "model/lora.h"
+#include "model/cpu/lora.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,12 +13,13 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/safetensors.h"
-#include "data/synthetic_data.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/synthetic_data.h"
 #include "grad_check.h"
-#include "model/model.h"
+#include "model/cpu/model.h"
 #include "hybrid_dims.h"
 #include "moewb/engine/trainer.h"
+#include "../source_dir.h"
 
 namespace moewb::engine {
 namespace {
@@ -170,7 +171,7 @@ TEST(LoraMath, MergeAndGradientsMatchDenseProducts) {
 // ---- Trainer level, on the shipped small config.
 
 RunConfig smallConfig(bool lora) {
-  auto config = loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/small.toml");
+  auto config = loadConfigFile(moewb::test::sourceDir() + "/samples/configs/small.toml");
   EXPECT_TRUE(config.isOk()) << config.status().toString();
   RunConfig c = config.isOk() ? config.value() : RunConfig{};
   c.lora.enabled = lora;
@@ -327,7 +328,7 @@ TEST(LoraConfig, ValidationRejectsRankZeroNamingTheKey) {
 }
 
 TEST(LoraConfig, SampleConfigParsesAndKeysAreNotLive) {
-  auto config = loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/lora.toml");
+  auto config = loadConfigFile(moewb::test::sourceDir() + "/samples/configs/lora.toml");
   ASSERT_TRUE(config.isOk()) << config.status().toString();
   EXPECT_TRUE(config->lora.enabled);
   EXPECT_TRUE(validateConfig(*config).isOk());

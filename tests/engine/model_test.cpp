@@ -1,12 +1,12 @@
 // Model<T>: seeded init, parameter layout, and a finite-difference check in double of the whole
 // tiny model's loss (mean CE + aux) with respect to a sample of every parameter tensor.
-#include "model/model.h"
+#include "model/cpu/model.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "data/synthetic_data.h"
+#include "train/synthetic_data.h"
 #include "grad_check.h"
 
 namespace moewb::engine {

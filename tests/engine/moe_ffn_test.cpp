@@ -1,6 +1,6 @@
 // The whole MoE FFN (router -> permute -> experts -> combine, plus the aux loss): finite-
 // difference gradients in double for top_k = 1, 2 and E, and the expert counts it reports.
-#include "model/moe_ffn.h"
+#include "model/cpu/moe_ffn.h"
 
 #include <gtest/gtest.h>
 

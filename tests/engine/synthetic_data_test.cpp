@@ -1,6 +1,6 @@
 // SyntheticData: determinism per (seed, step), shifted targets, vocabulary range, topic cycles,
 // and the Zipf skew of topic frequencies.
-#include "data/synthetic_data.h"
+#include "train/synthetic_data.h"
 
 #include <gtest/gtest.h>
 

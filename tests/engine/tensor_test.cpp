@@ -1,11 +1,11 @@
 // Tensor<T> ownership and shapes, the TensorMemory byte counter, and the Rng's fixed sequences.
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine::cuda {
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/cuda_context.h"
-#include "cuda/elementwise.h"
-#include "cuda/transfer.h"
-#include "tensor/tensor.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/elementwise.h"
+#include "runtime/cuda/transfer.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine::cuda {
 

@@ -20,12 +20,13 @@
 #include "chart_view.h"
 #include "live_control_panel.h"
 #include "main_window.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
 #include "moewb/storage/trace_reader.h"
 #include "run_controller.h"
 #include "test_trace.h"
 #include "theme.h"
 #include "timeline_view.h"
+#include "../source_dir.h"
 
 namespace moewb::gui {
 namespace {
@@ -94,11 +95,11 @@ TEST_F(LiveControlTest, PausePatchRefuseAndStopARunThroughThePanel) {
   LiveControlPanel* panel = window.liveControlPanel();
   ASSERT_NE(panel, nullptr);
   EXPECT_FALSE(panel->pauseButton()->isEnabled()) << "no run yet";
-  EXPECT_EQ(panel->keys().size(), qsizetype(profiler::TracedRun::liveKeys().size()));
+  EXPECT_EQ(panel->keys().size(), qsizetype(run::TrainingRun::liveKeys().size()));
 
   QSignalSpy finished(&window, &MainWindow::runFinished);
   QSignalSpy replies(panel, &LiveControlPanel::commandFinished);
-  const QString config = QStringLiteral(MOEWB_SOURCE_DIR "/samples/configs/tiny.toml");
+  const QString config = QString::fromStdString(moewb::test::sourceDir() + "/samples/configs/tiny.toml");
   const QString out = m_dir.filePath(QStringLiteral("live-control.sqlite"));
   ASSERT_TRUE(window.startRun(config, out, 100'000).isOk());
   EXPECT_TRUE(panel->pauseButton()->isEnabled());

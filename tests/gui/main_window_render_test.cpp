@@ -20,6 +20,7 @@
 #include "test_trace.h"
 #include "theme.h"
 #include "timeline_view.h"
+#include "../source_dir.h"
 
 namespace moewb::gui {
 namespace {
@@ -123,7 +124,7 @@ TEST_F(MainWindowRenderTest, RunTrainsAndShowsTheTraceLive) {
   MainWindow window;
   window.setErrorDialogsEnabled(false);
   QSignalSpy finished(&window, &MainWindow::runFinished);
-  const QString config = QStringLiteral(MOEWB_SOURCE_DIR "/samples/configs/tiny.toml");
+  const QString config = QString::fromStdString(moewb::test::sourceDir() + "/samples/configs/tiny.toml");
   const QString out = m_dir.filePath(QStringLiteral("runs/live.sqlite"));
   Status status = window.startRun(config, out, 4);
   ASSERT_TRUE(status.isOk()) << status.toString();
@@ -144,7 +145,7 @@ TEST_F(MainWindowRenderTest, StopEndsARunEarly) {
   MainWindow window;
   window.setErrorDialogsEnabled(false);
   QSignalSpy finished(&window, &MainWindow::runFinished);
-  const QString config = QStringLiteral(MOEWB_SOURCE_DIR "/samples/configs/tiny.toml");
+  const QString config = QString::fromStdString(moewb::test::sourceDir() + "/samples/configs/tiny.toml");
   const QString out = m_dir.filePath(QStringLiteral("stopped.sqlite"));
   ASSERT_TRUE(window.startRun(config, out, 100'000).isOk());
   // A second run cannot start while one is going.

@@ -12,7 +12,8 @@
 #include <thread>
 
 #include "moewb/engine/config.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
+#include "../source_dir.h"
 
 namespace moewb::profiler {
 namespace {
@@ -76,7 +77,7 @@ class GpuCaptureModesTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
     }
     auto config =
-        engine::loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/tiny.toml");
+        engine::loadConfigFile(moewb::test::sourceDir() + "/samples/configs/tiny.toml");
     ASSERT_TRUE(config.isOk()) << config.status().toString();
     m_config = *config;
     ASSERT_TRUE(engine::applyOverride(m_config, "run.backend=cuda").isOk());
@@ -86,12 +87,12 @@ class GpuCaptureModesTest : public ::testing::Test {
              engine::EventSink* observer = nullptr) {
     auto mode = parseCaptureMode(args);
     ASSERT_TRUE(mode.isOk()) << mode.status().toString();
-    TracedRunOptions options;
+    run::TrainingRunOptions options;
     options.outPath = path;
     options.steps = 6;
     options.gpuTrace = true;
     options.gpuCapture.mode = *mode;
-    auto run = TracedRun::create(m_config, options, observer);
+    auto run = run::TrainingRun::create(m_config, options, observer);
     ASSERT_TRUE(run.isOk()) << run.status().toString();
     auto summary = (*run)->run();
     ASSERT_TRUE(summary.isOk()) << summary.status().toString();

@@ -11,7 +11,8 @@
 #include <string>
 
 #include "moewb/engine/config.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
+#include "../source_dir.h"
 
 namespace moewb::profiler {
 namespace {
@@ -45,7 +46,7 @@ class GpuCaptureTest : public ::testing::Test {
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
       GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
     }
-    auto config = engine::loadConfigFile(std::string(MOEWB_SOURCE_DIR) +
+    auto config = engine::loadConfigFile(moewb::test::sourceDir() +
                                          "/samples/configs/tiny.toml");
     ASSERT_TRUE(config.isOk()) << config.status().toString();
     m_config = *config;
@@ -53,12 +54,12 @@ class GpuCaptureTest : public ::testing::Test {
   }
 
   void train(const std::string& path, const GpuCaptureOptions& capture) {
-    TracedRunOptions options;
+    run::TrainingRunOptions options;
     options.outPath = path;
     options.steps = 3;
     options.gpuTrace = true;
     options.gpuCapture = capture;
-    auto run = TracedRun::create(m_config, options);
+    auto run = run::TrainingRun::create(m_config, options);
     ASSERT_TRUE(run.isOk()) << run.status().toString();
     auto summary = (*run)->run();
     ASSERT_TRUE(summary.isOk()) << summary.status().toString();

@@ -1,8 +1,8 @@
-// writeParallelTrace: a tiny config trained on in-process ranks through profiler::TracedRun.
+// writeParallelTrace: a tiny config trained on in-process ranks through run::TrainingRun.
 #include "parallel_trace.h"
 
 #include "moewb/engine/config.h"
-#include "moewb/profiler/traced_run.h"
+#include "moewb/run/training_run.h"
 
 namespace moewb::testing {
 
@@ -25,8 +25,8 @@ Status writeParallelTrace(const std::string& path, int32_t worldSize, int32_t ep
   config.parallel.ep = ep;
   MOEWB_ASSIGN_OR_RETURN(
       auto run,
-      profiler::TracedRun::create(config, {.outPath = path, .overwrite = true, .steps = steps}));
-  MOEWB_ASSIGN_OR_RETURN(const profiler::RunSummary summary, run->run());
+      run::TrainingRun::create(config, {.outPath = path, .overwrite = true, .steps = steps}));
+  MOEWB_ASSIGN_OR_RETURN(const run::RunSummary summary, run->run());
   (void)summary;
   return Status::ok();
 }

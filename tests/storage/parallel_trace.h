@@ -1,7 +1,7 @@
 // writeParallelTrace: a real trace of a parallel run for the reader and GUI tests. The CPU engine
 // trains a tiny model (2 softmax-attention layers, d_model 16, 8 experts top-2, dropless,
 // 8 sequences of 8 tokens per step, one thread per rank) on `worldSize` in-process ranks with
-// expert parallelism `ep` and FSDP over the rest, traced by profiler::TracedRun into one file:
+// expert parallelism `ep` and FSDP over the rest, traced by run::TrainingRun into one file:
 // every rank's steps, expert loads, comm-track slices, collective rows and a2a_traffic rows.
 // Takes well under a second for a few steps.
 #pragma once

@@ -1,7 +1,7 @@
 // AdamW, gradient-norm, clip-factor and scaling kernels (see adamw_cuda.h).
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/adamw/adamw_cuda.h"
 #include "ops/adamw/adamw_cuda_kernels.h"
 #include "ops/adamw/multi_tensor_adamw.h"

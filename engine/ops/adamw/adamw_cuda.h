@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/cuda_context.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 #include "ops/adamw/adamw.h"
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/cuda_context.h"
+#include "runtime/cuda/cuda_context.h"
 #include "moewb/base/status.h"
 #include "ops/adamw/adamw.h"
 

@@ -2,7 +2,7 @@
 // the kernels are in adamw_cuda.cu.
 #include <algorithm>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/adamw/adamw_cuda_kernels.h"
 #include "ops/adamw/multi_tensor_adamw.h"
 

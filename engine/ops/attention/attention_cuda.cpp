@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "ops/attention/attention_cuda_kernels.h"
 #include "ops/linear/linear_cuda.h"
 

@@ -1,7 +1,7 @@
 // Causal softmax kernels of the GPU attention (see attention_cuda.h): one warp per score row.
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/attention/attention_cuda_kernels.h"
 

@@ -6,7 +6,7 @@
 
 #include "ops/attention/attention.h"
 #include "ops/linear/linear.h"
-#include "tensor/gemm.h"
+#include "runtime/tensor/gemm.h"
 
 namespace moewb::engine {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

@@ -2,7 +2,7 @@
 // tokens per block for the backward, then a deterministic column sum of the da partials.
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/attnres/attnres_cuda_kernels.h"
 

@@ -25,7 +25,7 @@
 
 #include "ops/chunk_loss/linear_loss.h"
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

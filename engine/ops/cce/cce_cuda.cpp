@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/cuda_check.h"
-#include "cuda/gemm.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/gemm.h"
 #include "moewb/base/check.h"
 #include "ops/cce/cce.h"
 #include "ops/cce/cce_cuda_kernels.h"

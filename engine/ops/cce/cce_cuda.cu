@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/cce/cce_cuda_kernels.h"
 

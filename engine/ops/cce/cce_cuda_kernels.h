@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/elementwise.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 #include "ops/chunk_loss/linear_loss.h"
 

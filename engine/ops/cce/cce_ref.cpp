@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ops/cce/cce.h"
-#include "tensor/gemm.h"
+#include "runtime/tensor/gemm.h"
 
 namespace moewb::engine {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "moewb/base/check.h"
 #include "ops/cce/cce_cuda_kernels.h"
 #include "ops/chunk_loss/chunk_loss.h"

@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 #include "ops/chunk_loss/linear_loss.h"
 

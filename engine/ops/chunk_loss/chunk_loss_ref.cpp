@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "ops/chunk_loss/chunk_loss.h"
-#include "tensor/gemm.h"
+#include "runtime/tensor/gemm.h"
 
 namespace moewb::engine {
 namespace {

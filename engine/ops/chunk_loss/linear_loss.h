@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

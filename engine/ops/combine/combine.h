@@ -11,7 +11,7 @@
 
 #include "ops/permute/permute.h"
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

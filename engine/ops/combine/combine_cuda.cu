@@ -2,7 +2,7 @@
 // (see combine_cuda.h). One warp per token; 16-byte accesses when D % 8 == 0.
 #include <string>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/combine/combine_cuda.h"
 
 namespace moewb::engine::cuda {

@@ -10,9 +10,9 @@
 // Costs: O(N k D) bytes each way, one launch; grids sized by N (or N k) with early exit.
 #pragma once
 
-#include "cuda/cuda_context.h"
-#include "cuda/device_tensor.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/elementwise.h"
 #include "ops/permute/permute_cuda.h"
 
 namespace moewb::engine::cuda {

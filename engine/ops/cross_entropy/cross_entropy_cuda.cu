@@ -1,7 +1,7 @@
 // Fused softmax cross-entropy kernels (see cross_entropy_cuda.h): one block per row.
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/cross_entropy/cross_entropy_cuda.h"
 

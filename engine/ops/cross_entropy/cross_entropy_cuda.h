@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "cuda/elementwise.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 
 namespace moewb::engine::cuda {

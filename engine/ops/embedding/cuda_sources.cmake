@@ -1,2 +1,2 @@
 # Embedding gather / scatter-add on the GPU, ops/embedding/embedding_cuda.h.
-target_sources(moewb_engine PRIVATE ${CMAKE_CURRENT_LIST_DIR}/embedding_cuda.cu)
+target_sources(moewb_engine_ops PRIVATE ${CMAKE_CURRENT_LIST_DIR}/embedding_cuda.cu)

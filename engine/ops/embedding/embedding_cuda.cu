@@ -1,7 +1,7 @@
 // Embedding gather / scatter-add kernels (see embedding_cuda.h).
 #include <cstdint>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/embedding/embedding_cuda.h"
 
 namespace moewb::engine::cuda {

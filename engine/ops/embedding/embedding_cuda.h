@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 
 namespace moewb::engine::cuda {

@@ -24,7 +24,7 @@
 
 #include "ops/experts/glu_activation.h"
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

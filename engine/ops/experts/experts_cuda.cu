@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/experts/experts_cuda_kernels.h"
 #include "ops/experts/glu_activation_cuda.cuh"
 

@@ -1,6 +1,6 @@
 // Elementwise GLU forward / backward kernels over strided [rows, cols] arrays (see
 // glu_activation_cuda.h).
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/experts/glu_activation_cuda.cuh"
 #include "ops/experts/glu_activation_cuda.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/elementwise.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 #include "ops/experts/glu_activation.h"
 

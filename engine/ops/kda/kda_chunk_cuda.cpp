@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/elementwise.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 #include "ops/kda/kda.h"
 #include "ops/kda/kda_gate.h"

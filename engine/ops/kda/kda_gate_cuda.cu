@@ -2,7 +2,7 @@
 // the short causal conv + SiLU, the per-head L2 norm (each forward and backward), and the
 // deterministic token reductions the weight gradients need: per-column partial sums over fixed
 // row splits, then one fixed-order fold into the fp32 gradient. All math in fp32.
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
 

@@ -1,2 +1,2 @@
 # Linear layer on the GPU (cuBLAS wrappers), ops/linear/linear_cuda.h.
-target_sources(moewb_engine PRIVATE ${CMAKE_CURRENT_LIST_DIR}/linear_cuda.cpp)
+target_sources(moewb_engine_ops PRIVATE ${CMAKE_CURRENT_LIST_DIR}/linear_cuda.cpp)

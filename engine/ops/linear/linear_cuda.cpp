@@ -1,7 +1,7 @@
 // Linear products on the GPU through cuda/gemm.h (see linear_cuda.h).
 #include "ops/linear/linear_cuda.h"
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 
 namespace moewb::engine::cuda {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "ops/linear/linear.h"
-#include "tensor/gemm.h"
+#include "runtime/tensor/gemm.h"
 
 namespace moewb::engine {
 

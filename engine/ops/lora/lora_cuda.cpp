@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "cuda/cuda_check.h"
-#include "cuda/gemm.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/gemm.h"
 
 namespace moewb::engine::cuda {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

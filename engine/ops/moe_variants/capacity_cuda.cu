@@ -1,7 +1,7 @@
 // Capacity mask kernels over an unmasked dispatch plan (see capacity_cuda.h).
 
-#include "cuda/cuda_check.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/elementwise.h"
 #include "ops/moe_variants/capacity_cuda_kernels.h"
 
 namespace moewb::engine::cuda {

@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/device_tensor.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/device_tensor.h"
 #include "ops/moe_variants/capacity.h"
 
 namespace moewb::engine::cuda {

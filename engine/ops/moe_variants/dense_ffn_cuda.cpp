@@ -1,7 +1,7 @@
 // Dense GLU FFN on the GPU: five cuBLAS GEMMs and the GLU kernels (see dense_ffn_cuda.h).
 #include "ops/moe_variants/dense_ffn_cuda.h"
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "ops/experts/glu_activation_cuda.h"
 #include "ops/linear/linear_cuda.h"
 #include "ops/moe_variants/dense_ffn_cuda_kernels.h"

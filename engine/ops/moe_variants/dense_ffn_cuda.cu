@@ -1,5 +1,5 @@
 // The dense FFN's one own kernel: adding the fp32 dx workspace into the bf16 dx.
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/moe_variants/dense_ffn_cuda_kernels.h"
 
 namespace moewb::engine::cuda {

@@ -1,7 +1,5 @@
-# MoE variants (ENGINE-MATH §5.2-5.8): capacity / token dropping, the aux-loss-free expert bias,
-# the dense shared-expert FFN, and MoeOptions with the layer's parameter list.
-target_sources(moewb_engine PRIVATE
+# MoE variants (ENGINE-MATH §5.2-5.8): capacity / token dropping and the dense shared-expert FFN.
+# The aux-loss-free bias and MoeOptions live in model/moe/.
+target_sources(moewb_engine_ops PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/capacity_ref.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/expert_bias.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/dense_ffn_ref.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/moe_options.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/dense_ffn_ref.cpp)

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "cuda/cuda_check.h"
-#include "cuda/gemm.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/gemm.h"
 #include "moewb/base/check.h"
 #include "ops/patchify/patch_embed_cuda.h"
 

@@ -1,5 +1,5 @@
 // Multimodal patch embedding on the GPU (the CPU reference is Model::embedForward /
-// embedBackward in engine/src/model/model.cpp): the image patches of each sequence (features
+// embedBackward in engine/model/cpu/model.cpp): the image patches of each sequence (features
 // [B*P, patchDim], ops/patchify.h order) are projected by the patch weight W [D, patchDim] (a
 // linear, y = x W^T) plus the bias [D], and ADDED into the first P rows (the image positions) of
 // every sequence of the embedded sequence h [B*T, D] (whose token embedding there is zero).
@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 
 namespace moewb::engine::cuda {

@@ -2,7 +2,7 @@
 // per-token row sum (see permute_cuda.h).
 #include <string>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/permute/permute_cuda.h"
 #include "ops/permute/permute_cuda_kernels.h"
 

@@ -20,9 +20,9 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/device_tensor.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/elementwise.h"
 #include "moewb/base/status.h"
 
 namespace moewb::engine::cuda {

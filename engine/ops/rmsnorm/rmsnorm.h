@@ -7,7 +7,7 @@
 #pragma once
 
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

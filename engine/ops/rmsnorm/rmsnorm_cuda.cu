@@ -1,6 +1,6 @@
 // RMSNorm kernels (see rmsnorm_cuda.h): one block per row for the forward and dx, then a
 // two-pass deterministic column reduction for dGain.
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda_kernels.h"

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "cuda/cuda_check.h"
-#include "cuda/elementwise.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/elementwise.h"
 #include "ops/router/router_cuda.h"
 #include "ops/router/router_cuda_kernels.h"
 

@@ -23,8 +23,8 @@
 
 #include <cstdint>
 
-#include "cuda/cuda_context.h"
-#include "cuda/device_tensor.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/device_tensor.h"
 #include "ops/router/router.h"
 
 namespace moewb::engine::cuda {
@@ -43,7 +43,7 @@ struct DeviceAuxLoss {
   int64_t seqLen = 0;            // tokens per sequence (N for the Switch loss)
   DeviceTensor<int32_t> counts;  // [S, E] (token, expert) assignments per sequence and expert
   DeviceTensor<float> loss;      // [1] the loss value
-  // Global statistics over several ranks (cuda_model/cuda_global_router.h): when set, the
+  // Global statistics over several ranks (model/cuda/cuda_global_router.h): when set, the
   // backward reads these counts [S, E] times gradCountScale instead of `counts`.
   DeviceTensor<int32_t> gradCounts;
   double gradCountScale = 1.0;

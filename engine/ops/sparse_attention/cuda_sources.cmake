@@ -1,6 +1,6 @@
 # Gated sparse attention on the GPU, ops/sparse_attention/sparse_attention_cuda.h (kernels in the
 # .cu files, allocating entry points in the .cpp files).
-target_sources(moewb_engine PRIVATE
+target_sources(moewb_engine_ops PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/indexer_cuda.cu
   ${CMAKE_CURRENT_LIST_DIR}/indexer_cuda.cpp
   ${CMAKE_CURRENT_LIST_DIR}/selection_cuda.cu

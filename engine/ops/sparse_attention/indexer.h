@@ -26,7 +26,7 @@
 #include <cstdint>
 
 #include "runtime/thread_pool.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

@@ -2,7 +2,7 @@
 // are in indexer_cuda.cu.
 #include <cmath>
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "ops/linear/linear_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"

@@ -7,7 +7,7 @@
 // indexerDot, so the ReLU pattern of the backward is bitwise the forward's.
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"

@@ -10,7 +10,7 @@
 #include "ops/linear/linear.h"
 #include "ops/sparse_attention/indexer.h"
 #include "ops/sparse_attention/selection.h"
-#include "tensor/gemm.h"
+#include "runtime/tensor/gemm.h"
 
 namespace moewb::engine {
 namespace {

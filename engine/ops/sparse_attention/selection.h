@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

@@ -9,7 +9,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <string>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"

@@ -33,8 +33,8 @@
 
 #include "ops/sparse_attention/indexer.h"
 #include "runtime/thread_pool.h"
-#include "tensor/rng.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/rng.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <string>
 
-#include "cuda/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"

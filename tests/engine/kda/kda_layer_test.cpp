@@ -1,7 +1,7 @@
 // The KDA mixer layer: finite-difference gradients of dx and every weight in double (both gate
 // variants), bitwise determinism across thread counts, causality and sequence independence,
 // float vs double, the parameter list and the init.  Timings live in bench/kda_bench.cpp.
-#include "ops/kda/kda_layer.h"
+#include "model/layers/kda_layer.h"
 
 #include <gtest/gtest.h>
 

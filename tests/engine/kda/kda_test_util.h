@@ -11,8 +11,8 @@
 
 #include "grad_check.h"
 #include "ops/kda/kda.h"
-#include "tensor/rng.h"
-#include "tensor/tensor.h"
+#include "runtime/tensor/rng.h"
+#include "runtime/tensor/tensor.h"
 
 namespace moewb::engine::test {
 

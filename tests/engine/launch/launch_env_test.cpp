@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "launch/rendezvous.h"
+#include "comm/launch/rendezvous.h"
 
 namespace moewb::engine {
 namespace {

@@ -1,7 +1,7 @@
 // describePeers: the sentence naming dead, departed, absent and lagging ranks, in that order.
 #include <gtest/gtest.h>
 
-#include "launch/tcp_store.h"
+#include "comm/launch/tcp_store.h"
 
 namespace moewb::engine {
 namespace {

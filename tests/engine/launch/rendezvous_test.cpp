@@ -1,7 +1,7 @@
 // joinRendezvous with threads as ranks: three ranks meet on a free port and share bytes from rank
 // 0 (as the NCCL id is shared); a missing rank is named; bad environments are refused; a single
 // rank needs no port.
-#include "launch/rendezvous.h"
+#include "comm/launch/rendezvous.h"
 
 #include <gtest/gtest.h>
 

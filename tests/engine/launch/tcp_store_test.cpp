@@ -1,7 +1,7 @@
 // TcpStoreServer / TcpStoreClient on loopback with threads as ranks: set/get/add/barrier across
 // threads, timeouts that name the key and the missing ranks, ranks that die (client destroyed
 // without close()) or leave, the watch callback, stragglers by progress, refused ranks.
-#include "launch/tcp_store.h"
+#include "comm/launch/tcp_store.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // y = tanh(x A): the forward equals an independent construction of the sources from the block
 // rule, and the backward of the whole stack (embedding, A, every query/gain) matches finite
 // differences in double, for several block sizes.
-#include "ops/attnres/attnres_state.h"
+#include "model/layers/attnres_state.h"
 
 #include <gtest/gtest.h>
 

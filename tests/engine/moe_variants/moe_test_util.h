@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "grad_check.h"
-#include "model/moe_ffn.h"
+#include "model/cpu/moe_ffn.h"
 
 namespace moewb::engine::test {
 

@@ -1,6 +1,6 @@
 // Expert-parallel experts stage: EP = 2 and 4 against the local grouped experts on the same rows,
 // forward and backward, with experts and whole ranks that receive no rows.
-#include "parallel/ep_dispatch.h"
+#include "model/parallel/ep_dispatch.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm/in_process_comm.h"
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine {
 namespace {

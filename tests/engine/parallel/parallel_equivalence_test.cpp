@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "comm/in_process_comm.h"
-#include "data/synthetic_data.h"
-#include "model/model.h"
+#include "train/synthetic_data.h"
+#include "model/cpu/model.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
-#include "parallel/rank_trainer.h"
+#include "train/parallel/rank_trainer.h"
 
 namespace moewb::engine {
 namespace {
@@ -98,7 +98,8 @@ void checkParallel(const RunConfig& base, int32_t world, int32_t ep, int32_t fsd
   const Status status = runRanks(world, [&](Communicator& comm) -> Status {
     MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(config, comm, nullptr));
     for (int i = 0; i < 3; ++i) {
-      MOEWB_ASSIGN_OR_RETURN(StepEvent event, trainer->step());
+      MOEWB_ASSIGN_OR_RETURN(RankStepOutcome outcome, trainer->step());
+      const StepEvent& event = outcome.event;
       losses[size_t(comm.rank() * 3 + i)] = event.loss + event.auxLoss;
       if (i > 0) continue;
       std::lock_guard<std::mutex> lock(mutex);

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "comm/in_process_comm.h"
-#include "parallel/rank_trainer.h"
+#include "train/parallel/rank_trainer.h"
 
 namespace moewb::engine {
 namespace {
@@ -39,7 +39,7 @@ TEST(ParallelFault, ThrowingRankIsNamedByThePeers) {
     MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(faultConfig(), comm, nullptr));
     MOEWB_RETURN_IF_ERROR(trainer->step().status());
     if (comm.rank() == 1) throw std::runtime_error("simulated crash");
-    Result<StepEvent> step = trainer->step();
+    Result<RankStepOutcome> step = trainer->step();
     std::lock_guard<std::mutex> lock(mutex);
     peerError = step.status().toString();
     return step.status();
@@ -62,7 +62,7 @@ TEST(ParallelFault, StalledRankTimesOutNamingIt) {
       return trainer->step().status();
     }
     const auto start = Clock::now();
-    Result<StepEvent> step = trainer->step();
+    Result<RankStepOutcome> step = trainer->step();
     std::lock_guard<std::mutex> lock(mutex);
     peerSeconds = std::chrono::duration<double>(Clock::now() - start).count();
     peerError = step.status().toString();

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "parallel/stuck_rank_watchdog.h"
+#include "train/parallel/stuck_rank_watchdog.h"
 
 namespace moewb::engine {
 namespace {

@@ -27,9 +27,9 @@
 
 #include "comm/communicator.h"
 #include "comm/in_process_comm.h"
-#include "comm_cuda/nccl_comm.h"
-#include "comm_cuda/virtual_gpu_comm.h"
-#include "cuda/cuda_check.h"
+#include "comm/cuda/nccl_comm.h"
+#include "comm/cuda/virtual_gpu_comm.h"
+#include "runtime/cuda/cuda_check.h"
 #include "moewb/base/status.h"
 
 namespace moewb::engine::commtest {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "comm_test_util.h"
-#include "cuda/cuda_context.h"
+#include "runtime/cuda/cuda_context.h"
 
 namespace moewb::engine::commtest {
 namespace {

@@ -4,14 +4,14 @@
 // mixed input x_s and x_top, every output gradient, every query / key-gain gradient and the
 // embedding gradient. Values are multiples of 1/8 below 2 in magnitude, so the bf16 prefix sums of
 // the device state are exact and the comparison isolates the bookkeeping and the op.
-#include "ops/attnres/attnres_state_cuda.h"
+#include "model/layers/attnres_state_cuda.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "cuda_test_util.h"
-#include "ops/attnres/attnres_state.h"
+#include "model/layers/attnres_state.h"
 
 namespace moewb::engine::cuda {
 namespace {

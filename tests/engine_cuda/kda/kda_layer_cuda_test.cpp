@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "ops/kda/kda_cuda.h"
-#include "ops/kda/kda_layer.h"
+#include "model/layers/kda_layer_cuda.h"
+#include "model/layers/kda_layer.h"
 #include "runtime/thread_pool.h"
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // The whole decoder on the GPU against the CPU reference: one forward + backward (loss, aux loss,
 // expert counts and every parameter's gradient) on the same bf16-rounded weights and batch, for
 // several MoE variants; out-of-memory inside a step as a clear, recoverable error.
-#include "cuda_model/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,10 @@
 #include <string>
 
 #include "cuda_test_util.h"
-#include "data/synthetic_data.h"
+#include "train/synthetic_data.h"
 #include "moewb/engine/config.h"
 #include "runtime/thread_pool.h"
+#include "../../source_dir.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -148,7 +149,7 @@ TEST_F(CudaModelTest, HybridKdaSparseCceStepMatchesCpu) {
 
 // samples/configs/small.toml itself (dense warm-up stage at step 0, as its first step runs).
 TEST_F(CudaModelTest, SmallSampleConfigStepMatchesCpu) {
-  auto config = loadConfigFile(std::string(MOEWB_SOURCE_DIR) + "/samples/configs/small.toml");
+  auto config = loadConfigFile(moewb::test::sourceDir() + "/samples/configs/small.toml");
   ASSERT_TRUE(config.isOk()) << config.status().toString();
   expectStepMatchesCpu(config.value(), 0.15);
 }

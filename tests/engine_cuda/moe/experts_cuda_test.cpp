@@ -12,7 +12,7 @@
 
 #include <cmath>
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "moe_cuda_test_util.h"
 #include "ops/combine/combine_cuda.h"
 #include "ops/experts/experts.h"

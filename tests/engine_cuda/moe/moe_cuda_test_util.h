@@ -11,7 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "ops/permute/permute.h"
-#include "tensor/rng.h"
+#include "runtime/tensor/rng.h"
 
 namespace moewb::engine::cuda::moetest {
 

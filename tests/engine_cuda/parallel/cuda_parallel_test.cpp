@@ -13,9 +13,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "moewb/engine/parallel_trainer.h"
 #include "moewb/engine/trainer.h"
-#include "parallel/rank_common.h"
+#include "train/parallel/rank_common.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -77,7 +76,7 @@ RunResult runParallel(const RunConfig& config, int64_t steps) {
   run.sinks.resize(size_t(config.parallel.worldSize));
   std::vector<EventSink*> sinks;
   for (RankSink& s : run.sinks) sinks.push_back(&s);
-  auto trainer = ParallelTrainer::create(config, sinks);
+  auto trainer = Trainer::create(config, TrainerOptions{.rankSinks = sinks});
   EXPECT_TRUE(trainer.isOk()) << trainer.status().toString();
   if (!trainer.isOk()) return run;
   const Status status = trainer.value()->run(steps);
@@ -152,7 +151,11 @@ RunResult runNcclRanks(const RunConfig& config, int64_t steps) {
                                createNcclCommunicator(r, n, r, *id, std::chrono::seconds(60), {}));
         MOEWB_ASSIGN_OR_RETURN(auto stepper,
                                createCudaRankStepper(config, *comm, &run.sinks[size_t(r)], r));
-        for (int64_t i = 0; i < steps; ++i) MOEWB_RETURN_IF_ERROR(stepper->step().status());
+        for (int64_t i = 0; i < steps; ++i) {
+          // (The Trainer's tail reports steps; a bare stepper only returns them.)
+          MOEWB_ASSIGN_OR_RETURN(RankStepOutcome outcome, stepper->step());
+          if (r == 0) run.sinks[0].steps.push_back(outcome.event);
+        }
         return Status::ok();
       }();
     });

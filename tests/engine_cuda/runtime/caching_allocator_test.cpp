@@ -1,6 +1,6 @@
 // CachingAllocator on a real device: reuse, per-category accounting, observer events, recorded
 // events taken in batches, and out-of-memory as a clear, recoverable Status.
-#include "cuda/caching_allocator.h"
+#include "runtime/cuda/caching_allocator.h"
 
 #include <gtest/gtest.h>
 

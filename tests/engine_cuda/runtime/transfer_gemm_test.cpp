@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "cuda/gemm.h"
+#include "runtime/cuda/gemm.h"
 #include "cuda_test_util.h"
 
 namespace moewb::engine::cuda {

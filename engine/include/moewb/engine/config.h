@@ -199,7 +199,7 @@ struct ConfigKeyInfo {
   std::string description;
 };
 
-// Lists every accepted key in file order (the README's config reference is generated from this).
+// Lists every accepted key in file order (docs/CONFIG.md's config reference is generated from this).
 const std::vector<ConfigKeyInfo>& configKeys();
 
 // Parses TOML text (`sourceName` names it in messages, e.g. the file path). Unknown sections or

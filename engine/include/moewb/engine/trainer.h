@@ -1,19 +1,34 @@
-// Trainer: owns the model, optimizer and data source of one run and executes training steps on
-// the CPU reference backend, reporting everything through an EventSink.
+// Trainer: the one training loop of the engine, for every topology. It owns the loop, the live
+// command queue (pause, resume, single step, stop, config patches, all taken at the step
+// boundary), checkpoints, alignment dumps and the step tail (divergence check, step event, expert
+// loads, counters), and runs each step through a StepRunner (engine/train/step_runner.h):
+//   one rank                      the CPU reference model (fp32), or the CUDA model (bf16 mixed
+//                                 precision) with run.backend = "cuda" / "auto"
+//   parallel.world_size > 1       in-process ranks: CPU threads, or virtual ranks sharing GPU 0
+//                                 with run.backend = "cuda" (expert parallelism, FSDP, HSDP)
+//   TrainerOptions::launcher      this process's rank of a multi-process NCCL run
+// Events go to one EventSink per rank: onRunStart for every rank in rank order before the first
+// step, each rank's phases, collectives and device memory from wherever that rank computes, then
+// (from the training thread, after every rank finished the step) its expert loads, counters and
+// onStep, and onRunEnd per rank. Losses and gradient norms of a parallel step are global (equal on
+// every rank); tokens are each rank's.
 //
 // Lifecycle: create (validates the config, initialises weights from run.seed) -> run / step ->
-// destroy. A Trainer is used from one thread (the "training thread"); requestStop may be called
-// from any thread and makes run() return after the current step. Deterministic: the same config
-// (including seed and thread count-independent math) gives the same losses.
+// destroy. A Trainer is used from one thread (the "training thread"); requestStop and post may be
+// called from any thread. Deterministic: the same config (including seed and thread
+// count-independent math) gives the same losses. Checkpoints, resume, weights, merged exports,
+// dumps and their replay need one rank (kFailedPrecondition otherwise).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +40,9 @@ namespace moewb::engine {
 
 // A command for a running trainer, handled at the next step boundary (TrainerCommand docs in
 // Trainer::post).
+template <typename T>
+class Model;
+
 struct TrainerCommand {
   enum class Kind : uint8_t {
     kPause,       // stop between steps until kResume, kStep or kStop
@@ -38,28 +56,56 @@ struct TrainerCommand {
   std::string source = "cli";            // who asked: "cli", "gui", "tuner"
 };
 
-template <typename T>
-class Model;
-class DeviceBackend;
-class PhaseRecorder;
-struct Batch;
-struct ForwardResult;
-class SyntheticData;
-class ThreadPool;
+class StepRunner;
+struct RankStepOutcome;
+
+// This process's place when a launcher (moewb launch, torchrun, srun) started it.
+struct LauncherRank {
+  int32_t rank = 0;
+  int32_t worldSize = 1;
+  int32_t localRank = 0;   // the GPU this rank uses
+  std::string source;      // "torchrun-style env" or "slurm"
+};
+
+// This process's place when a launcher started it; nullopt for a single-process run.
+// Errors: kInvalidArgument naming a partial or malformed launcher variable.
+Result<std::optional<LauncherRank>> detectLauncherRank();
+
+struct TrainerOptions {
+  // rankSinks[r] receives in-process rank r's events (rank 0's is that of a one-rank run or of
+  // this process under a launcher); missing or null entries: none. Each must outlive the Trainer.
+  std::vector<EventSink*> rankSinks;
+  // Set: this process is one rank of a multi-process run over NCCL on GPU launcher->localRank
+  // (parallel.world_size must equal launcher->worldSize).
+  std::optional<LauncherRank> launcher;
+  // Multi-process runs: called at most once, from a watchdog thread, when a peer died and this
+  // rank's GPU work could not be stopped within parallel.timeout_ms (a stream stuck behind an
+  // NCCL kernel). It should record the failure and end the process (as PyTorch's NCCL watchdog
+  // does); run() would not return. Empty: the rank keeps waiting.
+  std::function<void(const Status&)> onStuckRank;
+};
 
 class Trainer {
  public:
-  // Validates `config` (validateConfig) and builds the model. `sink` may be null; otherwise it
-  // must outlive the Trainer. Errors: kInvalidArgument for a bad config (validateConfig's
-  // message, or more than 2^31-1 routed rows per step); kResourceExhausted when the model and one
-  // step's activations would not fit in half of the machine's memory.
+  // Validates `config` (validateConfig) and builds the model of a one-rank run, or the rank group
+  // of a run with parallel.world_size > 1 (whose ranks start with the first step; `sink` gets
+  // rank 0's events). `sink` may be null; otherwise it must outlive the Trainer. Errors:
+  // kInvalidArgument for a bad config (validateConfig's message, or more than 2^31-1 routed rows
+  // per step); kResourceExhausted when the model and one step's activations would not fit in half
+  // of the machine's memory; the CUDA backend's with run.backend = "cuda".
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
+  // The same for any topology (see TrainerOptions). Errors as above, and for a launcher rank
+  // kInvalidArgument (parallel.world_size differs from the launcher's WORLD_SIZE) or
+  // kFailedPrecondition (no CUDA device, or a build without the CUDA backend).
+  static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, TrainerOptions options);
   ~Trainer();
 
   // Runs `steps` optimizer steps (onRunStart before the first call's first step, onRunEnd at the
-  // end of this call). Returns ok when all steps ran or a stop was requested (outcome kStopped).
-  // A failed step ends the run with outcome kFailed (message = the step's error) and returns that
-  // error. steps < 0 gives kInvalidArgument (no events).
+  // end of this call). Returns ok when all steps ran or a stop was requested (outcome kStopped;
+  // ranks agree on a stop at a step boundary). A failed step ends the run with outcome kFailed
+  // (message = the step's error) and returns that error; a rank that fails or stalls makes the
+  // others fail within parallel.timeout_ms, the error naming it. steps < 0 gives kInvalidArgument
+  // (no events). A run of several ranks ends with its first run() call.
   Status run(int64_t steps);
 
   // One optimizer step: forward, backward, AdamW. Emits phases, expert loads, counters ("lr",
@@ -77,7 +123,7 @@ class Trainer {
   void requestStop() { m_stopRequested.store(true); }
 
   // Writes the weights, AdamW moments and the step counter to `path` (safetensors, atomically;
-  // layout in engine/src/checkpoint/checkpoint.h). Errors: kInternal naming the path.
+  // layout in engine/train/checkpoint/checkpoint.h). Errors: kInternal naming the path.
   Status saveCheckpoint(const std::string& path) const;
 
   // Loads a checkpoint of the same model (names and shapes must match; nothing changes on error);
@@ -105,7 +151,7 @@ class Trainer {
   // with that error.
   void setCheckpointPolicy(int64_t everySteps, const std::string& dir);
 
-  // Writes an alignment dump (engine/src/checkpoint/alignment_dump.h: weights before the step,
+  // Writes an alignment dump (engine/train/checkpoint/alignment_dump.h: weights before the step,
   // the batch, the loss terms, every gradient after backward) for each step in
   // [firstStep, endStep) to `dir`/step-<NNNNNNNN>.safetensors. A failed write fails the step.
   void setDumpPolicy(int64_t firstStep, int64_t endStep, const std::string& dir);
@@ -123,75 +169,71 @@ class Trainer {
   Result<ReplayedLoss> replayAlignmentDump(const std::string& path);
 
   // Thread-safe: queues a command for the running trainer; it is handled before the next step
-  // starts (run() also waits on commands while paused). The future is ready once the command is
-  // handled: ok, or for kApplyPatch an error naming the key when the patch is invalid
-  // (validateConfig) or changes a setting that needs new weights or buffers (liveKeys() lists
-  // what can change). A rejected patch changes nothing; an accepted one is reported through
-  // onConfigChange, one event per changed key.
+  // starts (run() also waits on commands while paused), on every rank of the run at once. The
+  // future is ready once the command is handled: ok, or for kApplyPatch an error naming the key
+  // when the patch is invalid (validateConfig) or changes a setting that needs new weights or
+  // buffers (liveKeys() lists what can change). A rejected patch changes nothing; an accepted one
+  // is reported through rank 0's onConfigChange, one event per changed key. A multi-process
+  // (launcher) rank refuses pause, step and patches (kFailedPrecondition): one process pausing
+  // would stall the others' collectives.
   std::future<Status> post(TrainerCommand command);
 
   // Keys a patch may change while the run goes on.
   static const std::vector<std::string>& liveKeys();
 
   bool paused() const { return m_paused.load(); }
-  int64_t stepsDone() const { return m_stepsDone; }
+  // Thread-safe: completed steps (rank 0's).
+  int64_t stepsDone() const { return m_stepsDone.load(); }
   const RunConfig& config() const { return m_config; }
-  // Number of trainable float parameters.
+  // Ranks this process trains (1, parallel.world_size for in-process ranks, 1 under a launcher).
+  int32_t localRanks() const;
+  // Number of trainable float parameters (one-rank runs; 0 otherwise).
   int64_t parameterCount() const;
-  // Every parameter's name and shape, in model order (the names used by checkpoints and dumps).
+  // Every parameter's name and shape, in model order (the names used by checkpoints and dumps);
+  // one-rank runs (empty otherwise).
   struct ParameterInfo {
     std::string name;
     std::vector<int64_t> shape;
   };
   std::vector<ParameterInfo> parameterInfos() const;
-  // CPU threads the trainer computes with (run.threads, or the hardware threads when 0).
+  // CPU threads a one-rank trainer computes with (run.threads, or the hardware threads when 0).
   int32_t threadCount() const;
   // The backend the steps run on: "cpu" or "cuda" (run.backend = "auto" resolved).
   std::string backendName() const;
-  // What the backend runs on: "CPU, 8 threads" or the GPU ("NVIDIA H200 (device 0, ...)").
+  // What the backend runs on: "CPU, 8 threads", the GPU ("NVIDIA H200 (device 0, ...)"),
+  // "4 in-process ranks (CPU threads)", "4 virtual ranks sharing GPU 0", "rank 1 of 8 processes ...".
   std::string deviceDescription() const;
 
  private:
-  Trainer(const RunConfig& config, EventSink* sink);
-  void startRunOnce();
-  void endRun(RunOutcome outcome, const std::string& message);
-  Result<StepEvent> trainStep();
+  Trainer(const RunConfig& config, std::unique_ptr<StepRunner> runner,
+          std::vector<EventSink*> rankSinks);
+  // onRunStart on every rank's sink and the runner's start (rank threads, rendezvous), once.
+  Status startRunOnce();
+  // Ends the run: the runner's finish, then onRunEnd on every rank's sink. Returns `status`, or
+  // the finish's error when `status` is ok.
+  Status endRun(RunOutcome outcome, Status status);
+  // The step tail: divergence check, tokens/s, then per rank its expert loads, counters, onStep.
+  Result<StepEvent> finishStep(std::vector<RankStepOutcome>& outcomes);
   Status maybeSaveCheckpoint();
   // Handles queued commands; returns false when the run must stop. Blocks while paused.
   bool handleCommands();
   // Answers every queued command with kFailedPrecondition (the run has ended).
   void rejectPendingCommands();
   Status applyPatch(const TrainerCommand& command);
-  // Resolves run.backend and builds the device backend when it is not the CPU.
-  Status selectBackend();
-  // One step on the device backend (trainStep's device half).
-  Result<StepEvent> deviceTrainStep(int64_t stepIndex, StepEvent event, PhaseRecorder& recorder,
-                                    const Batch& batch);
+  // The host model of a one-rank run, or kFailedPrecondition naming `what` for other topologies.
+  Result<Model<float>*> singleRankModel(const std::string& what) const;
   struct QueuedCommand {
     TrainerCommand command;
     std::promise<Status> done;
   };
-  // Bytes per memory category reported with each step (host tensors, or the device's).
-  struct MemoryAccount {
-    int64_t weightsBytes = 0;
-    int64_t gradsBytes = 0;
-    int64_t optimizerBytes = 0;
-    int64_t activationsBytes = 0;  // activations + workspace at the step's peak
-    int64_t totalBytes = 0;        // everything in use at the step's end
-  };
-  MemoryAccount hostMemoryAccount(int64_t peakBytes) const;
-  void emitStepEvents(const StepEvent& event, const ForwardResult& forward,
-                      const MemoryAccount& memory);
 
   RunConfig m_config;
-  EventSink* m_sink;
-  std::unique_ptr<ThreadPool> m_pool;
-  std::unique_ptr<Model<float>> m_model;  // the weights' owner on every backend (checkpoints)
-  std::unique_ptr<DeviceBackend> m_device;  // the CUDA backend, or null on the CPU reference
-  std::string m_backendNote;  // why run.backend = "auto" stayed on the CPU (empty otherwise)
-  std::unique_ptr<SyntheticData> m_data;
-  int64_t m_stepsDone = 0;
+  std::unique_ptr<StepRunner> m_runner;
+  std::vector<EventSink*> m_sinks;  // [local ranks] (null entries: none)
+  std::string m_liveRefusal;  // why pause / step / patch are refused ("" when accepted)
+  std::atomic<int64_t> m_stepsDone{0};
   bool m_runStarted = false;
+  bool m_runEnded = false;
   Status m_failure;  // the error of the step that failed; ok while training is healthy
   std::atomic<bool> m_stopRequested{false};
   std::mutex m_commandMutex;

@@ -1,0 +1,81 @@
+// LM loss head dispatch over dense / chunk / CCE (see lm_loss.h).
+#include "model/cpu/lm_loss.h"
+
+#include "model/batch.h"
+#include "ops/cross_entropy/cross_entropy.h"
+#include "ops/linear/linear.h"
+
+namespace moewb::engine {
+namespace {
+
+LinearLossOptions linearLossOptions() {
+  LinearLossOptions options;
+  options.ignoreIndex = kIgnoreTarget;
+  return options;
+}
+
+ChunkLossOptions chunkOptions(const ModelDims& dims) {
+  ChunkLossOptions options;
+  options.chunkTokens = dims.loss.chunkTokens;
+  options.loss = linearLossOptions();
+  return options;
+}
+
+CceOptions cceOptions(const ModelDims& dims) {
+  CceOptions options;
+  options.vocabBlock = dims.loss.cceVocabBlock;
+  options.filterEps = dims.loss.cceFilterEps;  // 0 = exact
+  options.loss = linearLossOptions();
+  return options;
+}
+
+}  // namespace
+
+template <typename T>
+double lmLossForward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h,
+                     const Tensor<T>& wv, const Tensor<int32_t>& targets, LmLossSaved<T>& saved) {
+  if (dims.loss.kind == "chunk") {
+    return chunkLossForward(pool, h, wv, targets, chunkOptions(dims), saved.chunk).loss;
+  }
+  if (dims.loss.kind == "cce") {
+    return cceForward(pool, h, wv, targets, cceOptions(dims), saved.cce).loss;
+  }
+  const int64_t n = h.dim(0), d = h.dim(1), v = wv.dim(0);
+  saved.logits = Tensor<T>({n, v});
+  linearForward(pool, h.data(), wv.data(), saved.logits.data(), n, d, v);
+  return crossEntropyForward(pool, saved.logits, targets, saved.lse);
+}
+
+template <typename T>
+Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h,
+                         const Tensor<T>& wv, const Tensor<int32_t>& targets,
+                         LmLossSaved<T>& saved, Tensor<T>& dWv) {
+  if (dims.loss.kind == "chunk") {
+    Tensor<T> dh = chunkLossBackward(pool, saved.chunk, 1.0, dWv);
+    saved.chunk = {};
+    return dh;
+  }
+  if (dims.loss.kind == "cce") {
+    Tensor<T> dh = cceBackward(pool, h, wv, targets, cceOptions(dims), saved.cce, 1.0, dWv);
+    saved.cce = {};
+    return dh;
+  }
+  const int64_t n = h.dim(0), d = h.dim(1), v = wv.dim(0);
+  Tensor<T> dLogits = crossEntropyBackward(pool, saved.logits, targets, saved.lse, 1.0);  // [N, V]
+  saved.logits = Tensor<T>();
+  Tensor<T> dh({n, d});
+  linearBackwardData(pool, dLogits.data(), wv.data(), dh.data(), n, d, v);
+  linearBackwardWeight(pool, dLogits.data(), h.data(), dWv.data(), n, d, v);
+  return dh;
+}
+
+#define MOEWB_INSTANTIATE_LM_LOSS(T)                                                            \
+  template double lmLossForward<T>(ThreadPool&, const ModelDims&, const Tensor<T>&,             \
+                                   const Tensor<T>&, const Tensor<int32_t>&, LmLossSaved<T>&);  \
+  template Tensor<T> lmLossBackward<T>(ThreadPool&, const ModelDims&, const Tensor<T>&,         \
+                                       const Tensor<T>&, const Tensor<int32_t>&,                \
+                                       LmLossSaved<T>&, Tensor<T>&);
+MOEWB_INSTANTIATE_LM_LOSS(float)
+MOEWB_INSTANTIATE_LM_LOSS(double)
+
+}  // namespace moewb::engine

@@ -1,0 +1,164 @@
+// The CUDA DeviceBackend (backend/device_backend.h): a CudaContext on one GPU, the CudaModel and
+// the device optimizer; one trainStep = zero grads, forward, backward, norm, clip + AdamW.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "train/device_backend.h"
+#include "runtime/cuda/cuda_context.h"
+#include "model/cuda/cuda_model.h"
+#include "train/cuda/cuda_optimizer.h"
+#include "moewb/base/units.h"
+#include "model/cuda/device_memory_reporter.h"
+#include "model/cuda/device_timeline.h"
+
+namespace moewb::engine {
+namespace {
+
+using cuda::CudaContext;
+using cuda::CudaModel;
+using cuda::MemoryCategory;
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend(std::unique_ptr<CudaContext> context, std::unique_ptr<CudaModel> model)
+      : m_context(std::move(context)), m_model(std::move(model)) {}
+
+  std::string backendName() const override { return "cuda"; }
+
+  std::string deviceDescription() const override {
+    const cuda::DeviceInfo& d = m_context->device();
+    char text[160];
+    std::snprintf(text, sizeof text, "%s (device %d, compute %d.%d, %d SMs, %.1f GiB)",
+                  d.name.c_str(), d.ordinal, d.computeMajor, d.computeMinor, d.multiprocessors,
+                  double(d.totalMemoryBytes) / double(int64_t(1) << 30));
+    return text;
+  }
+
+  void setEventSink(EventSink* sink, int32_t rank) override {
+    m_sink = sink;
+    m_rank = rank;
+  }
+
+  Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
+                                     PhaseRecorder* recorder) override {
+    m_memory.emit(m_step);  // events since the last step (a reload, ...) keep its tag
+    m_step = step;
+    if (m_sink != nullptr && !m_memory.started()) m_memory.start(*m_context, m_sink, m_rank, step);
+    Result<DeviceStepResult> result = trainStepOnce(batch, step, optim, recorder);
+    m_memory.emit(step);  // after an error; a finished step emitted them before its sync
+    return result;
+  }
+
+  Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) override {
+    Result<ForwardResult> forward = runForwardBackward(batch, step, nullptr);
+    m_memory.emit(m_step);
+    return forward;
+  }
+
+  Status pullState(Model<float>& host) override {
+    return m_model->parameters().download(*m_context, host.parameters());
+  }
+  Status pushState(const Model<float>& host) override {
+    MOEWB_RETURN_IF_ERROR(m_model->parameters().reload(*m_context, host.parameters()));
+    return m_context->synchronize();
+  }
+  Status pullGrads(Model<float>& host) override {
+    return m_model->parameters().downloadGrads(*m_context, host.parameters());
+  }
+  void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
+
+ private:
+  Result<DeviceStepResult> trainStepOnce(const Batch& batch, int64_t step,
+                                         const OptimSection& optim, PhaseRecorder* recorder) {
+    m_context->allocator().resetPeaks();
+    MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), recorder));
+    DeviceStepResult result;
+    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, &m_timeline));
+    {
+      cuda::DevicePhase phase(&m_timeline, Phase::kOptimizer, Pass::kNone, -1);
+      MOEWB_ASSIGN_OR_RETURN(result.optim.gradNorm,
+                             cuda::parameterGradNormCuda(*m_context, m_model->parameters()));
+      const bool finite = std::isfinite(result.forward.loss) &&
+                          std::isfinite(result.forward.auxLoss) &&
+                          std::isfinite(result.optim.gradNorm);
+      if (finite) {
+        MOEWB_ASSIGN_OR_RETURN(OptimizerStepResult applied,
+                               cuda::optimizerStepCuda(*m_context, m_model->parameters(), optim,
+                                                       step, result.optim.gradNorm));
+        result.optim.clipScale = applied.clipScale;
+        result.optim.lr = applied.lr;
+        result.updated = true;
+      }
+    }
+    // The step's last launch is queued: handing its memory events to the sinks now overlaps
+    // that host work with the GPU's tail of the step.
+    m_memory.emit(step);
+    MOEWB_RETURN_IF_ERROR(m_context->synchronize());
+    MOEWB_RETURN_IF_ERROR(m_timeline.flush());
+    const cuda::AllocatorStats stats = m_context->allocator().stats();
+    auto inUse = [&](MemoryCategory c) { return stats.inUseBytes[size_t(c)]; };
+    result.weightsBytes = inUse(MemoryCategory::kWeights);
+    result.gradsBytes = inUse(MemoryCategory::kGrads);
+    result.optimizerBytes = inUse(MemoryCategory::kOptimizer);
+    result.peakBytes = stats.totalPeakInUseBytes;
+    result.activationsPeakBytes = std::max<int64_t>(
+        0, stats.totalPeakInUseBytes - result.weightsBytes - result.gradsBytes -
+               result.optimizerBytes);
+    return result;
+  }
+
+  // Zero grads, forward, backward. On an error (out of memory included) the activations are
+  // dropped so the next step starts from a clean device state.
+
+  Result<ForwardResult> runForwardBackward(const Batch& batch, int64_t step,
+                                           cuda::DeviceTimeline* timeline) {
+    Result<ForwardResult> forward = forwardBackwardOnce(batch, step, timeline);
+    if (!forward.isOk()) {
+      m_model->releaseActivations();
+      (void)m_context->synchronize();
+      m_context->allocator().emptyCache();
+      return forward.status().withContext("CUDA step " + std::to_string(step));
+    }
+    return forward;
+  }
+
+  Result<ForwardResult> forwardBackwardOnce(const Batch& batch, int64_t step,
+                                            cuda::DeviceTimeline* timeline) {
+    MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
+    m_model->setStep(step);
+    ForwardResult forward;
+    {
+      cuda::DevicePhase phase(timeline, Phase::kForward, Pass::kForward, -1);
+      MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, timeline));
+    }
+    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) return forward;
+    cuda::DevicePhase phase(timeline, Phase::kBackward, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(m_model->backward(timeline));
+    return forward;
+  }
+
+  std::unique_ptr<CudaContext> m_context;
+  std::unique_ptr<CudaModel> m_model;
+  cuda::DeviceTimeline m_timeline;
+  EventSink* m_sink = nullptr;
+  int32_t m_rank = 0;
+  int64_t m_step = 0;
+  cuda::DeviceMemoryReporter m_memory;  // after m_context: stops before the context goes
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig&, Model<float>& host,
+                                                         int deviceOrdinal) {
+  MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(host.dims()));
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> context,
+                         CudaContext::create(deviceOrdinal));
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, CudaModel::create(*context, host));
+  return std::unique_ptr<DeviceBackend>(new CudaBackend(std::move(context), std::move(model)));
+}
+
+bool cudaDeviceAvailable() { return cuda::deviceCount() > 0; }
+
+}  // namespace moewb::engine

@@ -1,0 +1,261 @@
+// The single-rank StepRunners (model_runner.h): the CPU model's step and the CUDA model's step,
+// and the choice between them (run.backend).
+#include "train/model_runner.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <new>
+
+#include "moewb/base/units.h"
+#include "runtime/phase_recorder.h"
+#include "runtime/tensor/tensor.h"
+#include "train/checkpoint/alignment_dump.h"
+#include "train/device_backend.h"
+#include "train/optimizer.h"
+
+namespace moewb::engine {
+namespace {
+
+// Rough bytes of the float parameters (value, grad, two moments) plus one step's activations.
+double estimateTrainingBytes(const ModelDims& d) {
+  const double n = double(d.tokens()), rows = n * double(d.topK);
+  const double params =
+      double(d.vocabSize) * double(d.dModel) * 2 +
+      double(d.numLayers) * (4.0 * double(d.dModel) * double(d.dModel) +
+                             3.0 * double(d.numExperts) * double(d.dFf) * double(d.dModel));
+  const double perLayer =
+      n * double(d.dModel) * 12 +
+      double(d.batchSize) * double(d.numHeads) * double(d.seqLen) * double(d.seqLen) +
+      rows * (2.0 * double(d.dModel) + 3.0 * double(d.dFf)) + 2.0 * n * double(d.numExperts);
+  const double activations = double(d.numLayers) * perLayer + 2.0 * n * double(d.vocabSize);
+  return 4.0 * (4.0 * params + activations);
+}
+
+double physicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long pageBytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && pageBytes > 0 ? double(pages) * double(pageBytes) : 0.0;
+}
+
+Status divergedLoss(int64_t step, const ForwardResult& forward) {
+  return internalError("training diverged at step " + std::to_string(step) +
+                       ": loss = " + std::to_string(forward.loss) +
+                       ", aux loss = " + std::to_string(forward.auxLoss));
+}
+
+// The fp32 reference: forward, backward, clip + AdamW on the host model.
+class CpuModelRunner final : public ModelRunner {
+ public:
+  explicit CpuModelRunner(const RunConfig& config, std::string backendNote)
+      : ModelRunner(config), m_backendNote(std::move(backendNote)) {}
+  std::string backendName() const override { return "cpu"; }
+  std::string deviceDescription() const override {
+    return "CPU, " + std::to_string(threadCount()) + " threads" +
+           (m_backendNote.empty() ? "" : " (" + m_backendNote + ")");
+  }
+  Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
+
+ private:
+  std::string m_backendNote;  // why run.backend = "auto" stayed on the CPU (empty otherwise)
+};
+
+// The same step on the CUDA backend; the host model keeps the expert bias and the identity.
+class CudaModelRunner final : public ModelRunner {
+ public:
+  explicit CudaModelRunner(const RunConfig& config) : ModelRunner(config) {}
+  Status attach(std::unique_ptr<DeviceBackend> device) {
+    m_device = std::move(device);
+    return Status::ok();
+  }
+  std::string backendName() const override { return m_device->backendName(); }
+  std::string deviceDescription() const override { return m_device->deviceDescription(); }
+  Status start(const std::vector<EventSink*>& sinks) override {
+    MOEWB_RETURN_IF_ERROR(ModelRunner::start(sinks));
+    m_device->setEventSink(m_sink, 0);
+    return Status::ok();
+  }
+  Status applyLiveConfig(const RunConfig& config) override {
+    MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
+    m_device->applyLiveDims(ModelDims::fromConfig(m_config));
+    return Status::ok();
+  }
+  // Out of device memory fails only that step: the backend released the step's memory and the
+  // weights are untouched, so a later step (e.g. after a smaller live patch) may run.
+  bool recoverable(const Status& failure) const override {
+    return failure.code() == StatusCode::kResourceExhausted;
+  }
+  DeviceBackend* device() override { return m_device.get(); }
+  Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
+
+ private:
+  std::unique_ptr<DeviceBackend> m_device;
+};
+
+Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& request) {
+  const int64_t stepIndex = request.step;
+  TensorMemory::resetPeak();
+  RankStepOutcome out;
+  out.event.step = stepIndex;
+  out.event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = m_data->batch(stepIndex);
+  m_model->zeroGrads();
+  m_model->setStep(stepIndex);
+  {
+    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
+    out.forward = m_model->forward(batch, &recorder);
+  }
+  if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
+    return divergedLoss(stepIndex, out.forward);
+  }
+  {
+    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(&recorder);
+  }
+  if (request.dump) {
+    MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
+                                             batch, {out.forward.loss, out.forward.auxLoss},
+                                             toToml(m_config)));
+  }
+  OptimizerStepResult optim;
+  {
+    ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
+    optim.gradNorm = globalGradNorm(*m_pool, m_model->parameters());
+    if (std::isfinite(optim.gradNorm)) {
+      optim =
+          optimizerStep(*m_pool, m_model->parameters(), m_config.optim, stepIndex, optim.gradNorm);
+      m_model->afterOptimizerStep();
+    }
+  }
+  out.event.endNs = steadyNowNs();
+  out.event.loss = out.forward.loss;
+  out.event.auxLoss = out.forward.auxLoss;
+  out.event.tokens = batch.tokens();
+  out.event.peakBytes = TensorMemory::peakBytes();
+  out.event.gradNorm = optim.gradNorm;
+  out.event.lr = optim.lr;
+  // Persistent state from the parameters; activations and workspace as the rest of the peak.
+  MemoryAccount& memory = out.memory;
+  for (const auto& p : m_model->parameters()) {
+    memory.weightsBytes += p.value.bytes();
+    memory.gradsBytes += p.grad.bytes();
+    memory.optimizerBytes += p.adamM.bytes() + p.adamV.bytes();
+  }
+  memory.activationsBytes =
+      std::max<int64_t>(0, out.event.peakBytes - memory.weightsBytes - memory.gradsBytes -
+                               memory.optimizerBytes);
+  memory.totalBytes = TensorMemory::currentBytes();
+  std::vector<RankStepOutcome> outcomes;
+  outcomes.push_back(std::move(out));
+  return outcomes;
+}
+
+Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& request) {
+  const int64_t stepIndex = request.step;
+  RankStepOutcome out;
+  out.event.step = stepIndex;
+  out.event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = m_data->batch(stepIndex);
+  if (request.dump) MOEWB_RETURN_IF_ERROR(m_device->pullState(*m_model));
+  MOEWB_ASSIGN_OR_RETURN(DeviceStepResult result,
+                         m_device->trainStep(batch, stepIndex, m_config.optim, &recorder));
+  out.forward = std::move(result.forward);
+  if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
+    return divergedLoss(stepIndex, out.forward);
+  }
+  if (!std::isfinite(result.optim.gradNorm)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": gradient norm = " + std::to_string(result.optim.gradNorm));
+  }
+  if (request.dump) {
+    MOEWB_RETURN_IF_ERROR(m_device->pullGrads(*m_model));
+    MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
+                                             batch, {out.forward.loss, out.forward.auxLoss},
+                                             toToml(m_config)));
+  }
+  m_model->afterOptimizerStep();  // the expert bias lives on the host model
+  out.event.endNs = steadyNowNs();
+  out.event.loss = out.forward.loss;
+  out.event.auxLoss = out.forward.auxLoss;
+  out.event.tokens = batch.tokens();
+  out.event.peakBytes = result.peakBytes;
+  out.event.gradNorm = result.optim.gradNorm;
+  out.event.lr = result.optim.lr;
+  out.memory.weightsBytes = result.weightsBytes;
+  out.memory.gradsBytes = result.gradsBytes;
+  out.memory.optimizerBytes = result.optimizerBytes;
+  out.memory.activationsBytes = result.activationsPeakBytes;
+  out.memory.totalBytes = result.peakBytes;
+  std::vector<RankStepOutcome> outcomes;
+  outcomes.push_back(std::move(out));
+  return outcomes;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const RunConfig& config) : m_config(config) {
+  m_pool = std::make_unique<ThreadPool>(config.run.threads);
+  m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
+  m_model->initialize(config.run.seed);
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize, config.model.seqLen,
+                                           config.run.seed);
+}
+
+ModelRunner::~ModelRunner() = default;
+
+Status ModelRunner::start(const std::vector<EventSink*>& sinks) {
+  m_sink = sinks.empty() ? nullptr : sinks[0];
+  return Status::ok();
+}
+
+Status ModelRunner::applyLiveConfig(const RunConfig& config) {
+  refreshDataOnPatch(m_data, m_config, config);
+  m_config = config;
+  m_model->applyLiveDims(ModelDims::fromConfig(m_config));
+  return Status::ok();
+}
+
+Result<std::unique_ptr<StepRunner>> createModelRunner(const RunConfig& config) {
+  const int64_t routedRows = config.tokensPerStep() * config.moe.topK;
+  if (routedRows > std::numeric_limits<int32_t>::max()) {
+    return invalidArgument(
+        "data.batch_size * model.seq_len * moe.top_k = " + std::to_string(routedRows) +
+        " routed rows per step; the CPU engine accepts at most 2147483647");
+  }
+  const double neededBytes = estimateTrainingBytes(ModelDims::fromConfig(config));
+  const double memoryBytes = physicalMemoryBytes();
+  if (memoryBytes > 0 && neededBytes > 0.5 * memoryBytes) {
+    return resourceExhausted("the model and one step's activations need about " +
+                             formatBytes(int64_t(neededBytes)) + ", more than half of the " +
+                             formatBytes(int64_t(memoryBytes)) +
+                             " of memory; reduce model.d_model, moe.num_experts, moe.d_ff, "
+                             "model.vocab_size or data.batch_size * model.seq_len");
+  }
+  try {
+    // run.backend: "cuda" must get the GPU (or fail naming why); "auto" takes it when this build
+    // has the CUDA backend, a device is visible and the model's settings run there.
+    const std::string& wanted = config.run.backend;
+    if (wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable())) {
+      return std::unique_ptr<StepRunner>(new CpuModelRunner(config, ""));
+    }
+    std::unique_ptr<CudaModelRunner> gpu(new CudaModelRunner(config));
+    Result<std::unique_ptr<DeviceBackend>> device = createCudaBackend(config, *gpu->hostModel(), 0);
+    if (device.isOk()) {
+      MOEWB_RETURN_IF_ERROR(gpu->attach(std::move(device).value()));
+      return std::unique_ptr<StepRunner>(std::move(gpu));
+    }
+    if (wanted == "auto" && device.status().code() == StatusCode::kUnimplemented) {
+      gpu.reset();
+      return std::unique_ptr<StepRunner>(new CpuModelRunner(
+          config, "run.backend = \"auto\" stayed on cpu: " + device.status().message()));
+    }
+    return device.status();
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("out of memory while allocating the model");
+  }
+}
+
+}  // namespace moewb::engine

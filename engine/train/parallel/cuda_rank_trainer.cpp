@@ -1,0 +1,202 @@
+// One GPU rank of a parallel run (see cuda_rank_trainer.h).
+#include "train/parallel/cuda_rank_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "train/cuda/cuda_optimizer.h"
+#include "moewb/base/units.h"
+#include "model/parallel/collective_error.h"
+#include "train/parallel/rank_trainer.h"
+
+namespace moewb::engine::cuda {
+
+class CudaRankTrainer::Hooks final : public ModelHooks {
+ public:
+  explicit Hooks(CudaFsdpShards& shards) : m_shards(shards) {}
+  void beforeForward(int32_t unit) override { throwIfFailed(m_shards.gather(unit)); }
+  void afterBackward(int32_t unit) override { throwIfFailed(m_shards.reduce(unit)); }
+
+ private:
+  CudaFsdpShards& m_shards;
+};
+
+Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const RunConfig& config,
+                                                                 Communicator& world,
+                                                                 EventSink* sink,
+                                                                 int deviceOrdinal) {
+  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  if (config.parallel.worldSize != world.worldSize()) {
+    return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
+                           " but the communicator has " + std::to_string(world.worldSize()) +
+                           " ranks");
+  }
+  if (!world.supportsDevice()) {
+    return failedPrecondition("GPU ranks need a communicator with device collectives (virtual "
+                              "GPU ranks or NCCL)");
+  }
+  std::unique_ptr<CudaRankTrainer> t(new CudaRankTrainer(config, world, sink));
+  MOEWB_ASSIGN_OR_RETURN(t->m_groups, splitParallelGroups(world, config.parallel));
+  const int32_t r = world.rank(), w = config.parallel.worldSize;
+  observeCollectives(world, "world", sink, r, &t->m_tag, &t->m_stepsDone);
+  observeCollectives(*t->m_groups.ep, "ep", sink, r, &t->m_tag, &t->m_stepsDone);
+  observeCollectives(*t->m_groups.expertDp, "expert_dp", sink, r, &t->m_tag, &t->m_stepsDone);
+  observeCollectives(*t->m_groups.fsdp, "fsdp", sink, r, &t->m_tag, &t->m_stepsDone);
+  observeCollectives(*t->m_groups.replicate, "replicate", sink, r, &t->m_tag, &t->m_stepsDone);
+  ModelDims dims = ModelDims::fromConfig(config);
+  dims.batchSize /= w;
+  dims.expertShards = config.parallel.ep;
+  dims.expertShard = r % config.parallel.ep;
+  MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(dims));
+  t->m_host = std::make_unique<Model<float>>(dims, *t->m_pool);
+  t->m_host->initialize(config.run.seed);
+  MOEWB_ASSIGN_OR_RETURN(t->m_context, CudaContext::create(deviceOrdinal));
+  MOEWB_ASSIGN_OR_RETURN(t->m_model, CudaModel::create(*t->m_context, *t->m_host));
+  const FsdpGroups groups{t->m_groups.fsdp.get(), t->m_groups.replicate.get(),
+                          t->m_groups.expertDp.get(), w};
+  MOEWB_ASSIGN_OR_RETURN(t->m_shards, CudaFsdpShards::create(*t->m_context, *t->m_host,
+                                                             t->m_model->parameters(), groups));
+  t->m_hooks = std::make_unique<Hooks>(*t->m_shards);
+  ModelParallel parallel;
+  parallel.ep = config.parallel.ep > 1 ? t->m_groups.ep.get() : nullptr;
+  parallel.world = w > 1 ? &world : nullptr;
+  parallel.hooks = t->m_hooks.get();
+  parallel.tag = &t->m_tag;
+  parallel.a2aChunks = config.parallel.a2aChunks;
+  t->m_model->setParallel(parallel);
+  return t;
+}
+
+CudaRankTrainer::CudaRankTrainer(const RunConfig& config, Communicator& world, EventSink* sink)
+    : m_config(config), m_world(world), m_sink(sink) {
+  m_pool = std::make_unique<ThreadPool>(1);  // host work of a GPU rank: initialisation only
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
+                                           config.model.seqLen, config.run.seed);
+}
+
+CudaRankTrainer::~CudaRankTrainer() { m_memory.stop(); }
+
+Result<bool> CudaRankTrainer::agree(bool stop) { return agreeOnStop(m_world, stop); }
+
+void CudaRankTrainer::applyLiveConfig(const RunConfig& config) {
+  refreshDataOnPatch(m_data, m_config, config);
+  m_config = config;
+  ModelDims dims = ModelDims::fromConfig(config);
+  m_host->applyLiveDims(dims);
+  m_model->applyLiveDims(dims);
+}
+
+Result<RankStepOutcome> CudaRankTrainer::step() {
+  if (!m_failure.isOk()) {
+    return failedPrecondition("training already failed: " + m_failure.toString());
+  }
+  const int64_t stepIndex = m_stepsDone;
+  try {
+    Result<RankStepOutcome> result = trainStep();
+    m_memory.emit(stepIndex);  // a failed step's events (a finished step emitted them already)
+    if (!result.isOk()) m_failure = result.status();
+    return result;
+  } catch (const CollectiveError& e) {
+    m_failure = e.status();
+  }
+  m_model->releaseActivations();
+  m_memory.emit(stepIndex);
+  return m_failure;
+}
+
+Result<RankStepOutcome> CudaRankTrainer::trainStep() {
+  const int64_t stepIndex = m_stepsDone;
+  const int32_t w = m_world.worldSize();
+  if (m_sink != nullptr && !m_memory.started()) {
+    m_memory.start(*m_context, m_sink, m_world.rank(), stepIndex);
+  }
+  m_context->allocator().resetPeaks();
+  RankStepOutcome out;
+  StepEvent& event = out.event;
+  event.step = stepIndex;
+  event.rank = m_world.rank();
+  event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = RankTrainer::slice(m_data->batch(stepIndex), m_world.rank(), w);
+  MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), &recorder));
+  MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
+  m_model->setStep(stepIndex);
+  ForwardResult& forward = out.forward;
+  {
+    DevicePhase phase(&m_timeline, Phase::kForward, Pass::kForward, -1);
+    MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, &m_timeline));
+  }
+  MOEWB_ASSIGN_OR_RETURN(const GlobalLosses losses,
+                         meanLossesOverRanks(m_world, forward.loss, forward.auxLoss, stepIndex));
+  {
+    DevicePhase phase(&m_timeline, Phase::kBackward, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(m_model->backward(&m_timeline));
+  }
+  OptimizerStepResult optim;
+  {
+    DevicePhase phase(&m_timeline, Phase::kOptimizer, Pass::kNone, -1);
+    MOEWB_ASSIGN_OR_RETURN(optim, optimizerStep(stepIndex));
+  }
+  m_memory.emit(stepIndex);  // after the step's last launch, before waiting for the GPU
+  MOEWB_RETURN_IF_ERROR(m_context->synchronize());
+  MOEWB_RETURN_IF_ERROR(m_timeline.flush());
+  if (!std::isfinite(optim.gradNorm)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": gradient norm = " + std::to_string(optim.gradNorm));
+  }
+  event.endNs = steadyNowNs();
+  event.loss = losses.loss;
+  event.auxLoss = losses.auxLoss;
+  event.tokens = batch.tokens();
+  event.peakBytes = m_context->allocator().stats().totalPeakInUseBytes;
+  event.gradNorm = optim.gradNorm;
+  event.lr = optim.lr;
+  const AllocatorStats stats = m_context->allocator().stats();
+  out.memory.weightsBytes = stats.inUseBytes[size_t(MemoryCategory::kWeights)];
+  out.memory.gradsBytes = stats.inUseBytes[size_t(MemoryCategory::kGrads)];
+  out.memory.optimizerBytes = stats.inUseBytes[size_t(MemoryCategory::kOptimizer)];
+  ++m_stepsDone;
+  return out;
+}
+
+// Global norm over the shards (dense shards once per replica set), clip + AdamW on the shards,
+// then the aux-loss-free bias from the global counts.
+Result<OptimizerStepResult> CudaRankTrainer::optimizerStep(int64_t stepIndex) {
+  m_tag.layer = -1;
+  double squares = 0;
+  for (CudaParameters* set : {&m_shards->denseShards(), &m_shards->expertShards()}) {
+    if (set->all().empty()) continue;
+    if (set == &m_shards->denseShards() && !m_shards->countsDenseNorm()) continue;
+    MOEWB_ASSIGN_OR_RETURN(double norm, parameterGradNormCuda(*m_context, *set));
+    squares += norm * norm;
+  }
+  OptimizerStepResult optim;
+  optim.gradNorm = std::sqrt(sumOverRanks(m_world, squares));
+  if (!std::isfinite(optim.gradNorm)) return optim;
+  for (CudaParameters* set : {&m_shards->denseShards(), &m_shards->expertShards()}) {
+    if (set->all().empty()) continue;
+    MOEWB_ASSIGN_OR_RETURN(OptimizerStepResult applied,
+                           optimizerStepCuda(*m_context, *set, m_config.optim, stepIndex,
+                                             optim.gradNorm));
+    optim.lr = applied.lr;
+    optim.clipScale = applied.clipScale;
+  }
+  MOEWB_RETURN_IF_ERROR(sumExpertCountsOverRanks(m_world, m_host->expertBiases()));
+  m_host->afterOptimizerStep();
+  return optim;
+}
+
+}  // namespace moewb::engine::cuda
+
+namespace moewb::engine {
+
+Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const RunConfig& config,
+                                                           Communicator& world, EventSink* sink,
+                                                           int deviceOrdinal) {
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaRankTrainer> trainer,
+                         cuda::CudaRankTrainer::create(config, world, sink, deviceOrdinal));
+  return std::unique_ptr<RankStepper>(std::move(trainer));
+}
+
+}  // namespace moewb::engine

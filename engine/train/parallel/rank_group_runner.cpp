@@ -1,0 +1,172 @@
+// RankGroupRunner (rank_group_runner.h): rank threads that take one task at a time from the
+// trainer thread, under runRanks / runVirtualGpuRanks so a failing rank aborts the others.
+#include "train/parallel/rank_group_runner.h"
+
+#include <chrono>
+
+#include "comm/in_process_comm.h"
+#include "train/parallel/rank_common.h"
+#include "train/parallel/rank_trainer.h"
+
+namespace moewb::engine {
+
+RankGroupRunner::RankGroupRunner(const RunConfig& config)
+    : m_config(config), m_gpu(config.run.backend == "cuda") {}
+
+RankGroupRunner::~RankGroupRunner() { (void)finish(); }
+
+std::string RankGroupRunner::deviceDescription() const {
+  const std::string ranks = std::to_string(m_config.parallel.worldSize);
+  return m_gpu ? ranks + " virtual ranks sharing GPU 0" : ranks + " in-process ranks (CPU threads)";
+}
+
+Status RankGroupRunner::rankMain(Communicator& world) {
+  const int32_t rank = world.rank();
+  EventSink* sink = m_sinks[size_t(rank)];
+  const auto createCpuRank = [&]() -> Result<std::unique_ptr<RankStepper>> {
+    MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<RankTrainer> trainer,
+                           RankTrainer::create(m_config, world, sink));
+    return std::unique_ptr<RankStepper>(std::move(trainer));
+  };
+  Result<std::unique_ptr<RankStepper>> created =
+      m_gpu ? createCudaRankStepper(m_config, world, sink, 0) : createCpuRank();
+  if (!created.isOk()) {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_abort = true;  // ranks that were built already wait for tasks: let them go
+    }
+    m_taskReady.notify_all();
+    return created.status();
+  }
+  std::unique_ptr<RankStepper> stepper = std::move(created).value();
+  uint64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ++m_ready;
+    seen = m_taskSeq;
+  }
+  m_resultReady.notify_all();
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(m_mutex);
+      m_taskReady.wait(lock, [&] { return m_taskSeq != seen || m_abort; });
+      if (m_abort) return cancelled("rank " + std::to_string(rank) + " stopped: another rank failed");
+      seen = m_taskSeq;
+      task = m_task;
+    }
+    RankResult result;
+    switch (task.kind) {
+      case TaskKind::kAgree: {
+        Result<bool> agreed = stepper->agree(task.stop);
+        result.status = agreed.status();
+        if (agreed.isOk()) result.stop = *agreed;
+        break;
+      }
+      case TaskKind::kStep: {
+        Result<RankStepOutcome> outcome = stepper->step();
+        result.status = outcome.status();
+        if (outcome.isOk()) result.outcome = std::move(outcome).value();
+        break;
+      }
+      case TaskKind::kApply: stepper->applyLiveConfig(task.config); break;
+      case TaskKind::kQuit: stepper.reset(); break;
+    }
+    const Status status = result.status;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      if (!status.isOk()) m_failed = true;
+      m_results[size_t(rank)] = std::move(result);
+      --m_pending;
+    }
+    m_resultReady.notify_all();
+    if (!status.isOk() || task.kind == TaskKind::kQuit) return status;
+  }
+}
+
+Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
+  if (m_started) return Status::ok();
+  m_started = true;
+  const int32_t world = m_config.parallel.worldSize;
+  m_sinks = sinks;
+  m_sinks.resize(size_t(world), nullptr);
+  m_results.resize(size_t(world));
+  m_driver = std::thread([this, world] {
+    const auto body = [this](Communicator& comm) { return rankMain(comm); };
+    const std::chrono::milliseconds timeout(m_config.parallel.timeoutMs);
+    Status status = m_gpu ? runVirtualGpuRanks(world, 0, body, timeout)
+                          : runRanks(world, body, timeout);
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_groupEnded = true;
+      m_groupStatus = status;
+    }
+    m_resultReady.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(m_mutex);
+  m_resultReady.wait(lock, [&] { return m_ready == world || m_groupEnded; });
+  if (m_ready == world) return Status::ok();
+  return groupOver();
+}
+
+Status RankGroupRunner::groupOver() {
+  if (!m_groupStatus.isOk()) return m_groupStatus;
+  return failedPrecondition("the ranks of this run have already finished");
+}
+
+Result<std::vector<RankGroupRunner::RankResult>> RankGroupRunner::dispatch(Task task) {
+  std::unique_lock<std::mutex> lock(m_mutex);
+  if (!m_started || m_groupEnded) {
+    return m_started ? groupOver() : failedPrecondition("the ranks have not started");
+  }
+  m_task = std::move(task);
+  m_pending = m_config.parallel.worldSize;
+  m_failed = false;
+  for (RankResult& result : m_results) result = RankResult{};
+  ++m_taskSeq;
+  m_taskReady.notify_all();
+  m_resultReady.wait(lock, [&] { return m_pending == 0 || m_failed || m_groupEnded; });
+  if (m_failed || (m_pending > 0 && m_groupEnded)) {
+    // A rank failed: the others return (their collectives fail, or the abort wakes idle ones),
+    // and the group's status is the first error in time, with the rank that reported it.
+    m_abort = true;
+    m_taskReady.notify_all();
+    m_resultReady.wait(lock, [&] { return m_groupEnded; });
+    return groupOver();
+  }
+  return m_results;
+}
+
+Result<std::vector<RankStepOutcome>> RankGroupRunner::step(const StepRequest& /*request*/) {
+  MOEWB_ASSIGN_OR_RETURN(std::vector<RankResult> results, dispatch({TaskKind::kStep}));
+  std::vector<RankStepOutcome> outcomes;
+  outcomes.reserve(results.size());
+  for (RankResult& result : results) outcomes.push_back(std::move(result.outcome));
+  return outcomes;
+}
+
+Result<bool> RankGroupRunner::agreeOnStop(bool stop) {
+  MOEWB_ASSIGN_OR_RETURN(std::vector<RankResult> results, dispatch({TaskKind::kAgree, stop}));
+  return results[0].stop;
+}
+
+Status RankGroupRunner::applyLiveConfig(const RunConfig& config) {
+  MOEWB_RETURN_IF_ERROR(dispatch({TaskKind::kApply, false, config}).status());
+  m_config = config;
+  return Status::ok();
+}
+
+Status RankGroupRunner::finish() {
+  if (!m_started) return Status::ok();
+  bool ended = false;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ended = m_groupEnded;
+  }
+  Status quit = ended ? Status::ok() : dispatch({TaskKind::kQuit}).status();
+  if (m_driver.joinable()) m_driver.join();
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return quit.isOk() ? m_groupStatus : quit;
+}
+
+}  // namespace moewb::engine

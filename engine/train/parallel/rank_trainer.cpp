@@ -1,0 +1,224 @@
+// One rank of a parallel run: group split, sharded model, the step with its collectives and the
+// trace events (see rank_trainer.h).
+#include "train/parallel/rank_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <thread>
+
+#include "moewb/base/units.h"
+#include "train/optimizer.h"
+#include "model/parallel/collective_error.h"
+#include "runtime/phase_recorder.h"
+
+namespace moewb::engine {
+
+class RankTrainer::Hooks final : public ModelHooks {
+ public:
+  explicit Hooks(FsdpShards& shards) : m_shards(shards) {}
+  void beforeForward(int32_t unit) override { m_shards.gather(unit); }
+  void afterBackward(int32_t unit) override { m_shards.reduce(unit); }
+
+ private:
+  FsdpShards& m_shards;
+};
+
+Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const RunConfig& config,
+                                                         Communicator& world, EventSink* sink) {
+  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  if (config.parallel.worldSize != world.worldSize()) {
+    return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
+                           " but the communicator has " + std::to_string(world.worldSize()) +
+                           " ranks");
+  }
+  std::unique_ptr<RankTrainer> trainer(new RankTrainer(config, world, sink));
+  MOEWB_RETURN_IF_ERROR(trainer->split());
+  const int32_t w = config.parallel.worldSize;
+  ModelDims dims = ModelDims::fromConfig(config);
+  dims.batchSize /= w;
+  dims.expertShards = config.parallel.ep;
+  dims.expertShard = world.rank() % config.parallel.ep;
+  try {
+    trainer->m_model = std::make_unique<Model<float>>(dims, *trainer->m_pool);
+    trainer->m_model->initialize(config.run.seed);
+    FsdpGroups groups{trainer->m_groups.fsdp.get(), trainer->m_groups.replicate.get(),
+                      trainer->m_groups.expertDp.get(),
+                      w};
+    trainer->m_shards = std::make_unique<FsdpShards>(*trainer->m_model, groups);
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("rank " + std::to_string(world.rank()) +
+                             ": out of memory while allocating the model");
+  }
+  trainer->m_hooks = std::make_unique<Hooks>(*trainer->m_shards);
+  ModelParallel parallel;
+  parallel.ep = config.parallel.ep > 1 ? trainer->m_groups.ep.get() : nullptr;
+  parallel.world = w > 1 ? &world : nullptr;
+  parallel.hooks = trainer->m_hooks.get();
+  parallel.tag = &trainer->m_tag;
+  trainer->m_model->setParallel(parallel);
+  return trainer;
+}
+
+RankTrainer::RankTrainer(const RunConfig& config, Communicator& world, EventSink* sink)
+    : m_config(config), m_world(world), m_sink(sink) {
+  int32_t threads = config.run.threads;
+  if (threads == 0) {
+    const int32_t hardware = int32_t(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, hardware / config.parallel.worldSize);
+  }
+  m_pool = std::make_unique<ThreadPool>(threads);
+  m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
+                                           config.model.seqLen, config.run.seed);
+}
+
+RankTrainer::~RankTrainer() = default;
+
+Status RankTrainer::split() {
+  MOEWB_ASSIGN_OR_RETURN(m_groups, splitParallelGroups(m_world, m_config.parallel));
+  const int32_t r = m_world.rank();
+  observeCollectives(m_world, "world", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.ep, "ep", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.expertDp, "expert_dp", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.fsdp, "fsdp", m_sink, r, &m_tag, &m_stepsDone);
+  observeCollectives(*m_groups.replicate, "replicate", m_sink, r, &m_tag, &m_stepsDone);
+  return Status::ok();
+}
+
+Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
+  Batch local;
+  local.batchSize = global.batchSize / worldSize;
+  local.seqLen = global.seqLen;
+  local.imagePatches = global.imagePatches;
+  const int64_t firstSeq = rank * local.batchSize, tokens = local.batchSize * local.seqLen;
+  local.inputs = Tensor<int32_t>({tokens});
+  local.targets = Tensor<int32_t>({tokens});
+  std::copy_n(global.inputs.data() + firstSeq * local.seqLen, tokens, local.inputs.data());
+  std::copy_n(global.targets.data() + firstSeq * local.seqLen, tokens, local.targets.data());
+  local.topics.assign(global.topics.begin() + firstSeq,
+                      global.topics.begin() + firstSeq + local.batchSize);
+  if (global.imagePatches > 0) {
+    const int64_t rows = local.batchSize * global.imagePatches;
+    const int64_t width = global.patches.numel() / (global.batchSize * global.imagePatches);
+    local.patches = Tensor<float>({rows, width});
+    std::copy_n(global.patches.data() + firstSeq * global.imagePatches * width, rows * width,
+                local.patches.data());
+  }
+  return local;
+}
+
+Result<bool> RankTrainer::agree(bool stop) { return agreeOnStop(m_world, stop); }
+
+void RankTrainer::applyLiveConfig(const RunConfig& config) {
+  refreshDataOnPatch(m_data, m_config, config);
+  m_config = config;
+  m_model->applyLiveDims(ModelDims::fromConfig(config));
+}
+
+Result<RankStepOutcome> RankTrainer::step() {
+  if (!m_failure.isOk()) {
+    return failedPrecondition("training already failed: " + m_failure.toString());
+  }
+  try {
+    Result<RankStepOutcome> result = trainStep();
+    if (!result.isOk()) m_failure = result.status();
+    return result;
+  } catch (const CollectiveError& e) {
+    m_failure = e.status();
+  } catch (const std::bad_alloc&) {
+    m_failure = resourceExhausted("rank " + std::to_string(m_world.rank()) +
+                                  ": out of memory in step " + std::to_string(m_stepsDone));
+  }
+  return m_failure;
+}
+
+Result<RankStepOutcome> RankTrainer::trainStep() {
+  const int64_t stepIndex = m_stepsDone;
+  const int32_t w = m_world.worldSize();
+  if (m_world.rank() == 0) TensorMemory::resetPeak();
+  RankStepOutcome out;
+  StepEvent& event = out.event;
+  event.step = stepIndex;
+  event.rank = m_world.rank();
+  event.startNs = steadyNowNs();
+  PhaseRecorder recorder(m_sink, stepIndex);
+  const Batch batch = slice(m_data->batch(stepIndex), m_world.rank(), w);
+  m_model->zeroGrads();
+  m_model->setStep(stepIndex);
+  ForwardResult& forward = out.forward;
+  {
+    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
+    forward = m_model->forward(batch, &recorder);
+  }
+  MOEWB_ASSIGN_OR_RETURN(const GlobalLosses losses,
+                         meanLossesOverRanks(m_world, forward.loss, forward.auxLoss, stepIndex));
+  {
+    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(&recorder);
+  }
+  OptimizerStepResult optim;
+  {
+    ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
+    m_tag.layer = -1;
+    optim.gradNorm = std::sqrt(sumOverRanks(m_world, m_shards->localGradSquares()));
+    if (std::isfinite(optim.gradNorm)) {
+      optim = optimizerStep(*m_pool, m_shards->shards(), m_config.optim, stepIndex,
+                            optim.gradNorm);
+      throwIfFailed(sumExpertCountsOverRanks(m_world, m_model->expertBiases()));
+      m_model->afterOptimizerStep();
+    }
+  }
+  if (!std::isfinite(optim.gradNorm)) {
+    return internalError("training diverged at step " + std::to_string(stepIndex) +
+                         ": gradient norm = " + std::to_string(optim.gradNorm));
+  }
+  event.endNs = steadyNowNs();
+  event.loss = losses.loss;
+  event.auxLoss = losses.auxLoss;
+  event.tokens = batch.tokens();
+  event.peakBytes = TensorMemory::peakBytes();
+  event.gradNorm = optim.gradNorm;
+  event.lr = optim.lr;
+  // Per rank: the full (gathered) buffers the model keeps plus this rank's shards.
+  out.memory.weightsBytes = m_shards->valueBytes();
+  out.memory.gradsBytes = m_shards->gradBytes();
+  for (const auto& p : m_model->parameters()) {
+    out.memory.weightsBytes += p.value.bytes();
+    out.memory.gradsBytes += p.grad.bytes();
+  }
+  out.memory.optimizerBytes = m_shards->optimizerBytes();
+  ++m_stepsDone;
+  return out;
+}
+
+Result<std::vector<Tensor<float>>> RankTrainer::gatherFull(bool grads) {
+  std::vector<Tensor<float>> out;
+  const auto& params = m_model->parameters();
+  size_t shard = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter<float>& p = params[i];
+    MOEWB_CHECK(p.trainable);  // frozen parameters (LoRA) are refused with several ranks
+    const bool expert = m_model->isExpertSharded(i);
+    const Parameter<float>& s = m_shards->shards()[shard++];
+    const Tensor<float>& mine = grads ? s.grad : s.value;
+    Communicator& group = expert ? *m_groups.expertDp : *m_groups.fsdp;
+    std::vector<float> all(size_t(group.worldSize() * mine.numel()));
+    MOEWB_RETURN_IF_ERROR(group.allGather(std::span<const float>(mine.data(), size_t(mine.numel())),
+                                          std::span<float>(all)));
+    std::vector<int64_t> shape = p.value.shape();
+    Tensor<float> local(shape);
+    std::copy_n(all.data(), local.numel(), local.data());
+    if (expert) {
+      shape[0] *= m_groups.ep->worldSize();
+      Tensor<float> full(shape);
+      MOEWB_RETURN_IF_ERROR(m_groups.ep->allGather(
+          std::span<const float>(local.data(), size_t(local.numel())),
+          std::span<float>(full.data(), size_t(full.numel()))));
+      local = std::move(full);
+    }
+    out.push_back(std::move(local));
+  }
+  return out;
+}
+
+}  // namespace moewb::engine

@@ -1,0 +1,227 @@
+// TrainingRun: config -> validated trainer -> trace file, shared by `moewb run` and the GUI.
+#include "moewb/run/training_run.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "moewb/base/units.h"
+#include "moewb/engine/trainer.h"
+#include "moewb/profiler/host_tracer.h"
+#include "moewb/storage/trace_reader.h"
+#include "moewb/storage/trace_writer.h"
+
+namespace moewb::run {
+
+using profiler::GpuCapture;
+
+// Keeps what the end-of-run summary needs from the events: first/last loss and throughput. The
+// imbalance per layer is read back from the finished trace (TraceReader::layerImbalance), so the
+// summary and `moewb info` share one definition.
+class TrainingRun::SummarySink final : public engine::EventSink {
+ public:
+  void onRunStart(const engine::RunStartEvent& e) override { m_startNs = e.startNs; }
+  void onPhase(const engine::PhaseEvent&) override {}
+  void onCounter(const engine::CounterEvent&) override {}
+  void onExpertLoad(const engine::ExpertLoadEvent&) override {}
+  void onStep(const engine::StepEvent& e) override {
+    if (m_summary.stepsDone == 0) m_summary.firstLoss = e.loss;
+    m_summary.lastLoss = e.loss;
+    m_summary.stepsDone++;
+    if (m_summary.stepsDone > 1) {  // the first step pays one-time costs
+      m_tokensAfterFirst += e.tokens;
+      m_nsAfterFirst += e.endNs - e.startNs;
+    }
+    m_lastEndNs = e.endNs;
+  }
+  void onRunEnd(const engine::RunEndEvent& e) override {
+    m_summary.stopped = e.outcome == engine::RunOutcome::kStopped;
+  }
+
+  RunSummary summary() const {
+    RunSummary s = m_summary;
+    if (m_nsAfterFirst > 0)
+      s.meanTokensPerSecond = double(m_tokensAfterFirst) * 1e9 / double(m_nsAfterFirst);
+    s.wallSeconds = double(m_lastEndNs - m_startNs) / 1e9;
+    return s;
+  }
+
+ private:
+  RunSummary m_summary;
+  int64_t m_startNs = 0;
+  int64_t m_lastEndNs = 0;
+  int64_t m_tokensAfterFirst = 0;
+  int64_t m_nsAfterFirst = 0;
+};
+
+TrainingRun::~TrainingRun() {
+  m_trainer.reset();
+  if (m_gpuCapture) (void)m_gpuCapture->stop();
+  if (m_writer) (void)m_writer->close();
+}
+
+Result<std::unique_ptr<TrainingRun>> TrainingRun::create(const engine::RunConfig& config,
+                                                     const TrainingRunOptions& options,
+                                                     engine::EventSink* observer) {
+  MOEWB_RETURN_IF_ERROR(engine::validateConfig(config));
+  if (options.outPath.empty()) return invalidArgument("no output trace path given");
+  std::unique_ptr<TrainingRun> run(new TrainingRun());
+  run->m_config = config;
+  run->m_steps = options.steps >= 0 ? options.steps : config.run.steps;
+
+  storage::WriterOptions writerOptions;
+  writerOptions.overwrite = options.overwrite;
+  MOEWB_ASSIGN_OR_RETURN(run->m_writer,
+                         storage::TraceWriter::create(options.outPath, writerOptions));
+  run->m_tracer =
+      std::make_unique<HostTracer>(run->m_writer.get(), std::max(0, options.launcherRank));
+  run->m_tracer->setMemoryEvents(options.hostMemoryEvents);
+  run->m_summary = std::make_unique<SummarySink>();
+  std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
+  Status captured = options.gpuTrace ? run->startGpuCapture(options) : Status::ok();
+  if (run->m_gpuCapture) sinks.push_back(run->m_gpuCapture.get());
+  if (observer) sinks.push_back(observer);
+  run->m_fanOut = std::make_unique<engine::FanOutSink>(sinks);
+
+  Status ready = captured.isOk() ? run->createTrainer(options) : captured;
+  if (!ready.isOk()) {
+    run->m_trainer.reset();
+    if (run->m_gpuCapture) (void)run->m_gpuCapture->stop();
+    run->m_gpuCapture.reset();
+    (void)run->m_writer->close();
+    run->m_writer.reset();
+    std::error_code ignored;
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(options.outPath + suffix, ignored);
+    }
+    return ready;
+  }
+  return run;
+}
+
+Status TrainingRun::startGpuCapture(const TrainingRunOptions& options) {
+  const bool oneGpuProcess = m_config.parallel.worldSize == 1 || options.launcherRank >= 0;
+  if (m_config.run.backend != "cuda" || !oneGpuProcess) {
+    return invalidArgument("GPU trace capture needs run.backend = cuda and one GPU per process "
+                           "(one rank, or a rank of `moewb launch`); this run has run.backend = " +
+                           m_config.run.backend + " and " +
+                           std::to_string(m_config.parallel.worldSize) + " ranks in one process");
+  }
+  MOEWB_ASSIGN_OR_RETURN(m_gpuCapture, GpuCapture::create(m_writer.get(), options.gpuCapture));
+  return Status::ok();
+}
+
+Status TrainingRun::checkSingleRankOptions(const TrainingRunOptions& options, int32_t worldSize) {
+  const char* single = !options.resumePath.empty()            ? "--resume"
+                       : !options.initWeightsPath.empty()     ? "--init-weights"
+                       : !options.exportMergedPath.empty()    ? "--export-merged"
+                       : options.checkpointEverySteps > 0     ? "--checkpoint-every"
+                       : options.dumpEndStep > options.dumpFirstStep ? "--dump-steps"
+                                                              : nullptr;
+  if (single != nullptr) {
+    return invalidArgument(std::string(single) + " is not accepted with parallel.world_size = " +
+                           std::to_string(worldSize) +
+                           "; accepted: only with one rank (parallel.world_size = 1)");
+  }
+  return Status::ok();
+}
+
+// One Trainer for every topology: rank 0 (or this process's rank) writes through the fan-out
+// (tracer, summary, GPU capture, observer), in-process ranks 1.. through tracers of their own.
+Status TrainingRun::createTrainer(const TrainingRunOptions& options) {
+  const bool singleRank = options.launcherRank < 0 && m_config.parallel.worldSize == 1;
+  if (!singleRank) {
+    MOEWB_RETURN_IF_ERROR(checkSingleRankOptions(options, m_config.parallel.worldSize));
+  }
+  engine::TrainerOptions trainerOptions;
+  trainerOptions.rankSinks.push_back(m_fanOut.get());
+  if (options.launcherRank >= 0) {
+    MOEWB_ASSIGN_OR_RETURN(std::optional<engine::LauncherRank> launcher,
+                           engine::detectLauncherRank());
+    if (!launcher) {
+      return failedPrecondition("a multi-process run needs a launcher's environment (RANK and "
+                                "WORLD_SIZE, or SLURM_PROCID and SLURM_NTASKS); start it with "
+                                "`moewb launch --nproc N -- moewb run ...`, torchrun or srun");
+    }
+    trainerOptions.launcher = *launcher;
+    if (options.onStuckRank) {
+      // The engine thread is blocked for good: record the failure from this thread (the writer
+      // takes rows from any thread) and close the file, then let the caller end the process.
+      trainerOptions.onStuckRank = [this, handler = options.onStuckRank](const Status& status) {
+        engine::RunEndEvent end;
+        end.outcome = engine::RunOutcome::kFailed;
+        end.message = status.toString();
+        end.endNs = steadyNowNs();
+        end.stepsDone = m_trainer ? m_trainer->stepsDone() : 0;
+        m_tracer->onRunEnd(end);
+        (void)m_writer->close();
+        handler(status);
+      };
+    }
+  } else {
+    for (int32_t r = 1; r < m_config.parallel.worldSize; ++r) {
+      m_rankTracers.push_back(std::make_unique<HostTracer>(m_writer.get(), r, m_tracer.get()));
+      m_rankTracers.back()->setMemoryEvents(options.hostMemoryEvents);
+      trainerOptions.rankSinks.push_back(m_rankTracers.back().get());
+    }
+  }
+  MOEWB_ASSIGN_OR_RETURN(m_trainer, engine::Trainer::create(m_config, std::move(trainerOptions)));
+  return singleRank ? loadSingleRankState(options) : Status::ok();
+}
+
+// Initial weights, the checkpoint to resume and the checkpoint / dump policies of a one-rank run.
+Status TrainingRun::loadSingleRankState(const TrainingRunOptions& options) {
+  m_exportMergedPath = options.exportMergedPath;
+  if (!options.initWeightsPath.empty()) {
+    MOEWB_RETURN_IF_ERROR(m_trainer->loadWeights(options.initWeightsPath));
+  }
+  if (!options.resumePath.empty()) {
+    MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
+    if (m_trainer->stepsDone() >= m_steps) {
+      return invalidArgument("checkpoint '" + options.resumePath + "' is at step " +
+                             std::to_string(m_trainer->stepsDone()) +
+                             ", not before the last step (" + std::to_string(m_steps) +
+                             "); raise --steps / run.steps");
+    }
+  }
+  m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
+  m_trainer->setDumpPolicy(options.dumpFirstStep, options.dumpEndStep, options.dumpDir);
+  return Status::ok();
+}
+
+Result<RunSummary> TrainingRun::run() {
+  if (m_gpuCapture) m_gpuCapture->setFirstStep(m_trainer->stepsDone());
+  Status trained = m_trainer->run(m_steps - m_trainer->stepsDone());
+  Status captured = m_gpuCapture ? m_gpuCapture->stop() : Status::ok();
+  Status closed = m_writer->close();
+  if (!trained.isOk()) return trained;
+  if (!captured.isOk()) return captured.withContext("GPU capture into " + m_writer->path());
+  if (!closed.isOk()) return closed.withContext("writing trace " + m_writer->path());
+  if (!m_exportMergedPath.empty()) {
+    Status exported = m_trainer->exportMergedWeights(m_exportMergedPath);
+    if (!exported.isOk()) return exported.withContext("exporting merged weights");
+  }
+  RunSummary summary = m_summary->summary();
+  // The summary sink sees rank 0's steps, which hold 1 / world_size of each step's tokens.
+  if (m_config.parallel.worldSize > 1) {
+    summary.meanTokensPerSecond *= double(m_config.parallel.worldSize);
+  }
+  summary.tracePath = m_writer->path();
+  MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));
+  MOEWB_ASSIGN_OR_RETURN(auto layers, reader->layerImbalance());
+  for (const auto& layer : layers) summary.meanImbalancePerLayer.push_back(layer.meanMaxOverMean);
+  return summary;
+}
+
+void TrainingRun::requestStop() { m_trainer->requestStop(); }
+
+std::future<Status> TrainingRun::post(engine::TrainerCommand command) {
+  return m_trainer->post(std::move(command));
+}
+
+const std::vector<std::string>& TrainingRun::liveKeys() {
+  return engine::Trainer::liveKeys();
+}
+
+bool TrainingRun::paused() const { return m_trainer->paused(); }
+
+}  // namespace moewb::run
