@@ -1,7 +1,8 @@
-// RunController: runs one run::TrainingRun for the GUI. start() loads and validates the config
-// and creates the trace on the calling (GUI) thread, so a bad config is reported at once and
-// nothing is created; the training itself runs on a worker QThread. requestStop() ends the run
-// after the step in progress; finished() arrives on the GUI thread when the worker is done.
+// RunController: the GUI's face of run::BackgroundRun (moewb/run/background_run.h), which does the
+// work: start() loads and validates the config and creates the trace on the calling (GUI) thread,
+// so a bad config is reported at once and nothing is created; the training itself runs on a worker
+// thread. requestStop() ends the run after the step in progress; finished() arrives on the GUI
+// thread (a queued call from the worker) when the worker is done.
 // While a run is in progress, post() forwards live commands (pause, resume, single step, stop,
 // config patches) to its trainer, which handles them at the next step boundary.
 // Destroying the controller stops a running run and waits for the worker.
@@ -15,12 +16,7 @@
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
-
-class QThread;
-
-namespace moewb::run {
-class TrainingRun;
-}
+#include "moewb/run/background_run.h"
 
 namespace moewb::gui {
 
@@ -45,7 +41,7 @@ class RunController : public QObject {
   std::future<Status> post(engine::TrainerCommand command);
   // True while the run in progress is paused by a command. GUI thread.
   bool isPaused() const;
-  bool isRunning() const { return m_thread != nullptr; }
+  bool isRunning() const { return m_run.running(); }
   // The config the current (or last) run started with; the default config before any run.
   const engine::RunConfig& startConfig() const { return m_startConfig; }
   // Trace file of the current or last run.
@@ -61,12 +57,11 @@ class RunController : public QObject {
  private:
   void onWorkerDone();
 
-  std::unique_ptr<run::TrainingRun> m_run;
-  QThread* m_thread = nullptr;
+  run::BackgroundRun m_run;
   QString m_tracePath;
   qint64 m_plannedSteps = 0;
   engine::RunConfig m_startConfig;
-  bool m_ok = false;  // written by the worker, read after it finished
+  bool m_ok = false;  // written by the worker, read on the GUI thread after it finished
   QString m_message;  // ditto
 };
 
