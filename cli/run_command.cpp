@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "moewb/base/step_range.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
@@ -38,28 +39,6 @@ struct RunArgs {
   bool gpuTrace = false;  // --gpu-trace: CUPTI capture of the CUDA run
   profiler::CaptureModeArgs capture;  // --trace-every, --trace-steps, --flight-recorder, --trigger-*
 };
-
-// Parses "A:B" (0 <= A < B) into [A, B); a single "A" means A:A+1.
-Status parseStepRange(const std::string& text, int64_t* first, int64_t* end) {
-  auto bad = [&] {
-    return invalidArgument("--dump-steps '" + text + "' is not a step range; accepted: A:B with "
-                           "0 <= A < B (steps A..B-1) or a single step A");
-  };
-  size_t colon = text.find(':');
-  char* rest = nullptr;
-  *first = std::strtoll(text.c_str(), &rest, 10);
-  if (rest == text.c_str()) return bad();
-  if (colon == std::string::npos) {
-    if (*rest != '\0') return bad();
-    *end = *first + 1;
-  } else {
-    if (rest != text.c_str() + colon) return bad();
-    const char* second = text.c_str() + colon + 1;
-    *end = std::strtoll(second, &rest, 10);
-    if (rest == second || *rest != '\0') return bad();
-  }
-  return *first >= 0 && *end > *first ? Status::ok() : bad();
-}
 
 run::TrainingRun* g_activeRun = nullptr;
 
@@ -145,11 +124,13 @@ int runCommand(const RunArgs& args) {
   }
   run::TrainingRunOptions options;
   if (!args.dumpSteps.empty()) {
-    Status range = parseStepRange(args.dumpSteps, &options.dumpFirstStep, &options.dumpEndStep);
+    Result<StepRange> range = parseStepRange(args.dumpSteps, "--dump-steps");
     if (!range.isOk()) {
-      std::fprintf(stderr, "moewb run: %s\n", range.message().c_str());
+      std::fprintf(stderr, "moewb run: %s\n", range.status().message().c_str());
       return kExitBadInput;
     }
+    options.dumpFirstStep = range->first;
+    options.dumpEndStep = range->end;
     options.dumpDir = args.dumpDir.empty() ? "runs/" + config->run.name + "-dumps" : args.dumpDir;
   }
   options.outPath = outPath;

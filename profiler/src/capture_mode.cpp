@@ -1,6 +1,8 @@
 // CaptureMode: step selection and command-line validation of the GPU capture modes (see header).
 #include "moewb/profiler/capture_mode.h"
 
+#include "moewb/base/step_range.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,29 +25,6 @@ std::string ordinal(int64_t n) {
                        : n % 10 == 3              ? "rd"
                                                   : "th";
   return std::to_string(n) + suffix;
-}
-
-// "A:B" (0 <= A < B) -> [A, B); a single "A" -> [A, A+1).
-Status parseWindow(const std::string& text, int64_t* first, int64_t* end) {
-  auto bad = [&] {
-    return invalidArgument("--trace-steps '" + text +
-                           "' is not a step range; accepted: A:B with "
-                           "0 <= A < B (steps A..B-1) or a single step A");
-  };
-  const size_t colon = text.find(':');
-  char* rest = nullptr;
-  *first = std::strtoll(text.c_str(), &rest, 10);
-  if (text.empty() || rest == text.c_str()) return bad();
-  if (colon == std::string::npos) {
-    if (*rest != '\0') return bad();
-    *end = *first + 1;
-  } else {
-    if (rest != text.c_str() + colon) return bad();
-    const char* second = text.c_str() + colon + 1;
-    *end = std::strtoll(second, &rest, 10);
-    if (rest == second || *rest != '\0') return bad();
-  }
-  return *first >= 0 && *end > *first ? Status::ok() : bad();
 }
 
 Status positiveThreshold(const char* option, const std::optional<double>& value, double above,
@@ -107,7 +86,9 @@ Result<CaptureMode> parseCaptureMode(const CaptureModeArgs& args) {
     mode.everySteps = *args.traceEvery;
   }
   if (args.traceSteps) {
-    MOEWB_RETURN_IF_ERROR(parseWindow(*args.traceSteps, &mode.firstStep, &mode.endStep));
+    MOEWB_ASSIGN_OR_RETURN(const StepRange window, parseStepRange(*args.traceSteps, "--trace-steps"));
+    mode.firstStep = window.first;
+    mode.endStep = window.end;
     if (args.plannedSteps >= 0 && mode.firstStep >= args.plannedSteps) {
       return invalidArgument("--trace-steps '" + *args.traceSteps +
                              "' captures nothing: the run "
