@@ -65,7 +65,7 @@ void printSummary(const run::RunSummary& s) {
 
 // Under a launcher (moewb launch, torchrun, srun) with WORLD_SIZE > 1 every process is one rank:
 // parallel.world_size comes from the launcher and the ranks train on GPUs over NCCL.
-Result<engine::RunConfig> buildConfig(const RunArgs& args,
+Result<engine::ValidConfig> buildConfig(const RunArgs& args,
                                       const std::optional<engine::LauncherRank>& launcher) {
   MOEWB_ASSIGN_OR_RETURN(engine::RunConfig config, engine::loadConfigFile(args.configPath));
   int32_t ranks = args.ranks;
@@ -85,14 +85,14 @@ Result<engine::RunConfig> buildConfig(const RunArgs& args,
   for (const auto& assignment : args.overrides) {
     MOEWB_RETURN_IF_ERROR(engine::applyOverride(config, assignment));
   }
-  Status valid = engine::validateConfig(config);
-  if (!valid.isOk()) return valid.withContext(args.configPath);
   if (launcher && config.run.backend != "cuda") {
     return invalidArgument("run.backend = \"" + config.run.backend + "\": the ranks of a "
                            "multi-process run train on GPUs over NCCL; accepted: \"cuda\" or "
                            "\"auto\" (e.g. --set run.backend=cuda)");
   }
-  return config;
+  Result<engine::ValidConfig> valid = engine::ValidConfig::validate(std::move(config));
+  if (!valid.isOk()) return valid.status().withContext(args.configPath);
+  return valid;
 }
 
 // runs/x.sqlite -> runs/x.rank3.sqlite: each process of a multi-process run writes its own file.
@@ -115,7 +115,7 @@ int runCommand(const RunArgs& args) {
     return kExitBadInput;
   }
   const std::string basePath =
-      args.outPath.empty() ? "runs/" + config->run.name + ".sqlite" : args.outPath;
+      args.outPath.empty() ? "runs/" + (*config)->run.name + ".sqlite" : args.outPath;
   const std::string outPath = launcher ? rankPath(basePath, launcher->rank) : basePath;
   if (!args.force && std::filesystem::exists(outPath)) {
     std::fprintf(stderr, "moewb run: %s already exists; pass --force to replace it or --out to "
@@ -131,7 +131,7 @@ int runCommand(const RunArgs& args) {
     }
     options.dumpFirstStep = range->first;
     options.dumpEndStep = range->end;
-    options.dumpDir = args.dumpDir.empty() ? "runs/" + config->run.name + "-dumps" : args.dumpDir;
+    options.dumpDir = args.dumpDir.empty() ? "runs/" + (*config)->run.name + "-dumps" : args.dumpDir;
   }
   options.outPath = outPath;
   options.overwrite = true;
@@ -152,7 +152,7 @@ int runCommand(const RunArgs& args) {
   };
   profiler::CaptureModeArgs captureArgs = args.capture;
   captureArgs.gpuTrace = args.gpuTrace;
-  captureArgs.plannedSteps = args.steps >= 0 ? args.steps : config->run.steps;
+  captureArgs.plannedSteps = args.steps >= 0 ? args.steps : (*config)->run.steps;
   auto mode = profiler::parseCaptureMode(captureArgs);
   if (!mode.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n", mode.status().message().c_str());
@@ -161,8 +161,8 @@ int runCommand(const RunArgs& args) {
   options.gpuCapture.mode = *mode;
   options.gpuCapture.kinds = args.capture.gpuTraceKinds;
   options.checkpointDir =
-      args.checkpointDir.empty() ? "runs/" + config->run.name + "-checkpoints" : args.checkpointDir;
-  int64_t planned = args.steps >= 0 ? args.steps : config->run.steps;
+      args.checkpointDir.empty() ? "runs/" + (*config)->run.name + "-checkpoints" : args.checkpointDir;
+  int64_t planned = args.steps >= 0 ? args.steps : (*config)->run.steps;
   ProgressPrinter progress(planned);
   auto run = run::TrainingRun::create(*config, options, args.quiet ? nullptr : &progress);
   if (!run.isOk()) {
@@ -172,8 +172,8 @@ int runCommand(const RunArgs& args) {
                     code == StatusCode::kDataLoss || code == StatusCode::kAlreadyExists;
     return badInput ? kExitBadInput : kExitFailure;
   }
-  std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", config->run.name.c_str(),
-               config->run.backend.c_str(), (long long)planned, outPath.c_str());
+  std::fprintf(stderr, "training '%s' (%s backend) for %lld steps -> %s\n", (*config)->run.name.c_str(),
+               (*config)->run.backend.c_str(), (long long)planned, outPath.c_str());
   if (args.gpuTrace && !options.gpuCapture.mode.isEveryStep()) {
     std::fprintf(stderr, "  GPU capture: %s\n", options.gpuCapture.mode.describe().c_str());
   }
@@ -194,7 +194,7 @@ int runCommand(const RunArgs& args) {
   if (launcher && launcher->rank == 0) {
     std::printf("  merge the ranks' traces: moewb merge -o %s %s ... %s\n", basePath.c_str(),
                 rankPath(basePath, 0).c_str(),
-                rankPath(basePath, config->parallel.worldSize - 1).c_str());
+                rankPath(basePath, (*config)->parallel.worldSize - 1).c_str());
   }
   if (!args.exportMergedPath.empty()) {
     std::printf("  merged weights  %s\n", args.exportMergedPath.c_str());

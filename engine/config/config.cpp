@@ -246,6 +246,11 @@ Status applyOverride(RunConfig& config, const std::string& assignment) {
   return setField(*spec, config, *parsed.get("v"), "override '" + assignment + "'");
 }
 
+Result<ValidConfig> ValidConfig::validate(RunConfig config) {
+  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  return ValidConfig(std::move(config));
+}
+
 Status validateConfig(const RunConfig& config) {
   for (const auto& spec : detail::keySpecs()) MOEWB_RETURN_IF_ERROR(checkRange(spec, config));
   const auto& m = config.model;

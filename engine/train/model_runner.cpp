@@ -48,7 +48,7 @@ Status divergedLoss(int64_t step, const ForwardResult& forward) {
 // The fp32 reference: forward, backward, clip + AdamW on the host model.
 class CpuModelRunner final : public ModelRunner {
  public:
-  explicit CpuModelRunner(const RunConfig& config, std::string backendNote)
+  explicit CpuModelRunner(const ValidConfig& config, std::string backendNote)
       : ModelRunner(config), m_backendNote(std::move(backendNote)) {}
   std::string backendName() const override { return "cpu"; }
   std::string deviceDescription() const override {
@@ -64,7 +64,7 @@ class CpuModelRunner final : public ModelRunner {
 // The same step on the CUDA backend; the host model keeps the expert bias and the identity.
 class CudaModelRunner final : public ModelRunner {
  public:
-  explicit CudaModelRunner(const RunConfig& config) : ModelRunner(config) {}
+  explicit CudaModelRunner(const ValidConfig& config) : ModelRunner(config) {}
   Status attach(std::unique_ptr<DeviceBackend> device) {
     m_device = std::move(device);
     return Status::ok();
@@ -76,7 +76,7 @@ class CudaModelRunner final : public ModelRunner {
     m_device->setEventSink(m_sink, 0);
     return Status::ok();
   }
-  Status applyLiveConfig(const RunConfig& config) override {
+  Status applyLiveConfig(const ValidConfig& config) override {
     MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
     m_device->applyLiveDims(ModelDims::fromConfig(m_config));
     return Status::ok();
@@ -196,7 +196,8 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
 
 }  // namespace
 
-ModelRunner::ModelRunner(const RunConfig& config) : m_config(config) {
+ModelRunner::ModelRunner(const ValidConfig& valid) : m_config(valid) {
+  const RunConfig& config = valid;
   m_pool = std::make_unique<ThreadPool>(config.run.threads);
   m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
   m_model->initialize(config.run.seed);
@@ -211,14 +212,15 @@ Status ModelRunner::start(const std::vector<EventSink*>& sinks) {
   return Status::ok();
 }
 
-Status ModelRunner::applyLiveConfig(const RunConfig& config) {
-  refreshDataOnPatch(m_data, m_config, config);
-  m_config = config;
+Status ModelRunner::applyLiveConfig(const ValidConfig& config) {
+  refreshDataOnPatch(m_data, m_config, config.get());
+  m_config = config.get();
   m_model->applyLiveDims(ModelDims::fromConfig(m_config));
   return Status::ok();
 }
 
-Result<std::unique_ptr<StepRunner>> createModelRunner(const RunConfig& config) {
+Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validConfig) {
+  const RunConfig& config = validConfig;
   const int64_t routedRows = config.tokensPerStep() * config.moe.topK;
   if (routedRows > std::numeric_limits<int32_t>::max()) {
     return invalidArgument(
@@ -239,9 +241,9 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const RunConfig& config) {
     // has the CUDA backend, a device is visible and the model's settings run there.
     const std::string& wanted = config.run.backend;
     if (wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable())) {
-      return std::unique_ptr<StepRunner>(new CpuModelRunner(config, ""));
+      return std::unique_ptr<StepRunner>(new CpuModelRunner(validConfig, ""));
     }
-    std::unique_ptr<CudaModelRunner> gpu(new CudaModelRunner(config));
+    std::unique_ptr<CudaModelRunner> gpu(new CudaModelRunner(validConfig));
     Result<std::unique_ptr<DeviceBackend>> device = createCudaBackend(config, *gpu->hostModel(), 0);
     if (device.isOk()) {
       MOEWB_RETURN_IF_ERROR(gpu->attach(std::move(device).value()));
@@ -250,7 +252,7 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const RunConfig& config) {
     if (wanted == "auto" && device.status().code() == StatusCode::kUnimplemented) {
       gpu.reset();
       return std::unique_ptr<StepRunner>(new CpuModelRunner(
-          config, "run.backend = \"auto\" stayed on cpu: " + device.status().message()));
+          validConfig, "run.backend = \"auto\" stayed on cpu: " + device.status().message()));
     }
     return device.status();
   } catch (const std::bad_alloc&) {

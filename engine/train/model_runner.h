@@ -23,15 +23,15 @@ class ModelRunner : public StepRunner {
   int32_t reportedRanks() const override { return 1; }
   Status start(const std::vector<EventSink*>& sinks) override;
   Result<bool> agreeOnStop(bool stop) override { return stop; }
-  Status applyLiveConfig(const RunConfig& config) override;
+  Status applyLiveConfig(const ValidConfig& config) override;
   Status finish() override { return Status::ok(); }
   Model<float>* hostModel() override { return m_model.get(); }
   int32_t threadCount() const override { return m_pool->size(); }
 
  protected:
-  // Builds the host model from `config` (validated) and initialises it from run.seed. Throws
-  // std::bad_alloc when it does not fit.
-  explicit ModelRunner(const RunConfig& config);
+  // Builds the host model from `config` and initialises it from run.seed. Throws std::bad_alloc
+  // when it does not fit.
+  explicit ModelRunner(const ValidConfig& config);
 
   RunConfig m_config;
   EventSink* m_sink = nullptr;
@@ -45,6 +45,6 @@ class ModelRunner : public StepRunner {
 // 2^31-1 routed rows per step), kResourceExhausted (the model and one step's activations would not
 // fit in half of the machine's memory, or out of memory while allocating), those of the CUDA
 // backend when run.backend = "cuda".
-Result<std::unique_ptr<StepRunner>> createModelRunner(const RunConfig& config);
+Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& config);
 
 }  // namespace moewb::engine

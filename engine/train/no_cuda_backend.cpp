@@ -20,7 +20,7 @@ constexpr const char* kNoCudaRanks =
     "use run.backend = \"cpu\" for in-process ranks";
 }  // namespace
 
-Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const RunConfig&, Communicator&,
+Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const ValidConfig&, Communicator&,
                                                            EventSink*, int) {
   return unimplemented(kNoCudaRanks);
 }

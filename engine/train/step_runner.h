@@ -72,8 +72,8 @@ class StepRunner {
   virtual Result<std::vector<RankStepOutcome>> step(const StepRequest& request) = 0;
   // Collective: true on every rank when any rank passes true (the stop agreed at a boundary).
   virtual Result<bool> agreeOnStop(bool stop) = 0;
-  // At a step boundary: the live-patchable settings of a validated `config` on every rank.
-  virtual Status applyLiveConfig(const RunConfig& config) = 0;
+  // At a step boundary: the live-patchable settings of `config` on every rank.
+  virtual Status applyLiveConfig(const ValidConfig& config) = 0;
   // After the last step or a failure (joins rank threads, leaves the rendezvous). Idempotent.
   virtual Status finish() = 0;
   // A failed step after which later steps may still run (out of device memory on one GPU).

@@ -52,13 +52,17 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, EventS
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, TrainerOptions options) {
-  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  MOEWB_ASSIGN_OR_RETURN(ValidConfig valid, ValidConfig::validate(config));
+  return create(valid, std::move(options));
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const ValidConfig& config, TrainerOptions options) {
   std::unique_ptr<StepRunner> runner;
   if (options.launcher) {
     MOEWB_RETURN_IF_ERROR(launcherRankAccepted(config, *options.launcher));
     runner = std::make_unique<LauncherRankRunner>(config, *options.launcher,
                                                   std::move(options.onStuckRank));
-  } else if (config.parallel.worldSize > 1) {
+  } else if (config->parallel.worldSize > 1) {
     runner = std::make_unique<RankGroupRunner>(config);
   } else {
     MOEWB_ASSIGN_OR_RETURN(runner, createModelRunner(config));
@@ -75,7 +79,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& config, Traine
   return trainer;
 }
 
-Trainer::Trainer(const RunConfig& config, std::unique_ptr<StepRunner> runner,
+Trainer::Trainer(const ValidConfig& config, std::unique_ptr<StepRunner> runner,
                  std::vector<EventSink*> rankSinks)
     : m_config(config), m_runner(std::move(runner)), m_sinks(std::move(rankSinks)) {}
 

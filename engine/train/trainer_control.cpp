@@ -62,10 +62,10 @@ Status Trainer::applyPatch(const TrainerCommand& command) {
                                 "checkpoint with the new config. Live keys: " + live);
     }
   }
-  MOEWB_RETURN_IF_ERROR(validateConfig(patched));
+  MOEWB_ASSIGN_OR_RETURN(const ValidConfig valid, ValidConfig::validate(patched));
   // Every rank takes the patch at this step boundary (the runner applies it to each rank's model,
   // device copy and data source) before the config of record changes.
-  MOEWB_RETURN_IF_ERROR(m_runner->applyLiveConfig(patched));
+  MOEWB_RETURN_IF_ERROR(m_runner->applyLiveConfig(valid));
   const RunConfig before = m_config;
   m_config = patched;
   EventSink* sink = m_sinks.empty() ? nullptr : m_sinks[0];

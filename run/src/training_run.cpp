@@ -53,6 +53,8 @@ class TrainingRun::SummarySink final : public engine::EventSink {
   int64_t m_nsAfterFirst = 0;
 };
 
+TrainingRun::TrainingRun(const engine::ValidConfig& config) : m_config(config) {}
+
 TrainingRun::~TrainingRun() {
   m_trainer.reset();
   if (m_gpuCapture) (void)m_gpuCapture->stop();
@@ -62,11 +64,16 @@ TrainingRun::~TrainingRun() {
 Result<std::unique_ptr<TrainingRun>> TrainingRun::create(const engine::RunConfig& config,
                                                      const TrainingRunOptions& options,
                                                      engine::EventSink* observer) {
-  MOEWB_RETURN_IF_ERROR(engine::validateConfig(config));
+  MOEWB_ASSIGN_OR_RETURN(const engine::ValidConfig valid, engine::ValidConfig::validate(config));
+  return create(valid, options, observer);
+}
+
+Result<std::unique_ptr<TrainingRun>> TrainingRun::create(const engine::ValidConfig& config,
+                                                     const TrainingRunOptions& options,
+                                                     engine::EventSink* observer) {
   if (options.outPath.empty()) return invalidArgument("no output trace path given");
-  std::unique_ptr<TrainingRun> run(new TrainingRun());
-  run->m_config = config;
-  run->m_steps = options.steps >= 0 ? options.steps : config.run.steps;
+  std::unique_ptr<TrainingRun> run(new TrainingRun(config));
+  run->m_steps = options.steps >= 0 ? options.steps : config->run.steps;
 
   storage::WriterOptions writerOptions;
   writerOptions.overwrite = options.overwrite;
@@ -99,12 +106,12 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::create(const engine::RunConfig
 }
 
 Status TrainingRun::startGpuCapture(const TrainingRunOptions& options) {
-  const bool oneGpuProcess = m_config.parallel.worldSize == 1 || options.launcherRank >= 0;
-  if (m_config.run.backend != "cuda" || !oneGpuProcess) {
+  const bool oneGpuProcess = m_config->parallel.worldSize == 1 || options.launcherRank >= 0;
+  if (m_config->run.backend != "cuda" || !oneGpuProcess) {
     return invalidArgument("GPU trace capture needs run.backend = cuda and one GPU per process "
                            "(one rank, or a rank of `moewb launch`); this run has run.backend = " +
-                           m_config.run.backend + " and " +
-                           std::to_string(m_config.parallel.worldSize) + " ranks in one process");
+                           m_config->run.backend + " and " +
+                           std::to_string(m_config->parallel.worldSize) + " ranks in one process");
   }
   MOEWB_ASSIGN_OR_RETURN(m_gpuCapture, GpuCapture::create(m_writer.get(), options.gpuCapture));
   return Status::ok();
@@ -128,9 +135,9 @@ Status TrainingRun::checkSingleRankOptions(const TrainingRunOptions& options, in
 // One Trainer for every topology: rank 0 (or this process's rank) writes through the fan-out
 // (tracer, summary, GPU capture, observer), in-process ranks 1.. through tracers of their own.
 Status TrainingRun::createTrainer(const TrainingRunOptions& options) {
-  const bool singleRank = options.launcherRank < 0 && m_config.parallel.worldSize == 1;
+  const bool singleRank = options.launcherRank < 0 && m_config->parallel.worldSize == 1;
   if (!singleRank) {
-    MOEWB_RETURN_IF_ERROR(checkSingleRankOptions(options, m_config.parallel.worldSize));
+    MOEWB_RETURN_IF_ERROR(checkSingleRankOptions(options, m_config->parallel.worldSize));
   }
   engine::TrainerOptions trainerOptions;
   trainerOptions.rankSinks.push_back(m_fanOut.get());
@@ -158,7 +165,7 @@ Status TrainingRun::createTrainer(const TrainingRunOptions& options) {
       };
     }
   } else {
-    for (int32_t r = 1; r < m_config.parallel.worldSize; ++r) {
+    for (int32_t r = 1; r < m_config->parallel.worldSize; ++r) {
       m_rankTracers.push_back(std::make_unique<HostTracer>(m_writer.get(), r, m_tracer.get()));
       m_rankTracers.back()->setMemoryEvents(options.hostMemoryEvents);
       trainerOptions.rankSinks.push_back(m_rankTracers.back().get());
@@ -202,8 +209,8 @@ Result<RunSummary> TrainingRun::run() {
   }
   RunSummary summary = m_summary->summary();
   // The summary sink sees rank 0's steps, which hold 1 / world_size of each step's tokens.
-  if (m_config.parallel.worldSize > 1) {
-    summary.meanTokensPerSecond *= double(m_config.parallel.worldSize);
+  if (m_config->parallel.worldSize > 1) {
+    summary.meanTokensPerSecond *= double(m_config->parallel.worldSize);
   }
   summary.tracePath = m_writer->path();
   MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));

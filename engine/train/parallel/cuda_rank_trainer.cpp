@@ -22,11 +22,11 @@ class CudaRankTrainer::Hooks final : public ModelHooks {
   CudaFsdpShards& m_shards;
 };
 
-Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const RunConfig& config,
+Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const ValidConfig& valid,
                                                                  Communicator& world,
                                                                  EventSink* sink,
                                                                  int deviceOrdinal) {
-  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  const RunConfig& config = valid;
   if (config.parallel.worldSize != world.worldSize()) {
     return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
                            " but the communicator has " + std::to_string(world.worldSize()) +
@@ -191,7 +191,7 @@ Result<OptimizerStepResult> CudaRankTrainer::optimizerStep(int64_t stepIndex) {
 
 namespace moewb::engine {
 
-Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const RunConfig& config,
+Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const ValidConfig& config,
                                                            Communicator& world, EventSink* sink,
                                                            int deviceOrdinal) {
   MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaRankTrainer> trainer,

@@ -29,11 +29,11 @@ namespace moewb::engine::cuda {
 
 class CudaRankTrainer final : public RankStepper {
  public:
-  // Collective over `world` (splits the groups). `config` must pass validateConfig with
-  // parallel.world_size == world.worldSize(); world.supportsDevice() must hold. `sink` may be
+  // Collective over `world` (splits the groups). `config` must have parallel.world_size ==
+  // world.worldSize(); world.supportsDevice() must hold. `sink` may be
   // null; sink and world must outlive the trainer. Errors: kInvalidArgument, kFailedPrecondition
   // (no device collectives), the CUDA backend's (kUnimplemented settings, kResourceExhausted).
-  static Result<std::unique_ptr<CudaRankTrainer>> create(const RunConfig& config,
+  static Result<std::unique_ptr<CudaRankTrainer>> create(const ValidConfig& config,
                                                          Communicator& world, EventSink* sink,
                                                          int deviceOrdinal);
   ~CudaRankTrainer() override;

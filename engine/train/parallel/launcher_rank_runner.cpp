@@ -19,7 +19,7 @@ Result<std::optional<LauncherRank>> detectLauncherRank() {
       LauncherRank{env->rank, env->worldSize, env->localRank, env->source});
 }
 
-LauncherRankRunner::LauncherRankRunner(const RunConfig& config, LauncherRank rank,
+LauncherRankRunner::LauncherRankRunner(const ValidConfig& config, LauncherRank rank,
                                        std::function<void(const Status&)> onStuckRank)
     : m_config(config), m_rank(std::move(rank)), m_onStuckRank(std::move(onStuckRank)) {}
 
@@ -39,14 +39,14 @@ Status LauncherRankRunner::start(const std::vector<EventSink*>& sinks) {
   if (m_started) return Status::ok();
   m_started = true;
   m_watchdog = std::make_unique<StuckRankWatchdog>(
-      std::chrono::milliseconds(m_config.parallel.timeoutMs), [this](const Status& stuck) {
+      std::chrono::milliseconds(m_config->parallel.timeoutMs), [this](const Status& stuck) {
         if (m_onStuckRank) m_onStuckRank(stuck.withContext("rank " + std::to_string(m_rank.rank)));
       });
   return inRank(join(sinks.empty() ? nullptr : sinks[0]));
 }
 
 Status LauncherRankRunner::join(EventSink* sink) {
-  const std::chrono::milliseconds timeout(m_config.parallel.timeoutMs);
+  const std::chrono::milliseconds timeout(m_config->parallel.timeoutMs);
   // Joining waits for every process to start (GPU contexts, library loading): give it longer.
   const std::chrono::milliseconds joinTimeout = std::max(timeout, std::chrono::milliseconds(60000));
   MOEWB_ASSIGN_OR_RETURN(std::optional<LaunchEnv> env, launchEnvFromEnvironment());
@@ -94,7 +94,7 @@ Result<bool> LauncherRankRunner::agreeOnStop(bool stop) {
   return agreed;
 }
 
-Status LauncherRankRunner::applyLiveConfig(const RunConfig& /*config*/) {
+Status LauncherRankRunner::applyLiveConfig(const ValidConfig& /*config*/) {
   return failedPrecondition(
       "live patches are not accepted on a multi-process run (one rank per process): each process "
       "would have to apply them at the same step; stop the run and start it with the new config");
@@ -110,7 +110,7 @@ Status LauncherRankRunner::finish() {
     // Leaving through the store waits for the other ranks (rank 0 keeps the store up until all
     // have left), so no closing collective is needed.
     const std::chrono::milliseconds joinTimeout =
-        std::max(std::chrono::milliseconds(m_config.parallel.timeoutMs),
+        std::max(std::chrono::milliseconds(m_config->parallel.timeoutMs),
                  std::chrono::milliseconds(60000));
     closed = m_session->close(joinTimeout);
   }

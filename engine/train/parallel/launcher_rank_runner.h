@@ -29,8 +29,8 @@ class StuckRankWatchdog;
 
 class LauncherRankRunner final : public StepRunner {
  public:
-  // `config` must pass validateConfig with parallel.world_size == rank.worldSize.
-  LauncherRankRunner(const RunConfig& config, LauncherRank rank,
+  // `config` has parallel.world_size == rank.worldSize.
+  LauncherRankRunner(const ValidConfig& config, LauncherRank rank,
                      std::function<void(const Status&)> onStuckRank);
   ~LauncherRankRunner() override;
 
@@ -41,7 +41,7 @@ class LauncherRankRunner final : public StepRunner {
   Status start(const std::vector<EventSink*>& sinks) override;
   Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
   Result<bool> agreeOnStop(bool stop) override;
-  Status applyLiveConfig(const RunConfig& config) override;
+  Status applyLiveConfig(const ValidConfig& config) override;
   Status finish() override;
 
  private:
@@ -50,7 +50,7 @@ class LauncherRankRunner final : public StepRunner {
   // leaving handshake).
   Status inRank(Status status);
 
-  RunConfig m_config;
+  ValidConfig m_config;
   LauncherRank m_rank;
   std::function<void(const Status&)> m_onStuckRank;
   std::unique_ptr<StuckRankWatchdog> m_watchdog;

@@ -80,7 +80,7 @@ class RankStepper {
 
 // A GPU rank (cuda_rank_trainer.h) on `deviceOrdinal`, with `world` supporting
 // device collectives (virtual ranks or NCCL). A build without CUDA answers kUnimplemented.
-Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const RunConfig& config,
+Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const ValidConfig& config,
                                                            Communicator& world, EventSink* sink,
                                                            int deviceOrdinal);
 

@@ -10,13 +10,13 @@
 
 namespace moewb::engine {
 
-RankGroupRunner::RankGroupRunner(const RunConfig& config)
-    : m_config(config), m_gpu(config.run.backend == "cuda") {}
+RankGroupRunner::RankGroupRunner(const ValidConfig& config)
+    : m_config(config), m_gpu(config->run.backend == "cuda") {}
 
 RankGroupRunner::~RankGroupRunner() { (void)finish(); }
 
 std::string RankGroupRunner::deviceDescription() const {
-  const std::string ranks = std::to_string(m_config.parallel.worldSize);
+  const std::string ranks = std::to_string(m_config->parallel.worldSize);
   return m_gpu ? ranks + " virtual ranks sharing GPU 0" : ranks + " in-process ranks (CPU threads)";
 }
 
@@ -87,13 +87,13 @@ Status RankGroupRunner::rankMain(Communicator& world) {
 Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
   if (m_started) return Status::ok();
   m_started = true;
-  const int32_t world = m_config.parallel.worldSize;
+  const int32_t world = m_config->parallel.worldSize;
   m_sinks = sinks;
   m_sinks.resize(size_t(world), nullptr);
   m_results.resize(size_t(world));
   m_driver = std::thread([this, world] {
     const auto body = [this](Communicator& comm) { return rankMain(comm); };
-    const std::chrono::milliseconds timeout(m_config.parallel.timeoutMs);
+    const std::chrono::milliseconds timeout(m_config->parallel.timeoutMs);
     Status status = m_gpu ? runVirtualGpuRanks(world, 0, body, timeout)
                           : runRanks(world, body, timeout);
     {
@@ -120,7 +120,7 @@ Result<std::vector<RankGroupRunner::RankResult>> RankGroupRunner::dispatch(Task 
     return m_started ? groupOver() : failedPrecondition("the ranks have not started");
   }
   m_task = std::move(task);
-  m_pending = m_config.parallel.worldSize;
+  m_pending = m_config->parallel.worldSize;
   m_failed = false;
   for (RankResult& result : m_results) result = RankResult{};
   ++m_taskSeq;
@@ -150,7 +150,7 @@ Result<bool> RankGroupRunner::agreeOnStop(bool stop) {
   return results[0].stop;
 }
 
-Status RankGroupRunner::applyLiveConfig(const RunConfig& config) {
+Status RankGroupRunner::applyLiveConfig(const ValidConfig& config) {
   MOEWB_RETURN_IF_ERROR(dispatch({TaskKind::kApply, false, config}).status());
   m_config = config;
   return Status::ok();

@@ -25,17 +25,17 @@ namespace moewb::engine {
 
 class RankGroupRunner final : public StepRunner {
  public:
-  // `config` must pass validateConfig with parallel.world_size > 1. Starts nothing.
-  explicit RankGroupRunner(const RunConfig& config);
+  // `config` has parallel.world_size > 1. Starts nothing.
+  explicit RankGroupRunner(const ValidConfig& config);
   ~RankGroupRunner() override;
 
   std::string backendName() const override { return m_gpu ? "cuda" : "cpu"; }
   std::string deviceDescription() const override;
-  int32_t reportedRanks() const override { return m_config.parallel.worldSize; }
+  int32_t reportedRanks() const override { return m_config->parallel.worldSize; }
   Status start(const std::vector<EventSink*>& sinks) override;
   Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
   Result<bool> agreeOnStop(bool stop) override;
-  Status applyLiveConfig(const RunConfig& config) override;
+  Status applyLiveConfig(const ValidConfig& config) override;
   Status finish() override;
 
  private:
@@ -57,7 +57,7 @@ class RankGroupRunner final : public StepRunner {
   Result<std::vector<RankResult>> dispatch(Task task);
   Status groupOver();  // the error of a group that has ended (lock held)
 
-  RunConfig m_config;
+  ValidConfig m_config;
   bool m_gpu = false;
   std::vector<EventSink*> m_sinks;  // [world_size]
   std::thread m_driver;             // runs the rank threads (runRanks) until they all return

@@ -24,9 +24,9 @@ class RankTrainer::Hooks final : public ModelHooks {
   FsdpShards& m_shards;
 };
 
-Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const RunConfig& config,
+Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const ValidConfig& valid,
                                                          Communicator& world, EventSink* sink) {
-  MOEWB_RETURN_IF_ERROR(validateConfig(config));
+  const RunConfig& config = valid;
   if (config.parallel.worldSize != world.worldSize()) {
     return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
                            " but the communicator has " + std::to_string(world.worldSize()) +

@@ -34,10 +34,10 @@ namespace moewb::engine {
 
 class RankTrainer final : public RankStepper {
  public:
-  // Collective over `world` (splits the groups). `config` must pass validateConfig and have
-  // parallel.world_size == world.worldSize(). `sink` may be null and must outlive the trainer.
-  // `world` must outlive the trainer.
-  static Result<std::unique_ptr<RankTrainer>> create(const RunConfig& config, Communicator& world,
+  // Collective over `world` (splits the groups). `config` must have parallel.world_size ==
+  // world.worldSize(). `sink` may be null and must outlive the trainer. `world` must outlive the
+  // trainer.
+  static Result<std::unique_ptr<RankTrainer>> create(const ValidConfig& config, Communicator& world,
                                                      EventSink* sink);
   ~RankTrainer() override;
 

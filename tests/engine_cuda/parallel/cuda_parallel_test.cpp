@@ -150,7 +150,7 @@ RunResult runNcclRanks(const RunConfig& config, int64_t steps) {
         MOEWB_ASSIGN_OR_RETURN(auto comm,
                                createNcclCommunicator(r, n, r, *id, std::chrono::seconds(60), {}));
         MOEWB_ASSIGN_OR_RETURN(auto stepper,
-                               createCudaRankStepper(config, *comm, &run.sinks[size_t(r)], r));
+                               createCudaRankStepper(*ValidConfig::validate(config), *comm, &run.sinks[size_t(r)], r));
         for (int64_t i = 0; i < steps; ++i) {
           // (The Trainer's tail reports steps; a bare stepper only returns them.)
           MOEWB_ASSIGN_OR_RETURN(RankStepOutcome outcome, stepper->step());

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moewb/base/status.h"
@@ -217,6 +218,24 @@ Status applyOverride(RunConfig& config, const std::string& assignment);
 // The one validation function: ranges of every key and the constraints between keys
 // (top_k <= num_experts, d_model % num_heads == 0, ...). Returns the first problem found.
 Status validateConfig(const RunConfig& config);
+
+// A RunConfig that passed validateConfig. validate() is the only way to make one, so what takes a
+// ValidConfig (TrainingRun, Trainer, the rank trainers) trusts it and validates nothing again:
+// a config is validated once on its way from the file to the ranks. Converts to the RunConfig.
+class ValidConfig {
+ public:
+  // validateConfig(config): kInvalidArgument naming the first key that is out of range or
+  // conflicts with another.
+  static Result<ValidConfig> validate(RunConfig config);
+
+  const RunConfig& get() const { return m_config; }
+  operator const RunConfig&() const { return m_config; }  // NOLINT: a view, by design
+  const RunConfig* operator->() const { return &m_config; }
+
+ private:
+  explicit ValidConfig(RunConfig config) : m_config(std::move(config)) {}
+  RunConfig m_config;
+};
 
 // Serialises to TOML with every key present; parseConfigToml(toToml(c)) == c.
 std::string toToml(const RunConfig& config);

@@ -94,9 +94,12 @@ class Trainer {
   // per step); kResourceExhausted when the model and one step's activations would not fit in half
   // of the machine's memory; the CUDA backend's with run.backend = "cuda".
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
-  // The same for any topology (see TrainerOptions). Errors as above, and for a launcher rank
-  // kInvalidArgument (parallel.world_size differs from the launcher's WORLD_SIZE) or
-  // kFailedPrecondition (no CUDA device, or a build without the CUDA backend).
+  // The same for any topology (see TrainerOptions), from a config validated once before
+  // (ValidConfig: no second validation). Errors as above but the validation's, and for a
+  // launcher rank kInvalidArgument (parallel.world_size differs from the launcher's WORLD_SIZE)
+  // or kFailedPrecondition (no CUDA device, or a build without the CUDA backend).
+  static Result<std::unique_ptr<Trainer>> create(const ValidConfig& config, TrainerOptions options);
+  // validateConfig, then the above.
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, TrainerOptions options);
   ~Trainer();
 
@@ -205,7 +208,7 @@ class Trainer {
   std::string deviceDescription() const;
 
  private:
-  Trainer(const RunConfig& config, std::unique_ptr<StepRunner> runner,
+  Trainer(const ValidConfig& config, std::unique_ptr<StepRunner> runner,
           std::vector<EventSink*> rankSinks);
   // onRunStart on every rank's sink and the runner's start (rank threads, rendezvous), once.
   Status startRunOnce();

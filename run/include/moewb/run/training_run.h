@@ -92,6 +92,11 @@ class TrainingRun {
   static Result<std::unique_ptr<TrainingRun>> create(const engine::RunConfig& config,
                                                    const TrainingRunOptions& options,
                                                    engine::EventSink* observer = nullptr);
+  // The same from a config validated before (engine::ValidConfig: no second validation; the
+  // CLI and the GUI validate once where they load the file).
+  static Result<std::unique_ptr<TrainingRun>> create(const engine::ValidConfig& config,
+                                                   const TrainingRunOptions& options,
+                                                   engine::EventSink* observer = nullptr);
   ~TrainingRun();
 
   // Trains options.steps steps on the calling thread and closes the trace, then writes
@@ -111,18 +116,18 @@ class TrainingRun {
   // True while the trainer is paused by a command.
   bool paused() const;
 
-  const engine::RunConfig& config() const { return m_config; }
+  const engine::RunConfig& config() const { return m_config.get(); }
   int64_t plannedSteps() const { return m_steps; }
 
  private:
   class SummarySink;
-  TrainingRun() = default;
+  explicit TrainingRun(const engine::ValidConfig& config);
   Status startGpuCapture(const TrainingRunOptions& options);
   Status createTrainer(const TrainingRunOptions& options);
   Status loadSingleRankState(const TrainingRunOptions& options);
   static Status checkSingleRankOptions(const TrainingRunOptions& options, int32_t worldSize);
 
-  engine::RunConfig m_config;
+  engine::ValidConfig m_config;
   int64_t m_steps = 0;
   std::string m_exportMergedPath;
   std::unique_ptr<storage::TraceWriter> m_writer;
