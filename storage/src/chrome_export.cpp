@@ -12,12 +12,16 @@
 // arrow: "s" at the call's start on its API thread, "f" (binding to the enclosing slice) at the
 // work's start, both with the flow id correlation id * 1024 + rank. GPU work events carry their
 // launch details in args (grid, block, registers, shared memory; copy kind and bytes; phase).
+// Values from the file are untrusted: texts are written with invalid UTF-8 replaced by U+FFFD,
+// times whose distance from the origin overflows int64 are clamped, ids and pids are computed
+// without signed overflow; both repairs are counted in ChromeExportStats.
 // The file is written as <out>.part and renamed at the end, so a failed export leaves nothing
 // half-written behind. Cost: one pass over slices, counters and memory events; memory O(tracks)
 // plus the API calls whose work has not started yet (calls that launch no work, such as
 // synchronisations, stay held until the end).
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,12 +40,17 @@ namespace {
 
 using nlohmann::json;
 
+// JSON text of `value`; invalid UTF-8 in any string becomes U+FFFD instead of throwing.
+std::string dumpJson(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // Writes the "traceEvents" array one event at a time.
 class EventStream {
  public:
   explicit EventStream(std::ofstream& out) : m_out(out) {}
   void write(const json& event) {
-    m_out << (m_first ? "\n" : ",\n") << event.dump();
+    m_out << (m_first ? "\n" : ",\n") << dumpJson(event);
     m_first = false;
   }
 
@@ -51,21 +60,80 @@ class EventStream {
 };
 
 // Process ids of the per-rank "GPU" processes (pid = kGpuPidBase + rank), clear of rank pids.
-constexpr int32_t kGpuPidBase = 1'000'000;
+constexpr int64_t kGpuPidBase = 1'000'000;
 
 bool isStreamTrack(const TrackRow& track) {
   return track.kind == kTrackKindStream;
 }
 
 // The chrome pid of `track`: its rank, or the rank's GPU process for a stream track.
-int32_t pidOf(const TrackRow& track) {
+int64_t pidOf(const TrackRow& track) {
   return isStreamTrack(track) ? kGpuPidBase + track.rank : track.rank;
+}
+
+// The repairs of one export: counts texts with invalid UTF-8 and clamped times.
+class Repairs {
+ public:
+  explicit Repairs(int64_t originNs) : m_originNs(originNs) {}
+  // `text` unchanged (the JSON dump replaces invalid sequences); counts it when invalid.
+  const std::string& text(const std::string& text) {
+    if (!isValidUtf8(text)) ++m_stats.invalidUtf8Strings;
+    return text;
+  }
+  // Microseconds from the origin to `ns`, clamped to the int64 range of nanoseconds.
+  double relativeUs(int64_t ns) {
+    int64_t delta = 0;
+    if (__builtin_sub_overflow(ns, m_originNs, &delta)) {
+      ++m_stats.clampedTimes;
+      delta = ns < m_originNs ? INT64_MIN : INT64_MAX;
+    }
+    return double(delta) / double(kNsPerUs);
+  }
+  const ChromeExportStats& stats() const { return m_stats; }
+
+ private:
+  static bool isValidUtf8(const std::string& text);
+  int64_t m_originNs;
+  ChromeExportStats m_stats;
+};
+
+// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
+bool Repairs::isValidUtf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    int more = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the range of the byte after the lead byte
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) low = 0xA0;
+      if (c == 0xED) high = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;
+    } else {
+      return false;
+    }
+    if (end - p <= more || p[1] < low || p[1] > high) return false;
+    for (int i = 2; i <= more; ++i) {
+      if (p[i] < 0x80 || p[i] > 0xBF) return false;
+    }
+    p += more + 1;
+  }
+  return true;
 }
 
 // Flow id of the launch with correlation id `correlationId` on `rank` (ids are per process).
 // A GPU work slice's details as Nsight Systems shows them: grid, block, registers and shared
 // memory of a kernel; kind and bytes of a copy; bytes and value of a memset; the phase.
-void addGpuWorkArgs(const GpuWorkRow& work, nlohmann::json& args) {
+void addGpuWorkArgs(const GpuWorkRow& work, nlohmann::json& args, Repairs& repairs) {
   if (const auto& k = work.kernel) {
     args["grid"] = fmt::format("{}x{}x{}", k->gridX, k->gridY, k->gridZ);
     args["block"] = fmt::format("{}x{}x{}", k->blockX, k->blockY, k->blockZ);
@@ -73,49 +141,50 @@ void addGpuWorkArgs(const GpuWorkRow& work, nlohmann::json& args) {
     args["static_shared_bytes"] = k->staticSharedBytes;
     args["dynamic_shared_bytes"] = k->dynamicSharedBytes;
     args["stream"] = k->streamId;
-    args["phase"] = k->phase;
+    args["phase"] = repairs.text(k->phase);
   } else if (const auto& c = work.memcpy) {
     args["copy_kind"] = c->copyKind;
     args["src_kind"] = c->srcKind;
     args["dst_kind"] = c->dstKind;
     args["bytes"] = c->bytes;
     args["stream"] = c->streamId;
-    args["phase"] = c->phase;
+    args["phase"] = repairs.text(c->phase);
   } else if (const auto& m = work.memset) {
     args["bytes"] = m->bytes;
     args["value"] = m->value;
     args["stream"] = m->streamId;
-    args["phase"] = m->phase;
+    args["phase"] = repairs.text(m->phase);
   }
 }
 
+// Wraps modulo 2^64 (unsigned arithmetic) for correlation ids read from a file.
 int64_t flowId(int64_t correlationId, int32_t rank) {
-  return correlationId * 1024 + rank;
+  return int64_t(uint64_t(correlationId) * 1024u + uint64_t(int64_t(rank)));
 }
 
 double toUs(int64_t ns) {
   return double(ns) / double(kNsPerUs);
 }
 
-Result<json> metadataObject(TraceReader& reader) {
+Result<json> metadataObject(TraceReader& reader, Repairs& repairs) {
   MOEWB_ASSIGN_OR_RETURN(const auto meta, reader.meta());
   MOEWB_ASSIGN_OR_RETURN(const auto runs, reader.runs());
   json metadata = json::object();
-  for (const auto& [key, value] : meta) metadata[key] = value;
+  for (const auto& [key, value] : meta) metadata[repairs.text(key)] = repairs.text(value);
   json runList = json::array();
   for (const RunRow& run : runs) {
     runList.push_back({{"id", run.id.value},
-                       {"name", run.name},
-                       {"backend", run.backend},
+                       {"name", repairs.text(run.name)},
+                       {"backend", repairs.text(run.backend)},
                        {"world_size", run.worldSize},
-                       {"status", run.status}});
+                       {"status", repairs.text(run.status)}});
   }
   metadata["runs"] = std::move(runList);
   metadata["source"] = reader.path();
   return metadata;
 }
 
-void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
+void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks, Repairs& repairs) {
   std::set<int32_t> ranks, gpuRanks;
   for (const TrackRow& track : tracks) (isStreamTrack(track) ? gpuRanks : ranks).insert(track.rank);
   for (int32_t rank : ranks) {
@@ -126,7 +195,7 @@ void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
                   {"args", {{"name", fmt::format("rank {}", rank)}}}});
   }
   for (int32_t rank : gpuRanks) {
-    const int32_t pid = kGpuPidBase + rank;
+    const int64_t pid = kGpuPidBase + rank;
     events.write({{"name", "process_name"},
                   {"ph", "M"},
                   {"pid", pid},
@@ -145,7 +214,7 @@ void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
                   {"ph", "M"},
                   {"pid", pidOf(track)},
                   {"tid", track.id.value},
-                  {"args", {{"name", track.name}}}});
+                  {"args", {{"name", repairs.text(track.name)}}}});
     events.write({{"name", "thread_sort_index"},
                   {"ph", "M"},
                   {"pid", pidOf(track)},
@@ -157,9 +226,9 @@ void writeNameEvents(EventStream& events, const std::vector<TrackRow>& tracks) {
 // Joins API calls to the GPU work they launched and writes each pair's flow events.
 class FlowWriter {
  public:
-  FlowWriter(EventStream& events, int64_t originNs) : m_events(events), m_originNs(originNs) {}
+  FlowWriter(EventStream& events, Repairs& repairs) : m_events(events), m_repairs(repairs) {}
   // Sees a slice in start order on a track with chrome pid `pid` of rank `rank`.
-  void add(const SliceRow& s, int32_t pid, int32_t rank) {
+  void add(const SliceRow& s, int64_t pid, int32_t rank) {
     if (s.correlationId == 0) return;
     const int64_t id = flowId(s.correlationId, rank);
     if (s.category == kCategoryApi) {
@@ -174,7 +243,7 @@ class FlowWriter {
                     {"cat", "cuda_flow"},
                     {"ph", "s"},
                     {"id", id},
-                    {"ts", toUs(call.startNs - m_originNs)},
+                    {"ts", m_repairs.relativeUs(call.startNs)},
                     {"pid", call.pid},
                     {"tid", call.tid},
                     {"args", {{"correlation_id", s.correlationId}}}});
@@ -183,7 +252,7 @@ class FlowWriter {
                     {"ph", "f"},
                     {"bp", "e"},
                     {"id", id},
-                    {"ts", toUs(s.startNs - m_originNs)},
+                    {"ts", m_repairs.relativeUs(s.startNs)},
                     {"pid", pid},
                     {"tid", s.track.value},
                     {"args", {{"correlation_id", s.correlationId}}}});
@@ -192,19 +261,20 @@ class FlowWriter {
 
  private:
   struct Pending {
-    int32_t pid = 0;
+    int64_t pid = 0;
     int64_t tid = 0;
     int64_t startNs = 0;
   };
   EventStream& m_events;
-  int64_t m_originNs;
+  Repairs& m_repairs;
   std::unordered_map<int64_t, Pending> m_pending;  // by flow id
 };
 
-Status writeBody(TraceReader& reader, std::ofstream& out) {
-  MOEWB_ASSIGN_OR_RETURN(const json metadata, metadataObject(reader));
+Status writeBody(TraceReader& reader, std::ofstream& out, ChromeExportStats& stats) {
   MOEWB_ASSIGN_OR_RETURN(const std::vector<TrackRow> tracks, reader.tracks());
   MOEWB_ASSIGN_OR_RETURN(const TimeWindow bounds, reader.timeBounds());
+  Repairs repairs(bounds.startNs);
+  MOEWB_ASSIGN_OR_RETURN(const json metadata, metadataObject(reader, repairs));
   std::map<int64_t, const TrackRow*> trackById;
   for (const TrackRow& track : tracks) trackById[track.id.value] = &track;
   auto rankOf = [&](TrackId track) {
@@ -213,24 +283,23 @@ Status writeBody(TraceReader& reader, std::ofstream& out) {
   };
   auto pidOfTrack = [&](TrackId track) {
     auto it = trackById.find(track.value);
-    return it == trackById.end() ? 0 : pidOf(*it->second);
+    return it == trackById.end() ? int64_t{0} : pidOf(*it->second);
   };
-  const int64_t originNs = bounds.startNs;
 
-  out << R"({"displayTimeUnit":"ms","metadata":)" << metadata.dump() << R"(,"traceEvents":[)";
+  out << R"({"displayTimeUnit":"ms","metadata":)" << dumpJson(metadata) << R"(,"traceEvents":[)";
   EventStream events(out);
-  writeNameEvents(events, tracks);
-  FlowWriter flows(events, originNs);
+  writeNameEvents(events, tracks, repairs);
+  FlowWriter flows(events, repairs);
   MOEWB_RETURN_IF_ERROR(reader.forEachSliceWithGpuWork([&](const SliceRow& s,
                                                             const GpuWorkRow* work) {
     json args = {{"step", s.step}, {"layer", s.layer}, {"depth", s.depth}};
     if (s.correlationId != 0) args["correlation_id"] = s.correlationId;
-    if (work != nullptr) addGpuWorkArgs(*work, args);
-    const int32_t pid = pidOfTrack(s.track);
-    events.write({{"name", s.name},
-                  {"cat", s.category},
+    if (work != nullptr) addGpuWorkArgs(*work, args, repairs);
+    const int64_t pid = pidOfTrack(s.track);
+    events.write({{"name", repairs.text(s.name)},
+                  {"cat", repairs.text(s.category)},
                   {"ph", "X"},
-                  {"ts", toUs(s.startNs - originNs)},
+                  {"ts", repairs.relativeUs(s.startNs)},
                   {"dur", toUs(s.durNs)},
                   {"pid", pid},
                   {"tid", s.track.value},
@@ -239,9 +308,9 @@ Status writeBody(TraceReader& reader, std::ofstream& out) {
     return bool(out);
   }));
   MOEWB_RETURN_IF_ERROR(reader.forEachCounter([&](const CounterRow& c) {
-    events.write({{"name", c.name},
+    events.write({{"name", repairs.text(c.name)},
                   {"ph", "C"},
-                  {"ts", toUs(c.tsNs - originNs)},
+                  {"ts", repairs.relativeUs(c.tsNs)},
                   {"pid", rankOf(c.track)},
                   {"tid", c.track.value},
                   {"args", {{"value", c.value}}}});
@@ -250,22 +319,24 @@ Status writeBody(TraceReader& reader, std::ofstream& out) {
   // Device memory: one counter per (memory track, category), so Perfetto draws each category's
   // bytes in use as its own counter track under the rank.
   MOEWB_RETURN_IF_ERROR(reader.forEachMemoryEvent([&](const MemoryEventRow& m) {
-    events.write({{"name", "device memory." + m.category},
+    events.write({{"name", "device memory." + repairs.text(m.category)},
                   {"cat", "memory"},
                   {"ph", "C"},
-                  {"ts", toUs(m.tsNs - originNs)},
+                  {"ts", repairs.relativeUs(m.tsNs)},
                   {"pid", rankOf(m.track)},
                   {"tid", m.track.value},
                   {"args", {{"bytes", m.inUseBytes}}}});
     return bool(out);
   }));
   out << "\n]}\n";
+  stats = repairs.stats();
   return Status::ok();
 }
 
 }  // namespace
 
-Status exportChromeTrace(TraceReader& reader, const std::string& outPath) {
+Status exportChromeTrace(TraceReader& reader, const std::string& outPath,
+                         ChromeExportStats* stats) {
   namespace fs = std::filesystem;
   const std::string partPath = outPath + ".part";
   std::ofstream out(partPath, std::ios::binary | std::ios::trunc);
@@ -273,7 +344,9 @@ Status exportChromeTrace(TraceReader& reader, const std::string& outPath) {
     return internalError(
         fmt::format("cannot write Chrome trace '{}': cannot create '{}'", outPath, partPath));
   }
-  Status status = writeBody(reader, out);
+  ChromeExportStats repaired;
+  Status status = writeBody(reader, out, repaired);
+  if (stats) *stats = repaired;
   out.close();
   std::error_code ec;
   if (status.isOk() && !out) {

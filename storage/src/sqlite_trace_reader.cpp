@@ -5,24 +5,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
 #include "schema.h"
 #include "trace_file_check.h"
+#include "trace_open.h"
 
 namespace moewb::storage::detail {
 
 namespace {
-
-constexpr int kReaderBusyTimeoutMs = 5000;
-
-int64_t saturatingSub(int64_t a, int64_t b) {
-  int64_t out = 0;
-  if (__builtin_sub_overflow(a, b, &out))
-    return b > 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
-  return out;
-}
 
 // Steps `statement` to the end, appending map(statement) for each row.
 template <typename Row, typename Map>
@@ -49,6 +42,28 @@ CounterRow counterFromColumns(const Statement& s) {
 
 }  // namespace
 
+int64_t clampToInt64(double value, int64_t* clamped) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  if (value >= -kTwoTo63 && value < kTwoTo63) return int64_t(value);
+  ++*clamped;
+  if (value != value) return 0;
+  return value > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+int64_t saturatingAdd(int64_t a, int64_t b, int64_t* clamped) {
+  int64_t out = 0;
+  if (!__builtin_add_overflow(a, b, &out)) return out;
+  if (clamped) ++*clamped;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+int64_t saturatingSub(int64_t a, int64_t b, int64_t* clamped) {
+  int64_t out = 0;
+  if (!__builtin_sub_overflow(a, b, &out)) return out;
+  if (clamped) ++*clamped;
+  return b > 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+}
+
 SliceRow sliceFromColumns(const Statement& s) {
   SliceRow row;
   row.id = SliceId(s.columnInt(0));
@@ -58,9 +73,9 @@ SliceRow sliceFromColumns(const Statement& s) {
   row.name = s.columnText(4);
   row.category = s.columnText(5);
   row.step = s.columnInt(6);
-  row.layer = int32_t(s.columnInt(7));
+  row.layer = s.columnInt32(7);
   row.correlationId = s.columnInt(8);
-  row.depth = int32_t(s.columnInt(9));
+  row.depth = s.columnInt32(9);
   return row;
 }
 
@@ -69,20 +84,54 @@ TrackRow trackFromColumns(const Statement& s) {
   row.id = TrackId(s.columnInt(0));
   row.name = s.columnText(1);
   row.kind = s.columnText(2);
-  row.rank = int32_t(s.columnInt(3));
+  row.rank = s.columnInt32(3);
   row.threadId = s.columnInt(4);
   return row;
 }
 
-Result<std::unique_ptr<SqliteTraceReader>> SqliteTraceReader::open(const std::string& path) {
+Result<std::unique_ptr<SqliteTraceReader>> SqliteTraceReader::open(const std::string& path,
+                                                                   const ReaderOptions& options) {
   MOEWB_RETURN_IF_ERROR(checkTraceFileHeader(path));
   std::unique_ptr<SqliteTraceReader> reader(new SqliteTraceReader(path));
-  MOEWB_ASSIGN_OR_RETURN(reader->m_db,
-                         Database::open(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX));
-  MOEWB_SQLITE_CHECK(reader->m_db.handle(), path,
-                     sqlite3_busy_timeout(reader->m_db.handle(), kReaderBusyTimeoutMs));
+  MOEWB_ASSIGN_OR_RETURN(UntrustedTrace trace, openUntrustedTrace(path, options.queryTimeLimit));
+  reader->m_db = std::move(trace.db);
   MOEWB_RETURN_IF_ERROR(reader->verifyIsTrace());
+  MOEWB_RETURN_IF_ERROR(reader->checkRunWorldSizes());
   return reader;
+}
+
+void SqliteTraceReader::countBadValue(const std::string& name, int64_t count,
+                                      const std::string& description) {
+  if (count <= 0) return;
+  for (StatRow& row : m_badValues) {
+    if (row.name == name) {
+      row.value = saturatingAdd(row.value, count);
+      return;
+    }
+  }
+  m_badValues.push_back({name, "error", count, description});
+}
+
+void SqliteTraceReader::countClamped(int64_t count) {
+  countBadValue("values_clamped", count,
+                "sums or time spans of values read from the file overflowed 64-bit integers and "
+                "were clamped (the file may be damaged or hostile)");
+}
+
+Status SqliteTraceReader::checkRunWorldSizes() {
+  // The first bad run and how many there are, in one row.
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db, "SELECT id, world_size, count(*) OVER () FROM run "
+                               "WHERE world_size NOT BETWEEN ?1 AND ?2 ORDER BY id LIMIT 1"));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(1, kMaxWorldSize));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+  if (!hasRow) return Status::ok();
+  countBadValue("world_size_out_of_range", query.columnInt(2),
+                fmt::format("run {} has world_size {}; readers accept 1 to {} and read it as the "
+                            "nearest bound (the file may be damaged or hostile)",
+                            query.columnInt(0), query.columnText(1), kMaxWorldSize));
+  return Status::ok();
 }
 
 Status SqliteTraceReader::verifyIsTrace() {
@@ -155,7 +204,7 @@ Result<std::vector<RunRow>> SqliteTraceReader::runs() {
     row.name = s.columnText(1);
     row.configToml = s.columnText(2);
     row.backend = s.columnText(3);
-    row.worldSize = int32_t(s.columnInt(4));
+    row.worldSize = int32_t(std::clamp<int64_t>(s.columnInt(4), 1, kMaxWorldSize));
     row.startNs = s.columnInt(5);
     row.startUnixNs = s.columnInt(6);
     row.endNs = s.columnInt(7);
@@ -183,7 +232,7 @@ Result<std::vector<StepRow>> SqliteTraceReader::steps(RunId run, int64_t fromSte
   return collectRows<StepRow>(query, [](const Statement& s) {
     StepRow row;
     row.run = RunId(s.columnInt(0));
-    row.rank = int32_t(s.columnInt(1));
+    row.rank = s.columnInt32(1);
     row.step = s.columnInt(2);
     row.startNs = s.columnInt(3);
     row.endNs = s.columnInt(4);
@@ -263,9 +312,9 @@ Result<std::vector<ExpertLoadRow>> SqliteTraceReader::expertLoad(int64_t fromSte
   return collectRows<ExpertLoadRow>(query, [](const Statement& s) {
     ExpertLoadRow row;
     row.step = s.columnInt(0);
-    row.layer = int32_t(s.columnInt(1));
-    row.expert = int32_t(s.columnInt(2));
-    row.rank = int32_t(s.columnInt(3));
+    row.layer = s.columnInt32(1);
+    row.expert = s.columnInt32(2);
+    row.rank = s.columnInt32(3);
     row.tokens = s.columnInt(4);
     row.dropped = s.columnInt(5);
     row.bias = s.columnDouble(6);
@@ -301,14 +350,17 @@ Result<std::vector<StatRow>> SqliteTraceReader::stats() {
                          Statement::prepare(m_db,
                                             "SELECT name, severity, value, description FROM stats "
                                             "ORDER BY name"));
-  return collectRows<StatRow>(query, [](const Statement& s) {
-    StatRow row;
-    row.name = s.columnText(0);
-    row.severity = s.columnText(1);
-    row.value = s.columnInt(2);
-    row.description = s.columnText(3);
-    return row;
-  });
+  MOEWB_ASSIGN_OR_RETURN(std::vector<StatRow> rows,
+                         collectRows<StatRow>(query, [](const Statement& s) {
+                           StatRow row;
+                           row.name = s.columnText(0);
+                           row.severity = s.columnText(1);
+                           row.value = s.columnInt(2);
+                           row.description = s.columnText(3);
+                           return row;
+                         }));
+  rows.insert(rows.end(), m_badValues.begin(), m_badValues.end());
+  return rows;
 }
 
 Status SqliteTraceReader::forEachSlice(const std::function<bool(const SliceRow&)>& visit) {

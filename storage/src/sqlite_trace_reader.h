@@ -1,7 +1,8 @@
 // SqliteTraceReader: the TraceReader implementation (see moewb/storage/trace_reader.h), plus the
 // SQL of its indexed queries, exposed so tests can check their query plans.
 //
-// One read-only SQLite connection (WAL: it sees what a writer in any process has committed).
+// One read-only, hardened SQLite connection (trace_open.h; WAL: it sees what a writer in any
+// process has committed). Bad values it meets are counted in reader-side stats rows.
 // Costs: slices(window) is an index range scan over [window.start - maxSliceDur, window.end) of
 // slice(start_ns) (or slice(track, start_ns)), where maxSliceDur is one meta lookup written by
 // the writer; timeBounds is three index probes; counters(window) one index range per track;
@@ -65,7 +66,8 @@ inline constexpr const char* kMemoryNextSeriesSql =
 class SqliteTraceReader final : public TraceReader {
  public:
   // See TraceReader::open.
-  static Result<std::unique_ptr<SqliteTraceReader>> open(const std::string& path);
+  static Result<std::unique_ptr<SqliteTraceReader>> open(const std::string& path,
+                                                         const ReaderOptions& options = {});
 
   const std::string& path() const override { return m_path; }
   Result<std::map<std::string, std::string>> meta() override;
@@ -102,6 +104,14 @@ class SqliteTraceReader final : public TraceReader {
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
   Status verifyIsTrace();
+  // Records a stats row of the reader's own (see TraceReader::stats): adds `count` to the row
+  // `name` and keeps the first description.
+  void countBadValue(const std::string& name, int64_t count, const std::string& description);
+  // Counts `count` values that overflowed int64 and were clamped (stats row values_clamped).
+  void countClamped(int64_t count);
+  // Checks every run's world_size against [1, kMaxWorldSize] and counts the runs outside it
+  // (the stats row names the first). Cost: one scan of run.
+  Status checkRunWorldSizes();
   Result<std::string> metaValue(const char* key);
   // The longest slice duration (meta, else a scan for files written by other tools).
   Result<int64_t> maxSliceDurNs();
@@ -122,7 +132,15 @@ class SqliteTraceReader final : public TraceReader {
   std::string m_path;
   Database m_db;  // never moved after open(): statements point at it
   int m_memoryColumns = -1;  // hasMemoryColumns: -1 unknown, 0 no, 1 yes
+  std::vector<StatRow> m_badValues;  // the reader's own stats rows, by first occurrence
 };
+
+// `value` (an SQL total(), exact for integers below 2^53) as int64, clamped to the int64 range;
+// `clamped` counts each clamp. NaN gives 0 and counts.
+int64_t clampToInt64(double value, int64_t* clamped);
+// a + b and a - b clamped to the int64 range; `clamped` (when given) counts each clamp.
+int64_t saturatingAdd(int64_t a, int64_t b, int64_t* clamped = nullptr);
+int64_t saturatingSub(int64_t a, int64_t b, int64_t* clamped = nullptr);
 
 template <typename T, typename Body>
 Result<T> SqliteTraceReader::inReadTransaction(Body&& body) {

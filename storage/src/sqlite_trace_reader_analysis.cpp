@@ -73,7 +73,7 @@ Result<std::map<int32_t, RatioAccumulator>> readStepRatios(Database& db) {
     const int64_t maxTokens = query.columnInt(2);
     const int64_t totalTokens = query.columnInt(3);
     const int64_t experts = query.columnInt(4);
-    RatioAccumulator& acc = ratios[int32_t(query.columnInt(0))];
+    RatioAccumulator& acc = ratios[query.columnInt32(0)];
     if (totalTokens <= 0 || experts <= 0) continue;
     const double ratio = double(maxTokens) / (double(totalTokens) / double(experts));
     acc.sum += ratio;
@@ -90,12 +90,12 @@ Result<std::map<int32_t, HottestExpert>> readHottestExperts(Database& db) {
   while (true) {
     MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
     if (!hasRow) break;
-    HottestExpert& hot = hottest[int32_t(query.columnInt(0))];
+    HottestExpert& hot = hottest[query.columnInt32(0)];
     const int64_t tokens = query.columnInt(2);
     hot.layerTotal += tokens;
     if (tokens > hot.tokens) {  // rows come in expert order, so ties keep the lower id
       hot.tokens = tokens;
-      hot.expert = int32_t(query.columnInt(1));
+      hot.expert = query.columnInt32(1);
     }
   }
   return hottest;

@@ -107,33 +107,33 @@ constexpr const char* kSlicesWithGpuWorkSql =
 // registers, static and dynamic shared bytes (names and phase are set by the caller).
 GpuKernelRow kernelFromColumns(const Statement& q, int first) {
   GpuKernelRow k;
-  k.deviceId = int32_t(q.columnInt(first));
+  k.deviceId = q.columnInt32(first);
   k.streamId = q.columnInt(first + 1);
-  k.gridX = int32_t(q.columnInt(first + 2));
-  k.gridY = int32_t(q.columnInt(first + 3));
-  k.gridZ = int32_t(q.columnInt(first + 4));
-  k.blockX = int32_t(q.columnInt(first + 5));
-  k.blockY = int32_t(q.columnInt(first + 6));
-  k.blockZ = int32_t(q.columnInt(first + 7));
-  k.registersPerThread = int32_t(q.columnInt(first + 8));
-  k.staticSharedBytes = int32_t(q.columnInt(first + 9));
-  k.dynamicSharedBytes = int32_t(q.columnInt(first + 10));
+  k.gridX = q.columnInt32(first + 2);
+  k.gridY = q.columnInt32(first + 3);
+  k.gridZ = q.columnInt32(first + 4);
+  k.blockX = q.columnInt32(first + 5);
+  k.blockY = q.columnInt32(first + 6);
+  k.blockZ = q.columnInt32(first + 7);
+  k.registersPerThread = q.columnInt32(first + 8);
+  k.staticSharedBytes = q.columnInt32(first + 9);
+  k.dynamicSharedBytes = q.columnInt32(first + 10);
   return k;
 }
 
 // device, stream, copy kind, source kind, destination kind, bytes, phase.
 GpuMemcpyRow memcpyFromColumns(const Statement& q, int first) {
-  return GpuMemcpyRow{int32_t(q.columnInt(first)),     q.columnInt(first + 1),
-                      int32_t(q.columnInt(first + 2)), int32_t(q.columnInt(first + 3)),
-                      int32_t(q.columnInt(first + 4)), q.columnInt(first + 5),
+  return GpuMemcpyRow{q.columnInt32(first),     q.columnInt(first + 1),
+                      q.columnInt32(first + 2), q.columnInt32(first + 3),
+                      q.columnInt32(first + 4), q.columnInt(first + 5),
                       q.columnText(first + 6)};
 }
 
 // device, stream, bytes, value, memory kind, phase.
 GpuMemsetRow memsetFromColumns(const Statement& q, int first) {
-  return GpuMemsetRow{int32_t(q.columnInt(first)),     q.columnInt(first + 1),
-                      q.columnInt(first + 2),          int32_t(q.columnInt(first + 3)),
-                      int32_t(q.columnInt(first + 4)), q.columnText(first + 5)};
+  return GpuMemsetRow{q.columnInt32(first),     q.columnInt(first + 1),
+                      q.columnInt(first + 2),          q.columnInt32(first + 3),
+                      q.columnInt32(first + 4), q.columnText(first + 5)};
 }
 
 int64_t lowestStartToScan(int64_t startNs, int64_t maxDurNs) {
@@ -231,7 +231,7 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
       item.name = query.columnText(3);
       item.category = query.columnText(4);
       item.step = query.columnInt(5);
-      item.layer = int32_t(query.columnInt(6));
+      item.layer = query.columnInt32(6);
       item.correlationId = query.columnInt(7);
       item.shortName = query.columnText(8);
       folder.add(std::move(item));
@@ -308,8 +308,8 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
           if (found) {
             details.apiCall = sliceFromColumns(q);
             details.apiDetails =
-                CudaApiRow{q.columnText(10), int32_t(q.columnInt(11)), q.columnInt(12),
-                           int32_t(q.columnInt(13)), q.columnText(14)};
+                CudaApiRow{q.columnText(10), q.columnInt32(11), q.columnInt(12),
+                           q.columnInt32(13), q.columnText(14)};
           }
         }
         return std::optional<GpuSliceDetails>(std::move(details));

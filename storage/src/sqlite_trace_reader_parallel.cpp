@@ -1,24 +1,28 @@
 // The reader's parallel-run queries: what a parallel trace holds (world size, steps, a2a layers
-// and phases, EP groups), the all-to-all traffic matrix of a step / layer / phase selection, the
-// routed rows and expert load per rank, and collectives matched across their peers by
-// (step, comm_group, seq, peers). Reads go through the a2a_traffic(step, layer),
-// collective(step, rank), expert_load(step, layer) and slice(track, start_ns) indexes when a step
-// is given; "all steps" scans the table once with SQL doing the sums. Values from the file are
-// untrusted: ranks outside [0, world size) and absurd expert ids are left out, never indexed.
+// and phases, EP groups), the all-to-all traffic matrix of a step / layer / phase selection, and
+// collectives matched across their peers by (step, comm_group, seq, peers); the routed rows per
+// rank are in sqlite_trace_reader_rank_loads.cpp. Reads go through the a2a_traffic(step, layer),
+// collective(step, rank) and slice(track, start_ns) indexes when a step is given; "all steps"
+// scans the table once with SQL doing the sums. Values from the file are untrusted: ranks outside
+// [0, world size) are left out, never indexed; sums and time spans that overflow int64 are
+// clamped and counted (stats row values_clamped).
 // Also the defaults of TraceReader's parallel queries (no parallel data).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
-#include <map>
+#include <limits>
 #include <tuple>
 
 #include "sqlite_trace_reader.h"
+#include "sqlite_trace_reader_parallel.h"
 
 namespace moewb::storage {
 
 namespace {
-// Bounds for untrusted files: no [W, W] or [W, E] buffer grows past these.
-constexpr int32_t kMaxRanks = 4096;
-constexpr int64_t kMaxExperts = 1 << 16;
+int64_t clampedAdd(int64_t a, int64_t b) {
+  return detail::saturatingAdd(a, b);
+}
 }  // namespace
 
 int64_t A2aTrafficMatrix::at(int32_t src, int32_t dst) const {
@@ -27,30 +31,34 @@ int64_t A2aTrafficMatrix::at(int32_t src, int32_t dst) const {
 }
 
 std::vector<int64_t> A2aTrafficMatrix::sentBySource() const {
-  std::vector<int64_t> sums(size_t(worldSize), 0);
+  std::vector<int64_t> sums(size_t(std::max(worldSize, 0)), 0);
   for (int32_t s = 0; s < worldSize; ++s) {
-    for (int32_t d = 0; d < worldSize; ++d) sums[size_t(s)] += at(s, d);
+    for (int32_t d = 0; d < worldSize; ++d) sums[size_t(s)] = clampedAdd(sums[size_t(s)], at(s, d));
   }
   return sums;
 }
 
 std::vector<int64_t> A2aTrafficMatrix::receivedByDest() const {
-  std::vector<int64_t> sums(size_t(worldSize), 0);
+  std::vector<int64_t> sums(size_t(std::max(worldSize, 0)), 0);
   for (int32_t s = 0; s < worldSize; ++s) {
-    for (int32_t d = 0; d < worldSize; ++d) sums[size_t(d)] += at(s, d);
+    for (int32_t d = 0; d < worldSize; ++d) sums[size_t(d)] = clampedAdd(sums[size_t(d)], at(s, d));
   }
   return sums;
 }
 
 int64_t A2aTrafficMatrix::totalBytes() const {
   int64_t total = 0;
-  for (int64_t b : bytes) total += b;
+  for (int64_t b : bytes) total = clampedAdd(total, b);
   return total;
 }
 
 int64_t A2aTrafficMatrix::crossRankBytes() const {
-  int64_t total = totalBytes();
-  for (int32_t r = 0; r < worldSize; ++r) total -= at(r, r);
+  int64_t total = 0;
+  for (int32_t s = 0; s < worldSize; ++s) {
+    for (int32_t d = 0; d < worldSize; ++d) {
+      if (s != d) total = clampedAdd(total, at(s, d));
+    }
+  }
   return total;
 }
 
@@ -85,48 +93,14 @@ constexpr const char* kCollectiveColumns =
 // Canonical order of the EP all-to-all phases (forward dispatch and combine, then backward).
 constexpr const char* kPhaseOrder[] = {"dispatch", "combine", "combine.bwd", "dispatch.bwd"};
 
-// "0,1,2" -> {0, 1, 2}; empty when any part is not a rank in [0, kMaxRanks).
-std::vector<int32_t> parsePeers(const std::string& text) {
-  std::vector<int32_t> ranks;
-  size_t at = 0;
-  while (at <= text.size() && !text.empty()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    int32_t rank = -1;
-    const auto [ptr, ec] = std::from_chars(text.data() + at, text.data() + comma, rank);
-    if (ec != std::errc() || ptr != text.data() + comma || rank < 0 || rank >= kMaxRanks) {
-      return {};
-    }
-    ranks.push_back(rank);
-    at = comma + 1;
-  }
-  return ranks;
-}
-
-// WHERE clause of the step / layer / phase filter (bound in that order from index 1).
-std::string filterClause(const ParallelFilter& filter, bool withPhase) {
-  std::string where = " WHERE 1";
-  if (filter.step) where += " AND step = ?";
-  if (filter.layer) where += " AND layer = ?";
-  if (withPhase && !filter.phase.empty()) where += " AND phase = ?";
-  return where;
-}
-
-Status bindFilter(Statement& q, const ParallelFilter& filter, bool withPhase) {
-  int index = 0;
-  if (filter.step) MOEWB_RETURN_IF_ERROR(q.bindInt(++index, *filter.step));
-  if (filter.layer) MOEWB_RETURN_IF_ERROR(q.bindInt(++index, *filter.layer));
-  if (withPhase && !filter.phase.empty()) MOEWB_RETURN_IF_ERROR(q.bindText(++index, filter.phase));
-  return Status::ok();
-}
-
 CollectiveRow collectiveFromColumns(const Statement& s) {
   CollectiveRow row;
   row.track = TrackId(s.columnInt(0));
   row.startNs = s.columnInt(1);
   row.durNs = s.columnInt(2);
   row.step = s.columnInt(3);
-  row.layer = int32_t(s.columnInt(4));
-  row.rank = int32_t(s.columnInt(5));
+  row.layer = s.columnInt32(4);
+  row.rank = s.columnInt32(5);
   row.op = s.columnText(6);
   row.commGroup = s.columnText(7);
   row.phase = s.columnText(8);
@@ -148,8 +122,9 @@ Result<std::vector<CollectiveRow>> readCollectives(Statement& q) {
   return rows;
 }
 
-// One MatchedCollective from the rows of one (step, comm_group, seq, peers), any order.
-MatchedCollective matchRows(const std::vector<CollectiveRow>& rows) {
+// One MatchedCollective from the rows of one (step, comm_group, seq, peers), any order; sums and
+// spans that overflow int64 are clamped, counted in *clamped.
+MatchedCollective matchRows(const std::vector<CollectiveRow>& rows, int64_t* clamped) {
   MatchedCollective m;
   const CollectiveRow& first = rows.front();
   m.step = first.step;
@@ -189,53 +164,66 @@ MatchedCollective matchRows(const std::vector<CollectiveRow>& rows) {
   m.firstStartNs = m.arrivals.front().startNs;
   m.lastStartNs = m.arrivals.front().startNs;
   m.lastRank = m.arrivals.front().rank;
-  m.endNs = m.arrivals.front().startNs + m.arrivals.front().durNs;
+  m.endNs = std::numeric_limits<int64_t>::min();
   for (const CollectiveArrival& a : m.arrivals) {
     m.ok = m.ok && a.ok;
-    m.bytesSent += a.bytesSent;
-    m.bytesReceived += a.bytesReceived;
+    m.bytesSent = saturatingAdd(m.bytesSent, a.bytesSent, clamped);
+    m.bytesReceived = saturatingAdd(m.bytesReceived, a.bytesReceived, clamped);
     m.firstStartNs = std::min(m.firstStartNs, a.startNs);
-    m.endNs = std::max(m.endNs, a.startNs + a.durNs);
+    m.endNs = std::max(m.endNs, saturatingAdd(a.startNs, a.durNs, clamped));
     if (a.startNs > m.lastStartNs || (a.startNs == m.lastStartNs && a.rank < m.lastRank)) {
       m.lastStartNs = a.startNs;
       m.lastRank = a.rank;
     }
   }
   for (CollectiveArrival& a : m.arrivals) {
-    a.waitNs = m.lastStartNs - a.startNs;
-    m.totalWaitNs += a.waitNs;
+    a.waitNs = saturatingSub(m.lastStartNs, a.startNs, clamped);
+    m.totalWaitNs = saturatingAdd(m.totalWaitNs, a.waitNs, clamped);
   }
   return m;
 }
 
-// The EP group index, group rank and group size of every rank in [0, worldSize).
-struct EpPlace {
-  int32_t group = -1;
-  int32_t groupRank = 0;
-  int32_t groupSize = 1;
-};
-
-std::vector<EpPlace> epPlaces(const ParallelOverview& overview, int32_t worldSize) {
-  std::vector<EpPlace> places(static_cast<size_t>(worldSize));
-  for (size_t g = 0; g < overview.epGroups.size(); ++g) {
-    const std::vector<int32_t>& members = overview.epGroups[g];
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (members[i] >= worldSize) continue;
-      places[size_t(members[i])] = {int32_t(g), int32_t(i), int32_t(members.size())};
-    }
-  }
-  return places;
-}
-
 }  // namespace
 
-// The first run's world size clamped to [1, kMaxRanks]; nullopt without a run row.
+std::vector<int32_t> parsePeers(const std::string& text) {
+  std::vector<int32_t> ranks;
+  size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    int32_t rank = -1;
+    const auto [ptr, ec] = std::from_chars(text.data() + at, text.data() + comma, rank);
+    if (ec != std::errc() || ptr != text.data() + comma || rank < 0 || rank >= kMaxWorldSize) {
+      return {};
+    }
+    ranks.push_back(rank);
+    at = comma + 1;
+  }
+  return ranks;
+}
+
+std::string filterClause(const ParallelFilter& filter, bool withPhase) {
+  std::string where = " WHERE 1";
+  if (filter.step) where += " AND step = ?";
+  if (filter.layer) where += " AND layer = ?";
+  if (withPhase && !filter.phase.empty()) where += " AND phase = ?";
+  return where;
+}
+
+Status bindFilter(Statement& q, const ParallelFilter& filter, bool withPhase) {
+  int index = 0;
+  if (filter.step) MOEWB_RETURN_IF_ERROR(q.bindInt(++index, *filter.step));
+  if (filter.layer) MOEWB_RETURN_IF_ERROR(q.bindInt(++index, *filter.layer));
+  if (withPhase && !filter.phase.empty()) MOEWB_RETURN_IF_ERROR(q.bindText(++index, filter.phase));
+  return Status::ok();
+}
+
+// The first run's world size clamped to [1, kMaxWorldSize]; nullopt without a run row.
 Result<std::optional<int32_t>> SqliteTraceReader::runWorldSize() {
   MOEWB_ASSIGN_OR_RETURN(
       Statement q, Statement::prepare(m_db, "SELECT world_size FROM run ORDER BY id LIMIT 1"));
   MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
   if (!hasRow) return std::optional<int32_t>{};
-  return std::optional<int32_t>(int32_t(std::clamp<int64_t>(q.columnInt(0), 1, kMaxRanks)));
+  return std::optional<int32_t>(int32_t(std::clamp<int64_t>(q.columnInt(0), 1, kMaxWorldSize)));
 }
 
 Result<ParallelOverview> SqliteTraceReader::parallelOverview() {
@@ -268,7 +256,7 @@ Result<ParallelOverview> SqliteTraceReader::parallelOverviewInSnapshot() {
   while (true) {
     MOEWB_ASSIGN_OR_RETURN(const bool hasRow, layers.step());
     if (!hasRow) break;
-    overview.layers.push_back(int32_t(layers.columnInt(0)));
+    overview.layers.push_back(layers.columnInt32(0));
   }
   MOEWB_ASSIGN_OR_RETURN(
       Statement phases,
@@ -308,18 +296,19 @@ Result<ParallelOverview> SqliteTraceReader::parallelOverviewInSnapshot() {
 Result<A2aTrafficMatrix> SqliteTraceReader::a2aTrafficMatrix(const ParallelFilter& filter) {
   return inReadTransaction<A2aTrafficMatrix>([&]() -> Result<A2aTrafficMatrix> {
     MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db,
-                                                           "SELECT src_rank, dst_rank, sum(bytes), "
+                                                           "SELECT src_rank, dst_rank, total(bytes), "
                                                            "count(*) FROM a2a_traffic" +
                                                                filterClause(filter, true) +
                                                                " GROUP BY src_rank, dst_rank"));
     MOEWB_RETURN_IF_ERROR(bindFilter(q, filter, true));
     std::vector<std::tuple<int64_t, int64_t, int64_t>> cells;  // src, dst, bytes
     A2aTrafficMatrix matrix;
+    int64_t clamped = 0;
     while (true) {
       MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
       if (!hasRow) break;
-      cells.emplace_back(q.columnInt(0), q.columnInt(1), q.columnInt(2));
-      matrix.rowsRead += q.columnInt(3);
+      cells.emplace_back(q.columnInt(0), q.columnInt(1), clampToInt64(q.columnDouble(2), &clamped));
+      matrix.rowsRead = saturatingAdd(matrix.rowsRead, q.columnInt(3), &clamped);
     }
     MOEWB_ASSIGN_OR_RETURN(const std::optional<int32_t> worldSize, runWorldSize());
     if (worldSize) {
@@ -327,100 +316,20 @@ Result<A2aTrafficMatrix> SqliteTraceReader::a2aTrafficMatrix(const ParallelFilte
     } else {
       int64_t largest = 0;
       for (const auto& [src, dst, bytes] : cells) largest = std::max({largest, src, dst});
-      matrix.worldSize = int32_t(std::clamp<int64_t>(largest + 1, 1, kMaxRanks));
+      matrix.worldSize = int32_t(std::clamp<int64_t>(largest, 0, kMaxWorldSize - 1) + 1);
     }
     const int64_t w = matrix.worldSize;
     matrix.bytes.assign(size_t(w * w), 0);
     for (const auto& [src, dst, bytes] : cells) {
       if (src < 0 || dst < 0 || src >= w || dst >= w) {
-        matrix.outOfRangeBytes += bytes;
+        matrix.outOfRangeBytes = saturatingAdd(matrix.outOfRangeBytes, bytes, &clamped);
       } else {
-        matrix.bytes[size_t(src * w + dst)] += bytes;
+        int64_t& cell = matrix.bytes[size_t(src * w + dst)];
+        cell = saturatingAdd(cell, bytes, &clamped);
       }
     }
+    countClamped(clamped);
     return matrix;
-  });
-}
-
-Result<RankLoads> SqliteTraceReader::rankLoads(const ParallelFilter& filter) {
-  return inReadTransaction<RankLoads>([&]() -> Result<RankLoads> {
-    MOEWB_ASSIGN_OR_RETURN(const ParallelOverview overview, parallelOverviewInSnapshot());
-    RankLoads out;
-    out.worldSize = overview.worldSize;
-    const int64_t w = out.worldSize;
-    MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db,
-                                                           "SELECT rank, expert, sum(tokens), "
-                                                           "sum(dropped) FROM expert_load" +
-                                                               filterClause(filter, false) +
-                                                               " GROUP BY rank, expert"));
-    MOEWB_RETURN_IF_ERROR(bindFilter(q, filter, false));
-    std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t>> cells;  // rank, expert, tok, drop
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-      if (!hasRow) break;
-      const int64_t rank = q.columnInt(0), expert = q.columnInt(1);
-      if (rank < 0 || rank >= w || expert < 0 || expert >= kMaxExperts) continue;
-      out.numExperts = std::max(out.numExperts, int32_t(expert + 1));
-      cells.emplace_back(int32_t(rank), int32_t(expert), q.columnInt(2), q.columnInt(3));
-    }
-    const int64_t e = out.numExperts;
-    const std::vector<EpPlace> places = epPlaces(overview, out.worldSize);
-    out.ranks.resize(size_t(w));
-    for (int32_t r = 0; r < w; ++r) {
-      RankLoad& load = out.ranks[size_t(r)];
-      const EpPlace& place = places[size_t(r)];
-      load.rank = r;
-      load.epGroup = place.group;
-      load.firstExpert = int32_t(place.groupRank * e / place.groupSize);
-      load.expertCount = int32_t((place.groupRank + 1) * e / place.groupSize) - load.firstExpert;
-    }
-    // The rank of `source`'s EP group that hosts `expert` (the source itself without a group).
-    auto host = [&](int32_t source, int32_t expert) {
-      const EpPlace& place = places[size_t(source)];
-      if (place.group < 0) return source;
-      int32_t groupRank = 0;
-      while ((groupRank + 1) * e / place.groupSize <= expert) ++groupRank;
-      return overview.epGroups[size_t(place.group)][size_t(groupRank)];
-    };
-    out.rowsMatrix.assign(size_t(w * w), 0);
-    std::vector<int64_t> expertRows(size_t(w * e), 0);  // [host rank, expert] rows it computed
-    for (const auto& [rank, expert, tokens, dropped] : cells) {
-      RankLoad& load = out.ranks[size_t(rank)];
-      load.routedRows += tokens;
-      load.droppedRows += dropped;
-      const int32_t dst = host(rank, expert);
-      if (dst < 0 || dst >= w) continue;
-      const int64_t rows = tokens - dropped;
-      out.rowsMatrix[size_t(rank * w + dst)] += rows;
-      expertRows[size_t(dst * e + expert)] += rows;
-      if (dst != rank) load.sentRows += rows;
-      out.ranks[size_t(dst)].receivedRows += rows;
-    }
-    for (RankLoad& load : out.ranks) {
-      int64_t sum = 0;
-      for (int32_t x = load.firstExpert; x < load.firstExpert + load.expertCount; ++x) {
-        const int64_t rows = expertRows[size_t(load.rank * e + x)];
-        sum += rows;
-        if (load.hottestExpert < 0 || rows > load.maxExpertRows) {
-          load.maxExpertRows = rows;
-          load.hottestExpert = x;
-        }
-      }
-      load.meanExpertRows = load.expertCount > 0 ? double(sum) / double(load.expertCount) : 0.0;
-    }
-    // Sequence tokens per rank over the filter's steps (step rows of the first run).
-    std::string tokensSql =
-        "SELECT rank, sum(tokens) FROM step WHERE run = (SELECT min(id) FROM run)";
-    if (filter.step) tokensSql += " AND step = ?1";
-    MOEWB_ASSIGN_OR_RETURN(Statement t, Statement::prepare(m_db, tokensSql + " GROUP BY rank"));
-    if (filter.step) MOEWB_RETURN_IF_ERROR(t.bindInt(1, *filter.step));
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, t.step());
-      if (!hasRow) break;
-      const int64_t rank = t.columnInt(0);
-      if (rank >= 0 && rank < w) out.ranks[size_t(rank)].tokens = t.columnInt(1);
-    }
-    return out;
   });
 }
 
@@ -432,15 +341,18 @@ Result<std::vector<MatchedCollective>> SqliteTraceReader::stepCollectives(int64_
   MOEWB_RETURN_IF_ERROR(q.bindInt(1, step));
   MOEWB_ASSIGN_OR_RETURN(const std::vector<CollectiveRow> rows, readCollectives(q));
   std::vector<MatchedCollective> out;
+  int64_t clamped = 0;
   for (size_t begin = 0; begin < rows.size();) {
     size_t end = begin + 1;
     while (end < rows.size() && rows[end].commGroup == rows[begin].commGroup &&
            rows[end].peers == rows[begin].peers && rows[end].seq == rows[begin].seq) {
       ++end;
     }
-    out.push_back(matchRows({rows.begin() + ptrdiff_t(begin), rows.begin() + ptrdiff_t(end)}));
+    out.push_back(
+        matchRows({rows.begin() + ptrdiff_t(begin), rows.begin() + ptrdiff_t(end)}, &clamped));
     begin = end;
   }
+  countClamped(clamped);
   std::stable_sort(out.begin(), out.end(),
                    [](const MatchedCollective& a, const MatchedCollective& b) {
                      return std::tie(a.firstStartNs, a.commGroup, a.seq) <
@@ -479,7 +391,10 @@ Result<std::optional<MatchedCollective>> SqliteTraceReader::collectiveAt(TrackId
     MOEWB_RETURN_IF_ERROR(peers.bindAll(step, key.commGroup, key.seq, key.peers));
     MOEWB_ASSIGN_OR_RETURN(const std::vector<CollectiveRow> rows, readCollectives(peers));
     if (rows.empty()) return Found{};
-    return Found(matchRows(rows));
+    int64_t clamped = 0;
+    Found found(matchRows(rows, &clamped));
+    countClamped(clamped);
+    return found;
   });
 }
 

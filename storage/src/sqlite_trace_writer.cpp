@@ -266,6 +266,12 @@ Status SqliteTraceWriter::checkpointAndCloseDatabase() {
   // SQLITE_BUSY: a reader still uses the WAL; the data is safe there and is checkpointed later.
   if (rc != SQLITE_BUSY) {
     MOEWB_SQLITE_CHECK(m_db.handle(), m_path, rc);
+    // A finished trace in rollback-journal mode needs no -wal/-shm beside it, so readers can open
+    // it where nothing can be written (a read-only mount, an archive). SQLite refuses the switch
+    // (SQLITE_BUSY, at once) while any other connection has the file open, such as a GUI
+    // following the run: the file then stays in WAL mode, fully checkpointed, and that reader
+    // keeps working undisturbed. Either way the data is complete, so a failure is not an error.
+    (void)sqlite3_exec(m_db.handle(), "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr);
   }
   return m_db.close();
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -16,12 +17,44 @@ const char* baseName(const char* file) {
   }
   return base;
 }
+
+// MOEWB_SQLITE_DEBUG set (to anything) appends the failed call and source line to messages.
+bool debugDetails() {
+  static const bool enabled = std::getenv("MOEWB_SQLITE_DEBUG") != nullptr;
+  return enabled;
+}
+
+// What went wrong with trace `path`, in words for its user.
+std::string plainSqliteMessage(int rc, const char* sqliteMessage, const std::string& path) {
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return fmt::format("trace file '{}' is corrupt or truncated ({})", path, sqliteMessage);
+    case SQLITE_FULL:
+      return fmt::format("trace file '{}' could not be written: the disk is full", path);
+    case SQLITE_NOMEM:
+      return fmt::format("trace file '{}' could not be read: out of memory", path);
+    case SQLITE_TOOBIG:
+      return fmt::format(
+          "trace file '{}' holds a value larger than this build reads ({}); the file may be "
+          "damaged or hostile",
+          path, sqliteMessage);
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      return fmt::format("trace file '{}' could not be opened: {}", path, sqliteMessage);
+    default:
+      return fmt::format("trace file '{}' could not be accessed: {}", path, sqliteMessage);
+  }
+}
+
 }  // namespace
 
 StatusCode statusCodeForSqlite(int rc) {
   switch (rc & 0xff) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
+    case SQLITE_TOOBIG:
       return StatusCode::kDataLoss;
     case SQLITE_FULL:
     case SQLITE_NOMEM:
@@ -34,23 +67,65 @@ StatusCode statusCodeForSqlite(int rc) {
 Status sqliteError(sqlite3* db, int rc, const char* call, const char* file, int line,
                    const std::string& path) {
   const char* sqliteMessage = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  const int primary = rc & 0xff;
-  const char* what = (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB)
-                         ? "is corrupt or truncated"
-                         : "could not be accessed";
-  return Status(statusCodeForSqlite(rc),
-                fmt::format("trace file '{}' {}: {} failed at {}:{}: {} (SQLite code {})", path,
-                            what, call, baseName(file), line, sqliteMessage, rc));
+  std::string message = plainSqliteMessage(rc, sqliteMessage, path);
+  if (debugDetails()) {
+    message += fmt::format(" [{} failed at {}:{}, SQLite code {}]", call, baseName(file), line, rc);
+  }
+  return Status(statusCodeForSqlite(rc), std::move(message));
+}
+
+namespace {
+
+// SQLite's progress handler: nonzero interrupts the running statement.
+int stepClockHandler(void* context) {
+  auto* clock = static_cast<Database::StepClock*>(context);
+  if (std::chrono::steady_clock::now() - clock->start < clock->limit) return 0;
+  clock->expired = true;
+  return 1;
+}
+
+constexpr int kProgressInstructions = 4096;
+
+}  // namespace
+
+void Database::setStepTimeLimit(std::chrono::milliseconds limit) {
+  if (limit.count() <= 0) {
+    sqlite3_progress_handler(m_db, 0, nullptr, nullptr);
+    m_clock.reset();
+    return;
+  }
+  if (!m_clock) m_clock = std::make_unique<StepClock>();
+  m_clock->limit = limit;
+  m_clock->start = std::chrono::steady_clock::now();
+  sqlite3_progress_handler(m_db, kProgressInstructions, stepClockHandler, m_clock.get());
+}
+
+void Database::startStepClock() {
+  if (!m_clock) return;
+  m_clock->start = std::chrono::steady_clock::now();
+  m_clock->expired = false;
+}
+
+Status Database::stepTimeLimitError(int rc) const {
+  if ((rc & 0xff) != SQLITE_INTERRUPT || !m_clock || !m_clock->expired) return Status::ok();
+  const double seconds = std::chrono::duration<double>(m_clock->limit).count();
+  return resourceExhausted(
+      fmt::format("trace file '{}': the trace's query took longer than {:g} s; the file may be "
+                  "damaged or hostile",
+                  m_path, seconds));
 }
 
 Database::Database(Database&& other) noexcept
-    : m_db(std::exchange(other.m_db, nullptr)), m_path(std::move(other.m_path)) {}
+    : m_db(std::exchange(other.m_db, nullptr)),
+      m_path(std::move(other.m_path)),
+      m_clock(std::move(other.m_clock)) {}
 
 Database& Database::operator=(Database&& other) noexcept {
   if (this != &other) {
     (void)close();
     m_db = std::exchange(other.m_db, nullptr);
     m_path = std::move(other.m_path);
+    m_clock = std::move(other.m_clock);
   }
   return *this;
 }
@@ -69,11 +144,13 @@ void configureSqliteOnce() {
   });
 }
 
-Result<Database> Database::open(const std::string& path, int flags) {
+Result<Database> Database::open(const std::string& path, int flags, const std::string& uri) {
   configureSqliteOnce();
   Database db;
   db.m_path = path;
-  const int rc = sqlite3_open_v2(path.c_str(), &db.m_db, flags, nullptr);
+  const std::string& name = uri.empty() ? path : uri;
+  if (!uri.empty()) flags |= SQLITE_OPEN_URI;
+  const int rc = sqlite3_open_v2(name.c_str(), &db.m_db, flags, nullptr);
   if (rc != SQLITE_OK) {
     Status status = sqliteError(db.m_db, rc, "sqlite3_open_v2", __FILE__, __LINE__, path);
     sqlite3_close(db.m_db);  // a failed open still allocates a handle
@@ -85,13 +162,18 @@ Result<Database> Database::open(const std::string& path, int flags) {
 }
 
 Status Database::exec(const char* sql) {
-  MOEWB_SQLITE_CHECK(m_db, m_path, sqlite3_exec(m_db, sql, nullptr, nullptr, nullptr));
+  startStepClock();
+  const int rc = sqlite3_exec(m_db, sql, nullptr, nullptr, nullptr);
+  if (Status timedOut = stepTimeLimitError(rc); !timedOut.isOk()) return timedOut;
+  MOEWB_SQLITE_CHECK(m_db, m_path, rc);
   return Status::ok();
 }
 
 Status Database::close() {
   if (!m_db) return Status::ok();
   sqlite3* db = std::exchange(m_db, nullptr);
+  if (m_clock) sqlite3_progress_handler(db, 0, nullptr, nullptr);  // before the clock goes away
+  m_clock.reset();
   const int rc = sqlite3_close(db);
   if (rc != SQLITE_OK) {
     Status status = sqliteError(db, rc, "sqlite3_close", __FILE__, __LINE__, m_path);
@@ -121,9 +203,11 @@ Statement::~Statement() {
 Result<Statement> Statement::prepare(Database& db, std::string_view sql) {
   Statement statement;
   statement.m_db = &db;
-  MOEWB_SQLITE_CHECK(db.handle(), db.path(),
-                     sqlite3_prepare_v3(db.handle(), sql.data(), int(sql.size()),
-                                        SQLITE_PREPARE_PERSISTENT, &statement.m_stmt, nullptr));
+  db.startStepClock();  // preparing may (re)read the schema, which runs under the limit too
+  const int rc = sqlite3_prepare_v3(db.handle(), sql.data(), int(sql.size()),
+                                    SQLITE_PREPARE_PERSISTENT, &statement.m_stmt, nullptr);
+  if (Status timedOut = db.stepTimeLimitError(rc); !timedOut.isOk()) return timedOut;
+  MOEWB_SQLITE_CHECK(db.handle(), db.path(), rc);
   return statement;
 }
 
@@ -145,10 +229,14 @@ Status Statement::bindText(int index, std::string_view value) {
 }
 
 Result<bool> Statement::step() {
+  m_db->startStepClock();
   const int rc = sqlite3_step(m_stmt);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  Status status = sqliteError(m_db->handle(), rc, "sqlite3_step", __FILE__, __LINE__, m_db->path());
+  Status status = m_db->stepTimeLimitError(rc);
+  if (status.isOk()) {
+    status = sqliteError(m_db->handle(), rc, "sqlite3_step", __FILE__, __LINE__, m_db->path());
+  }
   reset();
   return status;
 }

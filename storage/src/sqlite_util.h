@@ -1,15 +1,20 @@
 // A thin RAII layer over the SQLite C API, used by the trace writer and reader.
 //
-// Holds: MOEWB_SQLITE_CHECK, which turns a failed sqlite3_* call into a Status that names the
-// trace file, the call, the source line and SQLite's message; Database, an owned connection; and
-// Statement, an owned prepared statement with checked bind/step and unchecked column reads.
+// Holds: MOEWB_SQLITE_CHECK, which turns a failed sqlite3_* call into a Status whose message says
+// in plain words which trace file failed and how (the call and source line are appended only when
+// the environment sets MOEWB_SQLITE_DEBUG); Database, an owned connection with an optional time
+// limit per statement step; and Statement, an owned prepared statement with checked bind/step and
+// unchecked column reads.
 // Costs: preparing a statement parses SQL (microseconds); binding and reading columns are O(1);
-// step() does the real work. A Database or Statement is used by one thread at a time.
+// step() does the real work; a step time limit costs one clock read per 4096 VM instructions.
+// A Database or Statement is used by one thread at a time.
 #pragma once
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -27,9 +32,18 @@ StatusCode statusCodeForSqlite(int rc);
 void configureSqliteOnce();
 
 // The Status for a failed SQLite call `call` made at file:line on the connection `db` (may be
-// null) of the trace at `path`. The message names all of these plus sqlite3_errmsg.
+// null) of the trace at `path`. The message names `path` and says what went wrong in plain words
+// (with sqlite3_errmsg); `call`, `file` and `line` are appended only under MOEWB_SQLITE_DEBUG.
 Status sqliteError(sqlite3* db, int rc, const char* call, const char* file, int line,
                    const std::string& path);
+
+// A copy of `value` narrowed to int32, saturating at the int32 bounds (values read from files
+// must not wrap around into plausible ranks or sizes).
+inline int32_t saturateToInt32(int64_t value) {
+  if (value > INT32_MAX) return INT32_MAX;
+  if (value < INT32_MIN) return INT32_MIN;
+  return int32_t(value);
+}
 
 }  // namespace moewb::storage::detail
 
@@ -57,8 +71,20 @@ class Database {
   Database& operator=(Database&& other) noexcept;
   ~Database();
 
-  // Opens `path` with sqlite3_open_v2 `flags`. Errors: the SQLite error naming the file.
-  static Result<Database> open(const std::string& path, int flags);
+  // Opens `path` with sqlite3_open_v2 `flags`; with a non-empty `uri` ("file:...?..."), opens
+  // that instead (adding SQLITE_OPEN_URI) while messages still name `path`.
+  // Errors: the SQLite error naming the file.
+  static Result<Database> open(const std::string& path, int flags, const std::string& uri = "");
+
+  // From now on every Statement::prepare, step and exec on this connection that runs longer than
+  // `limit` (counted from the start of that call) is interrupted and fails with
+  // kResourceExhausted: "the trace's query took longer than N s; the file may be damaged or
+  // hostile". A zero limit removes it. Errors: none (the connection must be open).
+  void setStepTimeLimit(std::chrono::milliseconds limit);
+  // Restarts the step clock (Statement::prepare, step and exec call this before they run).
+  void startStepClock();
+  // The Status for `rc` when it is SQLITE_INTERRUPT caused by the step time limit; ok otherwise.
+  Status stepTimeLimitError(int rc) const;
 
   // Runs one or more SQL statements that return no rows (sqlite3_exec).
   Status exec(const char* sql);
@@ -68,9 +94,17 @@ class Database {
   sqlite3* handle() const { return m_db; }
   const std::string& path() const { return m_path; }
 
+  // The step time limit's state (see setStepTimeLimit).
+  struct StepClock {
+    std::chrono::steady_clock::duration limit{};
+    std::chrono::steady_clock::time_point start{};
+    bool expired = false;  // the last interrupt came from this clock
+  };
+
  private:
   sqlite3* m_db = nullptr;
   std::string m_path;
+  std::unique_ptr<StepClock> m_clock;  // heap: SQLite's progress handler keeps its address
 };
 
 // An owned prepared statement. Bind indexes are 1-based, column indexes 0-based (as in SQLite).
@@ -103,6 +137,8 @@ class Statement {
   int64_t columnInt(int column) const { return sqlite3_column_int64(m_stmt, column); }
   double columnDouble(int column) const { return sqlite3_column_double(m_stmt, column); }
   bool columnIsNull(int column) const { return sqlite3_column_type(m_stmt, column) == SQLITE_NULL; }
+  // Integer column narrowed to int32 with saturation (see saturateToInt32).
+  int32_t columnInt32(int column) const { return saturateToInt32(columnInt(column)); }
   std::string columnText(int column) const;
 
   bool isPrepared() const { return m_stmt != nullptr; }

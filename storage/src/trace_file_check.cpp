@@ -52,8 +52,13 @@ Status checkTraceFileHeader(const std::string& path) {
   if (ec) return dataLoss(fmt::format("cannot read trace file '{}': {}", path, ec.message()));
   const bool walHasFrames = hasNonEmptyWal(path);
   if (fileBytes == 0) {
-    // A trace whose writer has not checkpointed yet may keep everything in its -wal.
-    if (walHasFrames) return Status::ok();
+    if (walHasFrames) {
+      return dataLoss(fmt::format(
+          "trace file '{}' is empty but '{}-wal' beside it holds data; SQLite would delete that "
+          "-wal on opening, so the trace is not opened and both files are left as they are (a "
+          "readable trace has its data in the main file; keep the -wal for recovery tools)",
+          path, path));
+    }
     return dataLoss(fmt::format("'{}' is not a MoE Workbench trace: the file is empty", path));
   }
   std::array<unsigned char, kHeaderBytes> header{};

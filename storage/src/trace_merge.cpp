@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "schema.h"
 #include "trace_merge_internal.h"
+#include "trace_open.h"
 
 namespace moewb::storage {
 
@@ -112,26 +112,11 @@ void planShifts(const std::vector<MergeSource>& sources, MergeResult& result) {
   }
 }
 
-// "file:" URI of `path` opened read-only (SQLite decodes %HH in the path part).
-std::string readOnlyUri(const std::string& path) {
-  std::error_code ec;
-  const std::string absolute = fs::absolute(path, ec).string();
-  std::string uri = "file:";
-  for (unsigned char c : ec ? path : absolute) {
-    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
-      uri.push_back(char(c));
-    } else {
-      uri += fmt::format("%{:02X}", c);
-    }
-  }
-  return uri + "?mode=ro";
-}
-
 Status copySource(Database& out, const MergeSource& source, MergedInput& input) {
   {
     MOEWB_ASSIGN_OR_RETURN(detail::Statement attach,
                            detail::Statement::prepare(out, "ATTACH DATABASE ?1 AS src"));
-    MOEWB_RETURN_IF_ERROR(attach.bindText(1, readOnlyUri(source.path)));
+    MOEWB_RETURN_IF_ERROR(attach.bindText(1, source.uri));
     if (Status status = attach.run(); !status.isOk()) {
       return Status(status.code(),
                     fmt::format("cannot open '{}' for merging: {}", source.path, status.message()));
@@ -158,6 +143,9 @@ Status writeMerged(const std::string& tmpPath, const std::vector<MergeSource>& s
                          Database::open(tmpPath, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                                      SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI));
   MOEWB_RETURN_IF_ERROR(out.exec("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF"));
+  // After the pragmas: defensive mode forbids journal_mode=OFF. The inputs it attaches were
+  // checked by inspectMergeSource; this bounds what reading them may cost.
+  MOEWB_RETURN_IF_ERROR(detail::hardenConnection(out, /*maxAttached=*/1));
   MOEWB_RETURN_IF_ERROR(out.exec("BEGIN"));
   MOEWB_RETURN_IF_ERROR(detail::createSchema(out));
   MOEWB_RETURN_IF_ERROR(out.exec("COMMIT"));

@@ -12,6 +12,7 @@
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/trace_reader.h"
 #include "trace_merge_internal.h"
+#include "trace_open.h"
 
 namespace moewb::storage::detail {
 
@@ -38,7 +39,7 @@ Status readRanks(Database& db, MergeSource& source) {
   while (true) {
     MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
     if (!hasRow) break;
-    source.ranks.push_back(int32_t(query.columnInt(0)));
+    source.ranks.push_back(query.columnInt32(0));
   }
   if (source.ranks.empty()) {
     return invalidArgument(fmt::format(
@@ -47,6 +48,20 @@ Status readRanks(Database& db, MergeSource& source) {
         source.path));
   }
   return Status::ok();
+}
+
+// The run row's world_size as stored (the reader clamps it): merge enumerates every rank of
+// [0, world size), so a value beyond kMaxWorldSize is refused instead of clamped.
+Status checkWorldSize(Database& db, const MergeSource& source) {
+  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, "SELECT world_size FROM run"));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+  if (!hasRow) return Status::ok();
+  const int64_t worldSize = query.columnInt(0);
+  if (worldSize >= 1 && worldSize <= kMaxWorldSize) return Status::ok();
+  return dataLoss(fmt::format(
+      "'{}' declares world size {}; merge accepts 1 to {} ranks (the file may be damaged or "
+      "hostile)",
+      source.path, query.columnText(0), kMaxWorldSize));
 }
 
 Status readCollectiveEnds(Database& db, MergeSource& source) {
@@ -130,8 +145,11 @@ Result<MergeSource> inspectMergeSource(const std::string& path) {
     source.run = std::move(runs.front());
     MOEWB_ASSIGN_OR_RETURN(source.meta, reader->meta());
   }
-  MOEWB_ASSIGN_OR_RETURN(Database db,
-                         Database::open(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX));
+  MOEWB_ASSIGN_OR_RETURN(UntrustedTrace trace,
+                         openUntrustedTrace(path, ReaderOptions{}.queryTimeLimit));
+  source.uri = trace.uri;
+  Database& db = trace.db;
+  MOEWB_RETURN_IF_ERROR(checkWorldSize(db, source));
   MOEWB_RETURN_IF_ERROR(readRanks(db, source));
   MOEWB_RETURN_IF_ERROR(readCollectiveEnds(db, source));
   MOEWB_RETURN_IF_ERROR(readGpuCorrelationRange(db, source));

@@ -37,6 +37,7 @@ using CollectiveEnds = std::map<CollectiveKey, int64_t>;
 // What merge knows about one input before writing.
 struct MergeSource {
   std::string path;
+  std::string uri;             // the read-only "file:" URI it was inspected with (for ATTACH)
   RunRow run;                  // its only run row
   std::vector<int32_t> ranks;  // ascending, distinct
   std::map<std::string, std::string> meta;
@@ -47,7 +48,8 @@ struct MergeSource {
 
 // Opens `path` as a trace (TraceReader::open's checks) and reads the above. Errors: the open
 // errors; kInvalidArgument naming `path` when it holds no run or several runs, or no row with a
-// rank (track, step, collective, expert_load, a2a_traffic).
+// rank (track, step, collective, expert_load, a2a_traffic); kDataLoss naming `path`, the value
+// and the accepted range when its run's world_size is outside [1, kMaxWorldSize].
 Result<MergeSource> inspectMergeSource(const std::string& path);
 
 // Checks that `sources` (one or more) come from one run (name, config_toml, backend,

@@ -6,8 +6,9 @@
 
 namespace moewb::storage {
 
-Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
-  MOEWB_ASSIGN_OR_RETURN(auto reader, detail::SqliteTraceReader::open(path));
+Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path,
+                                                       const ReaderOptions& options) {
+  MOEWB_ASSIGN_OR_RETURN(auto reader, detail::SqliteTraceReader::open(path, options));
   return std::unique_ptr<TraceReader>(std::move(reader));
 }
 

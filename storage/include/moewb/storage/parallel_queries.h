@@ -111,7 +111,11 @@ struct MatchedCollective {
   int64_t endNs = 0;        // latest end of any arrival
   int32_t lastRank = -1;    // the rank that arrived last (the lowest rank on ties)
   int64_t totalWaitNs = 0;  // sum of the arrivals' waitNs
-  int64_t skewNs() const { return lastStartNs - firstStartNs; }
+  // lastStartNs - firstStartNs, clamped to the int64 range (times read from a file).
+  int64_t skewNs() const {
+    int64_t skew = 0;
+    return __builtin_sub_overflow(lastStartNs, firstStartNs, &skew) ? INT64_MAX : skew;
+  }
 };
 
 }  // namespace moewb::storage

@@ -3,10 +3,16 @@
 // understands; queries are typed and use the store's indexes (time-window queries on
 // slice(start_ns), per-step queries on step and expert_load keys).
 //
-// Files from elsewhere are untrusted: every problem is a Status naming the file, never a crash.
+// Files from elsewhere are untrusted: every problem is a Status naming the file, never a crash
+// or a hang. The file is opened read-only with SQLite's defensive settings (no triggers, no
+// views but those of the schema, bounded value sizes, a time limit per query); in a place that
+// cannot be written (a read-only mount, a shared archive) a finished trace is read with SQLite's
+// immutable mode. Bad values (a world size beyond kMaxWorldSize, sums that overflow int64) are
+// clamped and counted in stats() rows, as Perfetto does.
 // Thread-safety: one TraceReader per thread (it owns one SQLite connection).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -25,6 +31,18 @@ namespace moewb::storage {
 
 // The schema version this build writes and the newest it reads.
 inline constexpr int kSchemaVersion = 1;
+
+// The largest world size (and so ranks 0 .. kMaxWorldSize - 1) readers accept from a file; the
+// config allows far fewer. A run's world_size outside [1, kMaxWorldSize] is read as the nearest
+// bound (with a stats row "world_size_out_of_range" naming the value); merge refuses such files.
+inline constexpr int32_t kMaxWorldSize = 4096;
+
+// How TraceReader::open treats the file.
+struct ReaderOptions {
+  // A query step that runs longer than this is stopped, failing with kResourceExhausted "the
+  // trace's query took longer than N s; the file may be damaged or hostile". 0 = no limit.
+  std::chrono::milliseconds queryTimeLimit{60'000};
+};
 
 struct TimeWindow {
   int64_t startNs = 0;
@@ -81,10 +99,13 @@ struct MemoryCategoryTotals {
 
 class TraceReader {
  public:
-  // Opens `path` read-only. Errors (kDataLoss / kNotFound / kFailedPrecondition, each message
-  // naming the file): not found, not an SQLite file, an SQLite file that is not a trace,
-  // truncated or corrupt, or a newer schema version than kSchemaVersion.
-  static Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+  // Opens `path` read-only (see the header comment). Errors (kDataLoss / kNotFound /
+  // kFailedPrecondition, each message naming the file): not found, not an SQLite file, an
+  // SQLite file that is not a trace, truncated or corrupt, an empty file beside a -wal with data
+  // (SQLite would delete that -wal), a -wal with data in a place that cannot be written, views
+  // or triggers that the schema does not declare, or a newer schema version than kSchemaVersion.
+  static Result<std::unique_ptr<TraceReader>> open(const std::string& path,
+                                                   const ReaderOptions& options = {});
   virtual ~TraceReader() = default;
 
   virtual const std::string& path() const = 0;
@@ -103,6 +124,8 @@ class TraceReader {
   virtual Result<std::vector<ExpertLoadRow>> expertLoad(int64_t fromStep, int64_t toStep) = 0;
   virtual Result<std::vector<CounterRow>> counters(TimeWindow window) = 0;
   virtual Result<std::vector<ConfigChangeRow>> configChanges() = 0;
+  // The file's stats rows, then the reader's own: bad values met so far, each a row named for
+  // the problem (world_size_out_of_range, values_clamped) with severity "error".
   virtual Result<std::vector<StatRow>> stats() = 0;
   // Totals per slice name, largest total first; `category` empty = all categories.
   virtual Result<std::vector<PhaseTotal>> phaseTotals(const std::string& category = "") = 0;
@@ -162,7 +185,7 @@ class TraceReader {
   // rest.
   virtual Result<ParallelOverview> parallelOverview();
   // The a2a_traffic bytes of `filter` summed per (src, dst) into a [W, W] matrix, W = the first
-  // run's world size (or 1 + the largest rank read without a run row; at most 4096 either way).
+  // run's world size (or 1 + the largest rank read without a run row; at most kMaxWorldSize).
   // Ranks outside [0, W) go to outOfRangeBytes. Errors: read errors. Cost: one range of
   // a2a_traffic(step, layer) with a step, one scan of a2a_traffic for all steps.
   virtual Result<A2aTrafficMatrix> a2aTrafficMatrix(const ParallelFilter& filter);
@@ -195,10 +218,18 @@ class TraceReader {
   virtual Status forEachCounter(const std::function<bool(const CounterRow&)>& visit);
 };
 
+// Bad values an export met and wrote in a repaired form.
+struct ChromeExportStats {
+  int64_t invalidUtf8Strings = 0;  // texts with invalid UTF-8, written with U+FFFD in its place
+  int64_t clampedTimes = 0;        // timestamps whose distance from the origin overflows int64
+};
+
 // Writes the trace as Chrome Trace Event JSON (object form with "traceEvents"), which Perfetto UI
 // and chrome://tracing open: one process per rank, one thread per track, complete ("X") events
-// for slices with step/layer in args, counter ("C") events, and metadata names.
-// Errors: kInternal naming outPath if it cannot be written; read errors from the reader.
-Status exportChromeTrace(TraceReader& reader, const std::string& outPath);
+// for slices with step/layer in args, counter ("C") events, and metadata names. Bad values never
+// abort it: invalid UTF-8 is replaced, overflowing times are clamped, both counted in `stats`
+// (optional). Errors: kInternal naming outPath if it cannot be written; read errors.
+Status exportChromeTrace(TraceReader& reader, const std::string& outPath,
+                         ChromeExportStats* stats = nullptr);
 
 }  // namespace moewb::storage

@@ -71,7 +71,9 @@ class TraceWriter {
 
   // Blocks until everything queued so far is committed. Returns the first write error, if any.
   virtual Status flush() = 0;
-  // Flushes, checkpoints the WAL into the main file and stops the writer thread. Idempotent.
+  // Flushes, checkpoints the WAL into the main file, switches the file to journal_mode=DELETE
+  // (no -wal/-shm left beside it; skipped, keeping WAL mode, while another connection such as a
+  // live reader has it open) and stops the writer thread. Idempotent.
   virtual Status close() = 0;
 
   // The file path this writer writes.
