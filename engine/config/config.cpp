@@ -138,7 +138,9 @@ Status parseSection(const std::string& sectionName, const toml::table& table, Ru
   return Status::ok();
 }
 
-Status checkRange(const KeySpec& spec, const RunConfig& config) {
+// The per-key check of validateConfig: `spec`'s field against its typed bounds `info`
+// (configKeys(), so what the GUI and docs show is what is checked).
+Status checkRange(const KeySpec& spec, const ConfigKeyInfo& info, const RunConfig& config) {
   RunConfig& c = const_cast<RunConfig&>(config);
   return std::visit(
       [&](auto ref) -> Status {
@@ -148,18 +150,17 @@ Status checkRange(const KeySpec& spec, const RunConfig& config) {
         if constexpr (std::is_same_v<T, bool>) {
           ok = true;
         } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!spec.choices.empty()) {
-            ok = false;
-            for (const auto& choice : spec.choices) ok = ok || choice == v;
-          }
+          ok = info.acceptsString(v);
         } else {
-          double d = double(v);
-          ok = std::isfinite(d) && (spec.minExclusive ? d > spec.minValue : d >= spec.minValue) &&
-               d <= spec.maxValue;
+          ok = info.acceptsNumber(double(v));
+          // TOML integers are signed 64-bit: a larger seed could not be read back.
+          if constexpr (std::is_same_v<T, uint64_t>) {
+            ok = ok && v <= uint64_t(std::numeric_limits<int64_t>::max());
+          }
         }
         if (ok) return Status::ok();
         return invalidArgument(spec.key() + " = " + detail::fieldToToml(spec, config) +
-                               " is not accepted; accepted: " + spec.acceptedText());
+                               " is not accepted; accepted: " + info.accepted);
       },
       spec.field);
 }
@@ -173,11 +174,7 @@ Status relationError(const std::string& key, const std::string& what) {
 const std::vector<ConfigKeyInfo>& configKeys() {
   static const std::vector<ConfigKeyInfo> kKeys = [] {
     std::vector<ConfigKeyInfo> keys;
-    RunConfig defaults;
-    for (const auto& spec : detail::keySpecs()) {
-      keys.push_back({spec.key(), spec.typeName(), spec.acceptedText(),
-                      detail::fieldToToml(spec, defaults), spec.description});
-    }
+    for (const auto& spec : detail::keySpecs()) keys.push_back(spec.info());
     return keys;
   }();
   return kKeys;
@@ -252,7 +249,11 @@ Result<ValidConfig> ValidConfig::validate(RunConfig config) {
 }
 
 Status validateConfig(const RunConfig& config) {
-  for (const auto& spec : detail::keySpecs()) MOEWB_RETURN_IF_ERROR(checkRange(spec, config));
+  const auto& specs = detail::keySpecs();
+  const auto& infos = configKeys();  // one per spec, same order
+  for (size_t i = 0; i < specs.size(); ++i) {
+    MOEWB_RETURN_IF_ERROR(checkRange(specs[i], infos[i], config));
+  }
   const auto& m = config.model;
   const auto& moe = config.moe;
   if (moe.topK > moe.numExperts) {

@@ -1,4 +1,5 @@
-// The key table of RunConfig (see config_keys.h) and the helpers that describe keys to users.
+// The key table of RunConfig (see config_keys.h), the typed bounds it gives configKeys() and the
+// accepted text written from them, and the helpers that describe keys to users.
 #include "config/config_keys.h"
 
 #include <cmath>
@@ -9,16 +10,16 @@
 namespace moewb::engine::detail {
 namespace {
 
-constexpr double kMaxInt32 = double(std::numeric_limits<int32_t>::max());
-constexpr double kMaxInt64 = 9.0e18;
+// No bound but the field's own (see ConfigKeyInfo::max).
+constexpr double kNoMax = std::numeric_limits<double>::infinity();
 
 #define MOEWB_FIELD(path) [](RunConfig& c) -> auto& { return c.path; }
 
 std::vector<KeySpec> buildSpecs() {
   return {
       {"run", "name", MOEWB_FIELD(run.name), 0, 0, false, {}, "run name shown in the workbench"},
-      {"run", "seed", MOEWB_FIELD(run.seed), 0, kMaxInt64, false, {}, "seed of weights and data"},
-      {"run", "steps", MOEWB_FIELD(run.steps), 1, kMaxInt64, false, {}, "optimizer steps to run"},
+      {"run", "seed", MOEWB_FIELD(run.seed), 0, kNoMax, false, {}, "seed of weights and data"},
+      {"run", "steps", MOEWB_FIELD(run.steps), 1, kNoMax, false, {}, "optimizer steps to run"},
       {"run", "backend", MOEWB_FIELD(run.backend), 0, 0, false, {"cpu", "cuda", "auto"},
        "compute backend: cpu (reference), cuda (GPU, bf16 mixed precision), auto (cuda when it can run the model, else cpu)"},
       {"run", "threads", MOEWB_FIELD(run.threads), 0, 1024, false, {},
@@ -92,7 +93,7 @@ std::vector<KeySpec> buildSpecs() {
       {"optim", "eps", MOEWB_FIELD(optim.eps), 0, 1, true, {}, "AdamW epsilon"},
       {"optim", "weight_decay", MOEWB_FIELD(optim.weightDecay), 0, 10, false, {},
        "decoupled weight decay on matrices"},
-      {"optim", "warmup_steps", MOEWB_FIELD(optim.warmupSteps), 0, kMaxInt32, false, {},
+      {"optim", "warmup_steps", MOEWB_FIELD(optim.warmupSteps), 0, kNoMax, false, {},
        "linear learning-rate warm-up steps"},
       {"optim", "grad_clip", MOEWB_FIELD(optim.gradClip), 0, 1e6, false, {},
        "global gradient-norm clip (0 = off)"},
@@ -120,7 +121,7 @@ std::vector<KeySpec> buildSpecs() {
        "lightning indexer head width"},
       {"sparse", "indexer_loss_coef", MOEWB_FIELD(sparse.indexerLossCoef), 0, 1e3, false, {},
        "weight of the indexer KL loss"},
-      {"sparse", "warmup_steps", MOEWB_FIELD(sparse.warmupSteps), 0, kMaxInt32, false, {},
+      {"sparse", "warmup_steps", MOEWB_FIELD(sparse.warmupSteps), 0, kNoMax, false, {},
        "dense warm-up steps before sparse key selection"},
       {"loss", "kind", MOEWB_FIELD(loss.kind), 0, 0, false, {"dense", "chunk", "cce"},
        "LM loss: dense logits, token chunks, or cut cross-entropy"},
@@ -184,17 +185,38 @@ const char* KeySpec::typeName() const {
   }
 }
 
-std::string KeySpec::acceptedText() const {
-  if (std::holds_alternative<bool& (*)(RunConfig&)>(field)) return "true | false";
-  if (std::holds_alternative<std::string& (*)(RunConfig&)>(field)) {
-    if (choices.empty()) return "any string";
+ConfigKeyInfo KeySpec::info() const {
+  ConfigKeyInfo info;
+  info.key = key();
+  info.type = typeName();
+  info.defaultValue = fieldToToml(*this, RunConfig{});
+  info.description = description;
+  const std::string type = info.type;
+  if (type == "integer" || type == "float") {
+    info.integer = type == "integer";
+    info.min = minValue;
+    info.minExclusive = minExclusive;
+    if (!std::isinf(maxValue)) info.max = maxValue;
+  } else if (type == "string") {
+    info.choices = choices;
+  }
+  info.accepted = detail::acceptedText(info);
+  return info;
+}
+
+std::string KeySpec::acceptedText() const { return info().accepted; }
+
+std::string acceptedText(const ConfigKeyInfo& info) {
+  if (info.type == "boolean") return "true | false";
+  if (info.type == "string") {
+    if (info.choices.empty()) return "any string";
     std::string out;
-    for (const auto& c : choices) out += (out.empty() ? "\"" : " | \"") + c + "\"";
+    for (const auto& c : info.choices) out += (out.empty() ? "\"" : " | \"") + c + "\"";
     return out;
   }
-  std::string lo = formatNumber(minValue);
-  std::string hi = maxValue >= kMaxInt32 ? "" : formatNumber(maxValue);
-  if (minExclusive) return "> " + lo + (hi.empty() ? "" : " and <= " + hi);
+  const std::string lo = info.min ? formatNumber(*info.min) : "";
+  const std::string hi = info.max ? formatNumber(*info.max) : "";
+  if (info.minExclusive) return "> " + lo + (hi.empty() ? "" : " and <= " + hi);
   return lo + ".." + hi;
 }
 
@@ -257,3 +279,23 @@ std::string fieldToToml(const KeySpec& spec, const RunConfig& config) {
 }
 
 }  // namespace moewb::engine::detail
+
+namespace moewb::engine {
+
+bool ConfigKeyInfo::acceptsNumber(double value) const {
+  if (!min || !std::isfinite(value)) return false;
+  if (minExclusive ? !(value > *min) : !(value >= *min)) return false;
+  if (max && value > *max) return false;
+  return !integer || value == std::floor(value);
+}
+
+bool ConfigKeyInfo::acceptsString(const std::string& value) const {
+  if (type != "string") return false;
+  if (choices.empty()) return true;
+  for (const auto& choice : choices) {
+    if (choice == value) return true;
+  }
+  return false;
+}
+
+}  // namespace moewb::engine

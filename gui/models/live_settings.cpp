@@ -1,4 +1,4 @@
-// Live settings: accepted ranges, TOML values and number text for the Live control panel.
+// Live settings: typed key bounds, TOML values and number text for the Live control panel.
 #include "moewb/gui/live_settings.h"
 
 #include <QLocale>
@@ -17,67 +17,17 @@ std::string trim(const std::string& s) {
   return s.substr(first, last - first + 1);
 }
 
-// The whole of `text` as a number (C locale), or nullopt.
-std::optional<double> number(const std::string& text) {
-  return parseNumber(QString::fromStdString(text));
-}
-
-QString shortNumber(double v) {
-  return QString::number(v, 'g', 10);
-}
-
 }  // namespace
 
-bool AcceptedRange::accepts(double value) const {
+bool KeyBounds::acceptsNumber(double value) const {
   if (!std::isfinite(value)) return false;
-  if (!known) return true;
-  const bool aboveMin = minExclusive ? value > min : value >= min;
-  return aboveMin && value <= max;
+  if (min && (minExclusive ? !(value > *min) : !(value >= *min))) return false;
+  if (max && value > *max) return false;
+  return !integer || value == std::floor(value);
 }
 
-QString AcceptedRange::describe() const {
-  if (!known) return {};
-  const bool bounded = std::isfinite(max);
-  if (minExclusive) {
-    return bounded ? QStringLiteral("> %1 and <= %2").arg(shortNumber(min), shortNumber(max))
-                   : QStringLiteral("> %1").arg(shortNumber(min));
-  }
-  return bounded ? QStringLiteral("%1 .. %2").arg(shortNumber(min), shortNumber(max))
-                 : QStringLiteral(">= %1").arg(shortNumber(min));
-}
-
-AcceptedRange parseAcceptedRange(const std::string& accepted) {
-  AcceptedRange range;
-  const std::string text = trim(accepted);
-  if (text.rfind('>', 0) == 0) {
-    // "> lo" or "> lo and <= hi"
-    const size_t andPos = text.find(" and <=");
-    const auto lo =
-        number(trim(text.substr(1, andPos == std::string::npos ? std::string::npos : andPos - 1)));
-    if (!lo) return {};
-    range.min = *lo;
-    range.minExclusive = true;
-    if (andPos != std::string::npos) {
-      const auto hi = number(trim(text.substr(andPos + 7)));
-      if (!hi) return {};
-      range.max = *hi;
-    }
-    range.known = true;
-    return range;
-  }
-  const size_t dots = text.find("..");
-  if (dots == std::string::npos || dots == 0) return {};
-  const auto lo = number(text.substr(0, dots));
-  if (!lo) return {};
-  range.min = *lo;
-  const std::string hiText = trim(text.substr(dots + 2));
-  if (!hiText.empty()) {
-    const auto hi = number(hiText);
-    if (!hi) return {};
-    range.max = *hi;
-  }
-  range.known = true;
-  return range;
+bool KeyBounds::acceptsText(const QString& text) const {
+  return choices.isEmpty() || choices.contains(text);
 }
 
 std::map<std::string, std::string> tomlKeyValues(const std::string& toml) {

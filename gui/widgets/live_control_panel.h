@@ -7,10 +7,12 @@
 // the commands still waiting for a reply. Below them, one editor per key of
 // run::TrainingRun::liveKeys() (built from that list, typed and ranged from
 // engine::configKeys(): a line edit whose validator takes integers, floats such as "1e-3", or any
-// string) shows the current value. An edited value is tinted; one outside the accepted
-// range is tinted red and its tooltip names the range, but it is still sent: the engine's
-// validateConfig is the one judge. Apply sends ONE kApplyPatch with every edited key (source
-// "gui"); Revert restores the current values.
+// string, with the key's choices offered as completions) shows the current value. An edited value
+// is tinted; one outside the key's typed bounds (engine::ConfigKeyInfo min / max, whole numbers,
+// choices; true / false for booleans) is tinted red and its tooltip names what is accepted, but
+// it is still sent: the engine's validateConfig is the one judge, rules between keys included.
+// Apply sends ONE kApplyPatch with every edited key (source "gui"); Revert restores the current
+// values.
 //
 // Replies are std::futures polled from a 20 ms timer while any is pending, so the UI never
 // blocks. The trainer handles commands at the next step boundary, at once while paused. Each
@@ -67,6 +69,9 @@ class LiveControlPanel : public QWidget {
   bool setValueText(const QString& key, const QString& text);
   // Current value of `key` as shown ("0.003"), "" when unknown.
   QString currentValue(const QString& key) const;
+  // True when the editor of `key` holds an edited value outside the key's typed bounds (tinted
+  // red); false for an unknown key.
+  bool isFlagged(const QString& key) const;
   // "key=value" (TOML value) for every edited key, in key order: what Apply would send.
   QStringList editedAssignments() const;
   // The last result line ("Applied ...", "Refused: ...").
@@ -104,9 +109,10 @@ class LiveControlPanel : public QWidget {
   // One live key's row: label, editor and current value.
   struct KeyEditor {
     QString key;           // "optim.lr"
-    QString type;          // "integer", "float", "string" (engine::ConfigKeyInfo::type)
-    AcceptedRange range;   // from engine::ConfigKeyInfo::accepted
+    QString type;          // "integer", "float", "string", "boolean" (ConfigKeyInfo::type)
+    KeyBounds bounds;      // engine::ConfigKeyInfo's typed bounds (true / false for booleans)
     QString acceptedText;  // as the engine words it
+    bool flagged = false;  // edited and outside `bounds`
     QString description;
     QLabel* label = nullptr;
     QLineEdit* line = nullptr;

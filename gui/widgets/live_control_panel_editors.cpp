@@ -1,6 +1,7 @@
 // LiveControlPanel editors: one row per live key (label, line edit, current value), built from
-// run::TrainingRun::liveKeys() and described by engine::configKeys(); edited / out-of-range
-// tinting and the TOML text of edited values.
+// run::TrainingRun::liveKeys() and described by engine::configKeys(), whose typed bounds flag an
+// edited value outside them; edited / out-of-bounds tinting and the TOML text of edited values.
+#include <QCompleter>
 #include <QGridLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -23,6 +24,18 @@ const engine::ConfigKeyInfo* keyInfo(const std::string& key) {
     if (info.key == key) return &info;
   }
   return nullptr;
+}
+
+// The typed bounds of `info` as the editor checks them; a boolean accepts "true" and "false".
+KeyBounds boundsOf(const engine::ConfigKeyInfo& info) {
+  KeyBounds bounds;
+  bounds.min = info.min;
+  bounds.minExclusive = info.minExclusive;
+  bounds.max = info.max;
+  bounds.integer = info.integer;
+  for (const std::string& choice : info.choices) bounds.choices << QString::fromStdString(choice);
+  if (info.type == "boolean") bounds.choices = {QStringLiteral("true"), QStringLiteral("false")};
+  return bounds;
 }
 
 QColor editedTint() {
@@ -72,7 +85,7 @@ void LiveControlPanel::buildEditors(QGridLayout* grid) {
     e.type = info ? QString::fromStdString(info->type) : QStringLiteral("string");
     e.acceptedText = info ? QString::fromStdString(info->accepted) : QString();
     e.description = info ? QString::fromStdString(info->description) : QString();
-    e.range = info ? parseAcceptedRange(info->accepted) : AcceptedRange{};
+    if (info) e.bounds = boundsOf(*info);
     e.label = new QLabel(e.key);
     e.label->setToolTip(
         tr("<b>%1</b> (%2)<br>%3<br>accepted: %4")
@@ -86,6 +99,11 @@ void LiveControlPanel::buildEditors(QGridLayout* grid) {
     } else if (e.type == QLatin1String("integer")) {
       static const QRegularExpression kInteger(QStringLiteral(R"(\s*[-+]?\d+\s*)"));
       e.line->setValidator(new QRegularExpressionValidator(kInteger, e.line));
+    } else if (!e.bounds.choices.isEmpty()) {
+      auto* completer = new QCompleter(e.bounds.choices, e.line);
+      completer->setCaseSensitivity(Qt::CaseInsensitive);
+      e.line->setCompleter(completer);
+      e.line->setPlaceholderText(e.bounds.choices.join(QStringLiteral(" | ")));
     }
     connect(e.line, &QLineEdit::textChanged, this, &LiveControlPanel::onEditorChanged);
     connect(e.line, &QLineEdit::returnPressed, this, &LiveControlPanel::apply);
@@ -136,6 +154,11 @@ bool LiveControlPanel::setValueText(const QString& key, const QString& text) {
   if (!e) return false;
   e->line->setText(text);
   return true;
+}
+
+bool LiveControlPanel::isFlagged(const QString& key) const {
+  const KeyEditor* e = find(key);
+  return e && e->flagged;
 }
 
 QString LiveControlPanel::currentValue(const QString& key) const {
@@ -208,8 +231,13 @@ void LiveControlPanel::updateEditorLook(KeyEditor& e) {
   bool valid = true;
   if (edited && (e.type == QLatin1String("float") || e.type == QLatin1String("integer"))) {
     const auto typed = parseNumber(e.line->text());
-    valid = typed && e.range.accepts(*typed);
+    valid = typed && e.bounds.acceptsNumber(*typed);
+  } else if (edited && e.type == QLatin1String("boolean")) {
+    valid = e.bounds.acceptsText(e.line->text().trimmed().toLower());  // as editedToml sends it
+  } else if (edited) {
+    valid = e.bounds.acceptsText(e.line->text());
   }
+  e.flagged = !valid;
   QPalette p = palette();
   if (edited) p.setColor(QPalette::Base, valid ? editedTint() : invalidTint());
   w->setPalette(p);
@@ -218,7 +246,7 @@ void LiveControlPanel::updateEditorLook(KeyEditor& e) {
   e.label->setFont(f);
   QString tip = tr("%1\naccepted: %2").arg(e.description, e.acceptedText);
   if (!valid) {
-    tip += tr("\n\nThis value is outside the accepted range; the engine will refuse the patch.");
+    tip += tr("\n\nThis value is not accepted; the engine will refuse the patch.");
   }
   w->setToolTip(tip);
 }

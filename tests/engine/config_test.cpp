@@ -3,8 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <vector>
+
 #include "../source_dir.h"
 
 namespace moewb::engine {
@@ -121,6 +129,212 @@ TEST(Config, KeyTableListsEveryKeyWithDefaults) {
     }
   }
   EXPECT_TRUE(sawTopK);
+}
+
+// Overrides that make room for a key's boundary values: without them the boundary would break a
+// rule between keys at another key's default (moe.top_k = 4096 > moe.num_experts = 8). A rule
+// added to validateConfig that refuses a boundary value fails BoundsAgreeWithValidation until it
+// is either made room for here or written into the key's bounds.
+const std::map<std::string, std::vector<std::string>>& roomFor() {
+  static const std::map<std::string, std::vector<std::string>> kRoom = {
+      {"model.vocab_size", {"data.num_topics=1"}},
+      {"model.d_model", {"model.num_heads=1"}},
+      {"model.num_heads", {"model.d_model=1024"}},
+      {"moe.num_experts", {"moe.top_k=1"}},
+      {"moe.top_k", {"moe.num_experts=4096"}},
+      {"moe.num_groups", {"moe.num_experts=4096", "moe.top_k=1"}},
+      {"moe.topk_groups", {"moe.num_experts=4096", "moe.num_groups=4096", "moe.top_k=1"}},
+      {"moe.latent_dim", {"model.d_model=65536"}},
+      {"data.num_topics", {"model.vocab_size=1048576"}},
+      {"data.image_size", {"data.patch_size=4096"}},
+      {"kda.num_heads", {"model.d_model=1024"}},
+      {"sparse.kv_heads", {"model.num_heads=1024", "model.d_model=1024"}},
+      {"parallel.world_size", {"data.batch_size=1024"}},
+      {"parallel.ep", {"parallel.world_size=1024", "data.batch_size=1024", "moe.num_experts=1024"}},
+      {"parallel.fsdp", {"parallel.world_size=1024", "data.batch_size=1024"}},
+      {"parallel.replicate", {"parallel.world_size=1024", "data.batch_size=1024"}},
+      {"parallel.a2a_chunks", {"moe.num_experts=4096"}},
+  };
+  return kRoom;
+}
+
+// String keys without choices whose form validateConfig checks among the rules between keys (see
+// ConfigKeyInfo): their accepted text says "any string", so only their default is tried.
+const std::set<std::string> kFormCheckedElsewhere = {"model.mixer_pattern"};
+
+// validateConfig's verdict on `info.key = valueText` over the defaults and the key's room. The
+// override's own refusal (wrong type, too large for the field) counts as a refusal.
+Status verdict(const ConfigKeyInfo& info, const std::string& valueText) {
+  RunConfig config;
+  auto room = roomFor().find(info.key);
+  if (room != roomFor().end()) {
+    for (const auto& assignment : room->second) {
+      Status applied = applyOverride(config, assignment);
+      if (!applied.isOk()) return applied;
+    }
+  }
+  MOEWB_RETURN_IF_ERROR(applyOverride(config, info.key + "=" + valueText));
+  return validateConfig(config);
+}
+
+// A number as TOML text: integers exactly, floats with every digit (read back bit for bit).
+std::string numberText(const ConfigKeyInfo& info, double value) {
+  char buf[40];
+  if (info.integer) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(value));
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  std::string text = buf;
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+  return text;
+}
+
+void expectAccepted(const ConfigKeyInfo& info, const std::string& valueText, const char* what) {
+  Status s = verdict(info, valueText);
+  EXPECT_TRUE(s.isOk()) << info.key << " = " << valueText << " (" << what << ", accepted "
+                        << info.accepted << ") was refused: " << s.message();
+}
+
+// Refused by the key's own check: the message names the key and its accepted text.
+void expectRefused(const ConfigKeyInfo& info, const std::string& valueText, const char* what) {
+  Status s = verdict(info, valueText);
+  EXPECT_FALSE(s.isOk()) << info.key << " = " << valueText << " (" << what << ", accepted "
+                         << info.accepted << ") was accepted";
+  if (s.isOk()) return;
+  EXPECT_NE(s.message().find(info.key), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("accepted: " + info.accepted), std::string::npos)
+      << info.key << " = " << valueText << " refused by another rule: " << s.message();
+}
+
+void checkNumberBounds(const ConfigKeyInfo& info) {
+  ASSERT_TRUE(info.min.has_value()) << info.key;
+  EXPECT_TRUE(info.choices.empty()) << info.key;
+  const double lo = *info.min;
+  const double below = info.integer ? lo - 1 : std::nextafter(lo, -HUGE_VAL);
+  if (info.minExclusive) {
+    ASSERT_FALSE(info.integer) << info.key << ": an integer's bound is inclusive";
+    expectRefused(info, numberText(info, lo), "at the exclusive min");
+    expectAccepted(info, numberText(info, std::nextafter(lo, HUGE_VAL)), "just above min");
+  } else {
+    expectAccepted(info, numberText(info, lo), "at min");
+    expectRefused(info, numberText(info, below), "just below min");
+  }
+  if (info.max) {
+    ASSERT_LE(lo, *info.max) << info.key;
+    const double above = info.integer ? *info.max + 1 : std::nextafter(*info.max, HUGE_VAL);
+    expectAccepted(info, numberText(info, *info.max), "at max");
+    expectRefused(info, numberText(info, above), "just above max");
+  } else {
+    // No max: as large as the field holds, 32-bit or 64-bit (the largest TOML integer).
+    ASSERT_TRUE(info.integer) << info.key << ": a float key needs a max";
+    expectAccepted(info, "2147483647", "the largest 32-bit integer");
+    Status wide = verdict(info, "9223372036854775807");
+    if (!wide.isOk()) {
+      EXPECT_NE(wide.message().find("is out of range; accepted: " + info.accepted),
+                std::string::npos)
+          << info.key << ": only the field's width may refuse it: " << wide.message();
+      expectRefused(info, "2147483648", "past a 32-bit field");
+    }
+    expectRefused(info, "9223372036854775808", "past the largest TOML integer");
+  }
+  if (info.integer && (!info.max || lo + 1 <= *info.max)) {
+    expectRefused(info, numberText(info, lo) + ".5", "not a whole number");
+  }
+}
+
+// For every key the typed bounds agree with validateConfig: each boundary is accepted and the
+// value just outside it refused by the key's own check, every choice is accepted and anything
+// else refused, and the accepted text is the one written from the bounds.
+TEST(ConfigKeyInfo, BoundsAgreeWithValidation) {
+  const auto& keys = configKeys();
+  ASSERT_GE(keys.size(), 75u);
+  for (const auto& info : keys) {
+    SCOPED_TRACE(info.key);
+    EXPECT_TRUE(verdict(info, info.defaultValue).isOk()) << "the room for " << info.key;
+    if (info.type == "integer" || info.type == "float") {
+      EXPECT_EQ(info.integer, info.type == "integer");
+      checkNumberBounds(info);
+    } else if (info.type == "string") {
+      EXPECT_FALSE(info.min || info.max || info.integer);
+      for (const auto& choice : info.choices) {
+        expectAccepted(info, "\"" + choice + "\"", "a choice");
+      }
+      if (!info.choices.empty()) {
+        expectRefused(info, "\"not-a-choice\"", "not a choice");
+        std::string upper = info.choices.front();
+        for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+        expectRefused(info, "\"" + upper + "\"", "a choice in other case");
+        expectRefused(info, "1", "a number");
+      } else if (!kFormCheckedElsewhere.count(info.key)) {
+        expectAccepted(info, "\"any text, at all\"", "any string");
+      }
+    } else {
+      ASSERT_EQ(info.type, "boolean");
+      EXPECT_FALSE(info.min || info.max || info.integer || !info.choices.empty());
+      expectAccepted(info, "true", "true");
+      expectAccepted(info, "false", "false");
+      expectRefused(info, "1", "a number");
+    }
+  }
+}
+
+// The helpers agree with the bounds they describe, and a few keys read as documented.
+TEST(ConfigKeyInfo, TypedBoundsOfKnownKeys) {
+  std::map<std::string, ConfigKeyInfo> byKey;
+  for (const auto& info : configKeys()) byKey[info.key] = info;
+
+  const ConfigKeyInfo& topK = byKey.at("moe.top_k");
+  EXPECT_TRUE(topK.integer);
+  EXPECT_EQ(topK.min, 1.0);
+  EXPECT_EQ(topK.max, 4096.0);
+  EXPECT_FALSE(topK.minExclusive);
+  EXPECT_EQ(topK.accepted, "1..4096");
+  EXPECT_TRUE(topK.acceptsNumber(4096));
+  EXPECT_FALSE(topK.acceptsNumber(4097));
+  EXPECT_FALSE(topK.acceptsNumber(1.5));
+  EXPECT_FALSE(topK.acceptsString("1"));
+
+  const ConfigKeyInfo& lr = byKey.at("optim.lr");
+  EXPECT_FALSE(lr.integer);
+  EXPECT_TRUE(lr.minExclusive);
+  EXPECT_EQ(lr.min, 0.0);
+  EXPECT_EQ(lr.max, 10.0);
+  EXPECT_EQ(lr.accepted, "> 0 and <= 10");
+  EXPECT_FALSE(lr.acceptsNumber(0));
+  EXPECT_TRUE(lr.acceptsNumber(1e-12));
+  EXPECT_FALSE(lr.acceptsNumber(std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(lr.acceptsNumber(std::nan("")));
+
+  const ConfigKeyInfo& steps = byKey.at("run.steps");
+  EXPECT_EQ(steps.min, 1.0);
+  EXPECT_FALSE(steps.max.has_value());
+  EXPECT_EQ(steps.accepted, "1..");
+  EXPECT_EQ(byKey.at("optim.warmup_steps").accepted, "0..");
+
+  const ConfigKeyInfo& backend = byKey.at("run.backend");
+  EXPECT_EQ(backend.choices, (std::vector<std::string>{"cpu", "cuda", "auto"}));
+  EXPECT_EQ(backend.accepted, "\"cpu\" | \"cuda\" | \"auto\"");
+  EXPECT_FALSE(backend.min || backend.max);
+  EXPECT_TRUE(backend.acceptsString("cuda"));
+  EXPECT_FALSE(backend.acceptsString("CUDA"));
+  EXPECT_FALSE(backend.acceptsNumber(1));
+
+  EXPECT_TRUE(byKey.at("run.name").acceptsString("anything"));
+  EXPECT_EQ(byKey.at("run.name").accepted, "any string");
+  EXPECT_EQ(byKey.at("lora.enabled").accepted, "true | false");
+  EXPECT_FALSE(byKey.at("lora.enabled").acceptsString("true"));
+}
+
+// A seed set in code past the largest TOML integer could not be read back from the trace.
+TEST(Config, SeedMustFitATomlInteger) {
+  RunConfig config;
+  config.run.seed = uint64_t(std::numeric_limits<int64_t>::max());
+  EXPECT_TRUE(validateConfig(config).isOk());
+  config.run.seed += 1;
+  Status s = validateConfig(config);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("run.seed"), std::string::npos) << s.message();
 }
 
 TEST(Config, ShippedSampleConfigsAreValid) {

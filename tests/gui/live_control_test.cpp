@@ -20,6 +20,7 @@
 #include "chart_view.h"
 #include "live_control_panel.h"
 #include "main_window.h"
+#include "moewb/engine/config.h"
 #include "moewb/run/training_run.h"
 #include "moewb/storage/trace_reader.h"
 #include "run_controller.h"
@@ -220,6 +221,44 @@ TEST_F(LiveControlTest, PausePatchRefuseAndStopARunThroughThePanel) {
   EXPECT_FALSE(panel->pauseButton()->isEnabled());
   EXPECT_FALSE(panel->stopButton()->isEnabled());
   EXPECT_FALSE(panel->applyButton()->isEnabled());
+}
+
+// The editors flag what the engine's typed bounds refuse (engine::ConfigKeyInfo), for every live
+// key at its bounds and for whole numbers, choices and booleans; no run is needed.
+TEST_F(LiveControlTest, EditorsFlagValuesOutsideTheTypedBounds) {
+  LiveControlPanel panel;
+  auto flagged = [&](const QString& key, const QString& text) {
+    EXPECT_TRUE(panel.setValueText(key, text)) << key.toStdString();
+    return panel.isFlagged(key);
+  };
+  auto number = [](double v) { return QString::number(v, 'g', 17); };
+  int checked = 0;
+  for (const engine::ConfigKeyInfo& info : engine::configKeys()) {
+    const QString key = QString::fromStdString(info.key);
+    if (!panel.keys().contains(key) || !info.min) continue;
+    SCOPED_TRACE(info.key);
+    const double lo = *info.min;
+    EXPECT_EQ(flagged(key, number(lo)), info.minExclusive);
+    EXPECT_TRUE(flagged(key, number(info.integer ? lo - 1 : lo - 1e-9)));
+    if (info.max) {
+      EXPECT_FALSE(flagged(key, number(*info.max)));
+      EXPECT_TRUE(flagged(key, number(*info.max + (info.integer ? 1 : 1e-6))));
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+
+  EXPECT_TRUE(flagged(QStringLiteral("optim.warmup_steps"), QStringLiteral("1.5")));
+  EXPECT_FALSE(flagged(QStringLiteral("optim.warmup_steps"), QStringLiteral("100")));
+  EXPECT_FALSE(flagged(QStringLiteral("moe.drop_policy"), QStringLiteral("position")));
+  EXPECT_TRUE(flagged(QStringLiteral("moe.drop_policy"), QStringLiteral("bogus")));
+  const QString tip = panel.editor(QStringLiteral("moe.drop_policy"))->toolTip();
+  EXPECT_TRUE(tip.contains(QStringLiteral("not accepted"))) << tip.toStdString();
+  EXPECT_FALSE(flagged(QStringLiteral("loss.kind"), QStringLiteral("cce")));
+  EXPECT_TRUE(flagged(QStringLiteral("loss.kind"), QStringLiteral("CCE")));
+  EXPECT_FALSE(flagged(QStringLiteral("fusion.permute_into_experts"), QStringLiteral("True")));
+  EXPECT_TRUE(flagged(QStringLiteral("fusion.permute_into_experts"), QStringLiteral("yes")));
+  EXPECT_FALSE(panel.isFlagged(QStringLiteral("no.such_key")));
 }
 
 TEST_F(LiveControlTest, MarkersShowForATraceOpenedFromDisk) {

@@ -1,47 +1,55 @@
-// Live settings helpers: accepted-range texts as the engine writes them, config values out of
-// TOML, numbers typed by people and the TOML floats sent back.
+// Live settings helpers: typed key bounds as the engine gives them, config values out of TOML,
+// numbers typed by people and the TOML floats sent back.
 #include "moewb/gui/live_settings.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 namespace moewb::gui {
 namespace {
 
-TEST(LiveSettings, ParsesAcceptedRanges) {
-  const AcceptedRange closed = parseAcceptedRange("0..0.999999");
-  ASSERT_TRUE(closed.known);
-  EXPECT_TRUE(closed.accepts(0));
-  EXPECT_TRUE(closed.accepts(0.9));
-  EXPECT_FALSE(closed.accepts(2));
-  EXPECT_FALSE(closed.accepts(-0.1));
-  EXPECT_EQ(closed.describe(), "0 .. 0.999999");
+TEST(LiveSettings, KeyBoundsCheckNumbers) {
+  KeyBounds closed;  // optim.beta1: 0..0.999999
+  closed.min = 0;
+  closed.max = 0.999999;
+  EXPECT_TRUE(closed.acceptsNumber(0));
+  EXPECT_TRUE(closed.acceptsNumber(0.9));
+  EXPECT_TRUE(closed.acceptsNumber(0.999999));
+  EXPECT_FALSE(closed.acceptsNumber(2));
+  EXPECT_FALSE(closed.acceptsNumber(-0.1));
 
-  const AcceptedRange open = parseAcceptedRange("0..");
-  ASSERT_TRUE(open.known);
-  EXPECT_TRUE(open.accepts(1e12));
-  EXPECT_FALSE(open.accepts(-1));
-  EXPECT_EQ(open.describe(), ">= 0");
+  KeyBounds open;  // optim.warmup_steps: 0.. (no max), whole numbers
+  open.min = 0;
+  open.integer = true;
+  EXPECT_TRUE(open.acceptsNumber(1e12));
+  EXPECT_FALSE(open.acceptsNumber(-1));
+  EXPECT_FALSE(open.acceptsNumber(2.5));
 
-  const AcceptedRange exclusive = parseAcceptedRange("> 0 and <= 10");
-  ASSERT_TRUE(exclusive.known);
-  EXPECT_FALSE(exclusive.accepts(0));
-  EXPECT_TRUE(exclusive.accepts(1e-9));
-  EXPECT_TRUE(exclusive.accepts(10));
-  EXPECT_FALSE(exclusive.accepts(10.5));
-  EXPECT_EQ(exclusive.describe(), "> 0 and <= 10");
+  KeyBounds exclusive;  // optim.lr: > 0 and <= 10
+  exclusive.min = 0;
+  exclusive.minExclusive = true;
+  exclusive.max = 10;
+  EXPECT_FALSE(exclusive.acceptsNumber(0));
+  EXPECT_TRUE(exclusive.acceptsNumber(1e-9));
+  EXPECT_TRUE(exclusive.acceptsNumber(10));
+  EXPECT_FALSE(exclusive.acceptsNumber(10.5));
+  EXPECT_FALSE(exclusive.acceptsNumber(std::nan("")));
+  EXPECT_FALSE(exclusive.acceptsNumber(std::numeric_limits<double>::infinity()));
 
-  const AcceptedRange above = parseAcceptedRange("> 0");
-  ASSERT_TRUE(above.known);
-  EXPECT_TRUE(above.accepts(5e30));
-  EXPECT_FALSE(above.accepts(std::nan("")));
+  const KeyBounds none;  // a key the engine does not describe: any finite number
+  EXPECT_TRUE(none.acceptsNumber(-5e30));
+  EXPECT_FALSE(none.acceptsNumber(std::nan("")));
+}
 
-  for (const char* text : {"\"cpu\" | \"auto\"", "any string", "", "..3", "a..b", "> x"}) {
-    const AcceptedRange r = parseAcceptedRange(text);
-    EXPECT_FALSE(r.known) << text;
-    EXPECT_TRUE(r.accepts(1)) << text;
-  }
+TEST(LiveSettings, KeyBoundsCheckChoices) {
+  KeyBounds policy;  // moe.drop_policy
+  policy.choices = {QStringLiteral("probs"), QStringLiteral("position")};
+  EXPECT_TRUE(policy.acceptsText(QStringLiteral("position")));
+  EXPECT_FALSE(policy.acceptsText(QStringLiteral("Position")));  // exact, as the engine checks
+  EXPECT_FALSE(policy.acceptsText(QStringLiteral("")));
+  EXPECT_TRUE(KeyBounds{}.acceptsText(QStringLiteral("any text")));
 }
 
 TEST(LiveSettings, ReadsValuesOutOfToml) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -191,16 +192,50 @@ struct RunConfig {
   bool operator==(const RunConfig&) const = default;
 };
 
-// One documented key of the config: its dotted name, type name and a one-line description.
+// One documented key of the config: its dotted name, type, the values it accepts (as typed bounds
+// and as the text written from them), its default and a one-line description.
+//
+// The typed bounds are validateConfig's per-key range and choice checks: a value outside them is
+// always refused, and a value inside them passes those checks. `accepted` is written from the bounds
+// (never declared separately), so the two cannot disagree. What the bounds do not hold are the
+// rules between keys, which stay in validateConfig because their bound is another key's value at
+// the time of the check, not a constant of the key: top_k <= num_experts (and the reach of
+// group-limited routing), num_heads divides d_model, num_groups divides num_experts, topk_groups
+// <= num_groups, latent_dim <= d_model, sparse.kv_heads divides num_heads and kda heads divide
+// d_model (only when the mixer pattern uses S / K), num_topics <= vocab_size, patch_size divides
+// image_size and the image leaves text in seq_len, batch_size * seq_len <= 2^26, lora.rank >= 1
+// only while lora.enabled, and [parallel]'s divisibility rules and exclusions (fusion.* = true
+// refused while parallel.ep > 1, lora.enabled = true while world_size > 1). The letters of
+// model.mixer_pattern (A, K, S; non-empty) are checked there too: it has no list of choices.
 struct ConfigKeyInfo {
-  std::string key;          // "moe.top_k"
-  std::string type;         // "integer", "float", "string"
-  std::string accepted;     // "1..4096", "cpu | auto", ...
-  std::string defaultValue; // as TOML text
+  std::string key;           // "moe.top_k"
+  std::string type;          // "integer", "float", "string" or "boolean"
+  std::string accepted;      // written from the bounds: "1..4096", "> 0 and <= 10", "0.." (no
+                             // upper bound), `"cpu" | "auto"`, "any string", "true | false"
+  std::string defaultValue;  // as TOML text
   std::string description;
+  bool integer = false;             // whole numbers only (type "integer")
+  std::optional<double> min;        // numbers: the lowest accepted value, in the key's own unit;
+                                    // nullopt for strings and booleans
+  bool minExclusive = false;        // true: the value must be > *min (floats such as optim.lr)
+  std::optional<double> max;        // numbers: the highest accepted value (inclusive); nullopt =
+                                    // as large as the field holds: 2147483647 for 32-bit keys,
+                                    // 9223372036854775807 (the largest TOML integer) for 64-bit
+  std::vector<std::string> choices; // strings: the accepted values, exact and case-sensitive;
+                                    // empty = no fixed list
+
+  // True when `value` is finite, inside [min, max] (above min when minExclusive) and whole for an
+  // integer key; always false for a string or boolean key. A 32-bit key without `max` must also
+  // fit its field (the parser refuses a larger integer before validation).
+  bool acceptsNumber(double value) const;
+  // True when `value` is one of `choices`; for a string key without choices, always true (see
+  // model.mixer_pattern above); always false for a number or boolean key.
+  bool acceptsString(const std::string& value) const;
 };
 
-// Lists every accepted key in file order (docs/CONFIG.md's config reference is generated from this).
+// Lists every accepted key in file order (docs/CONFIG.md's config reference is generated from
+// this). Built once on first use; the reference stays valid for the life of the program and may
+// be read from any thread.
 const std::vector<ConfigKeyInfo>& configKeys();
 
 // Parses TOML text (`sourceName` names it in messages, e.g. the file path). Unknown sections or

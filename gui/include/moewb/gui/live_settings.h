@@ -1,36 +1,35 @@
-// Live settings: the text helpers behind the Live control panel's editors. The engine describes
-// each config key as text (engine::ConfigKeyInfo: type "integer" | "float" | "string", accepted
-// "0..10", "> 0 and <= 1", "0.."; values as TOML); these turn that text into ranges an editor can
-// check, read a whole config's values out of its TOML (engine::toToml), and write a user's number
-// back as a TOML float. The engine's validateConfig stays the one judge of a patch: the panel
-// only uses the range to flag a value before it is sent.
-// Pure functions, no widgets and no engine dependency; safe from any thread. O(text length).
+// Live settings: the helpers behind the Live control panel's editors. KeyBounds holds one config
+// key's typed bounds as the engine gives them (engine::ConfigKeyInfo: min, max, whole numbers,
+// choices; the panel copies them field by field, since this library does not link the engine)
+// and checks a typed value against them; the rest reads a whole config's values out of its TOML
+// (engine::toToml) and writes a user's number back as a TOML float. The engine's validateConfig
+// stays the one judge of a patch (and of the rules between keys): the panel only uses the bounds
+// to flag a value before it is sent.
+// Pure functions and value types, no widgets and no engine dependency; safe from any thread.
 #pragma once
 
 #include <QString>
-#include <limits>
+#include <QStringList>
 #include <map>
 #include <optional>
 #include <string>
 
 namespace moewb::gui {
 
-// The numeric range of an accepted-values text.
-struct AcceptedRange {
-  double min = -std::numeric_limits<double>::infinity();
-  double max = std::numeric_limits<double>::infinity();
+// The values one config key accepts (engine::ConfigKeyInfo's typed bounds). A default KeyBounds
+// (no min, no max, no choices) accepts every finite number and every text.
+struct KeyBounds {
+  std::optional<double> min;  // lowest accepted number; none = no lower bound
   bool minExclusive = false;  // "> min" rather than ">= min"
-  bool known = false;         // false when the text is not a numeric range (choices, "any")
+  std::optional<double> max;  // highest accepted number (inclusive); none = no upper bound
+  bool integer = false;       // whole numbers only
+  QStringList choices;        // accepted texts, exact; empty = any text
 
-  // True when `value` is finite and inside the range (always true for an unknown range).
-  bool accepts(double value) const;
-  // The range as people read it: "0 .. 10", "> 0 and <= 1", ">= 0".
-  QString describe() const;
+  // True when `value` is finite, inside the bounds and whole for an integer key.
+  bool acceptsNumber(double value) const;
+  // True when `text` is one of `choices`, or `choices` is empty.
+  bool acceptsText(const QString& text) const;
 };
-
-// Parses engine::ConfigKeyInfo::accepted for numbers: "lo..hi", "lo.." (no upper bound),
-// "> lo", "> lo and <= hi". Anything else gives an unknown range.
-AcceptedRange parseAcceptedRange(const std::string& accepted);
 
 // "section.key" -> value text for every `key = value` line under a `[section]` header of
 // `toml` (the layout engine::toToml writes). Values are trimmed and kept as TOML text.
