@@ -56,6 +56,29 @@ void printSummary(const run::RunSummary& s) {
               s.firstLoss > 0 ? 100.0 * (1.0 - s.lastLoss / s.firstLoss) : 0.0);
   std::printf("  tokens/s        %s (mean after the first step)\n",
               formatCount(s.meanTokensPerSecond).c_str());
+  if (s.peakFlopsPerSecond > 0) {  // GPU runs; the CPU reference has no peak to compare with
+    auto flops = [](double value) {  // "49.16 TFLOP", "812.3 MFLOP"
+      const char* prefix = value >= 1e12 ? "T" : value >= 1e9 ? "G" : value >= 1e6 ? "M" : "";
+      const double scale = value >= 1e12 ? 1e12 : value >= 1e9 ? 1e9 : value >= 1e6 ? 1e6 : 1;
+      char text[48];
+      std::snprintf(text, sizeof text, "%.4g %sFLOP", value / scale, prefix);
+      return std::string(text);
+    };
+    std::printf("  model FLOPs     %s per step (forward + backward, counted from the config)\n",
+                flops(s.modelFlopsPerStep).c_str());
+    if (s.modelFlopsPerSecond > 0) {
+      std::printf("  MFU             %.2f%% of %.1f TFLOP/s, the H200 bf16 dense peak "
+                  "(docs/MFU.md)\n",
+                  100 * s.mfu, s.peakFlopsPerSecond / 1e12);
+      std::printf("                  %s/s achieved; %.2f%% of the %.0f TFLOP/s bf16 GEMM measured "
+                  "on it\n",
+                  flops(s.modelFlopsPerSecond).c_str(),
+                  100 * s.modelFlopsPerSecond / s.gemmCeilingFlopsPerSecond,
+                  s.gemmCeilingFlopsPerSecond / 1e12);
+    } else {
+      std::printf("  MFU             - (needs a second step: the first is not timed)\n");
+    }
+  }
   std::printf("  wall time       %.2f s\n", s.wallSeconds);
   std::printf("  expert load     max/mean per layer, mean over steps (1.00 = balanced):\n");
   for (size_t layer = 0; layer < s.meanImbalancePerLayer.size(); ++layer) {

@@ -51,6 +51,7 @@ ENGINE_LAYERS = {
 PUBLIC_HEADER_LAYER = {
     "event_sink.h": "runtime",
     "config.h": "config",
+    "model_flops.h": "model",
     "trainer.h": "train",
 }
 # Qt Widgets headers (the gui/models library links Qt Core and Gui only).

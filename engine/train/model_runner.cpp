@@ -18,13 +18,25 @@
 namespace moewb::engine {
 namespace {
 
+// Rough count of the float parameters: embedding and LM head, four D x D mixer projections and
+// the MoE FFN per layer (routed experts at their width, latent down / up, shared experts).
+double estimateParameters(const ModelDims& d) {
+  const double dm = double(d.dModel);
+  const double expertWidth = d.moe.latent() ? double(d.moe.latentDim) : dm;
+  const double moe = 3.0 * double(d.numExperts) * double(d.dFf) * expertWidth +
+                     (d.moe.latent() ? 2.0 * dm * double(d.moe.latentDim) : 0.0) +
+                     3.0 * dm * double(d.moe.sharedWidth());
+  return double(d.vocabSize) * dm * 2 + double(d.numLayers) * (4.0 * dm * dm + moe);
+}
+
+// The host model of a CUDA run: fp32 value, grad and two moments per parameter (its activations
+// live on the device).
+double estimateHostStateBytes(const ModelDims& d) { return 16.0 * estimateParameters(d); }
+
 // Rough bytes of the float parameters (value, grad, two moments) plus one step's activations.
 double estimateTrainingBytes(const ModelDims& d) {
   const double n = double(d.tokens()), rows = n * double(d.topK);
-  const double params =
-      double(d.vocabSize) * double(d.dModel) * 2 +
-      double(d.numLayers) * (4.0 * double(d.dModel) * double(d.dModel) +
-                             3.0 * double(d.numExperts) * double(d.dFf) * double(d.dModel));
+  const double params = estimateParameters(d);
   const double perLayer =
       n * double(d.dModel) * 12 +
       double(d.batchSize) * double(d.numHeads) * double(d.seqLen) * double(d.seqLen) +
@@ -227,22 +239,28 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
         "data.batch_size * model.seq_len * moe.top_k = " + std::to_string(routedRows) +
         " routed rows per step; the CPU engine accepts at most 2147483647");
   }
-  const double neededBytes = estimateTrainingBytes(ModelDims::fromConfig(config));
+  // run.backend: "cuda" must get the GPU (or fail naming why); "auto" takes it when this build
+  // has the CUDA backend, a device is visible and the model's settings run there. On the GPU
+  // the host keeps only the parameter state; on the CPU also one step's activations.
+  const std::string& wanted = config.run.backend;
+  const bool cpu = wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable());
+  const ModelDims dims = ModelDims::fromConfig(config);
   const double memoryBytes = physicalMemoryBytes();
-  if (memoryBytes > 0 && neededBytes > 0.5 * memoryBytes) {
-    return resourceExhausted("the model and one step's activations need about " +
-                             formatBytes(int64_t(neededBytes)) + ", more than half of the " +
-                             formatBytes(int64_t(memoryBytes)) +
-                             " of memory; reduce model.d_model, moe.num_experts, moe.d_ff, "
-                             "model.vocab_size or data.batch_size * model.seq_len");
-  }
+  const auto fits = [&](bool onCpu) -> Status {
+    const double neededBytes = onCpu ? estimateTrainingBytes(dims) : estimateHostStateBytes(dims);
+    if (memoryBytes <= 0 || neededBytes <= 0.5 * memoryBytes) return Status::ok();
+    return resourceExhausted(
+        std::string(onCpu ? "the model and one step's activations need about "
+                          : "the host copy of the model (fp32 weights, grads and AdamW moments) "
+                            "needs about ") +
+        formatBytes(int64_t(neededBytes)) + ", more than half of the " +
+        formatBytes(int64_t(memoryBytes)) +
+        " of host memory; reduce model.d_model, moe.num_experts, moe.d_ff, model.vocab_size" +
+        (onCpu ? " or data.batch_size * model.seq_len" : ""));
+  };
+  MOEWB_RETURN_IF_ERROR(fits(cpu));
   try {
-    // run.backend: "cuda" must get the GPU (or fail naming why); "auto" takes it when this build
-    // has the CUDA backend, a device is visible and the model's settings run there.
-    const std::string& wanted = config.run.backend;
-    if (wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable())) {
-      return std::unique_ptr<StepRunner>(new CpuModelRunner(validConfig, ""));
-    }
+    if (cpu) return std::unique_ptr<StepRunner>(new CpuModelRunner(validConfig, ""));
     std::unique_ptr<CudaModelRunner> gpu(new CudaModelRunner(validConfig));
     Result<std::unique_ptr<DeviceBackend>> device = createCudaBackend(config, *gpu->hostModel(), 0);
     if (device.isOk()) {
@@ -251,6 +269,7 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
     }
     if (wanted == "auto" && device.status().code() == StatusCode::kUnimplemented) {
       gpu.reset();
+      MOEWB_RETURN_IF_ERROR(fits(true));
       return std::unique_ptr<StepRunner>(new CpuModelRunner(
           validConfig, "run.backend = \"auto\" stayed on cpu: " + device.status().message()));
     }

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "moewb/base/units.h"
+#include "moewb/engine/model_flops.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/host_tracer.h"
 #include "moewb/storage/trace_reader.h"
@@ -30,6 +31,7 @@ class TrainingRun::SummarySink final : public engine::EventSink {
     if (m_summary.stepsDone > 1) {  // the first step pays one-time costs
       m_tokensAfterFirst += e.tokens;
       m_nsAfterFirst += e.endNs - e.startNs;
+      m_stepsAfterFirst++;
     }
     m_lastEndNs = e.endNs;
   }
@@ -44,6 +46,10 @@ class TrainingRun::SummarySink final : public engine::EventSink {
     s.wallSeconds = double(m_lastEndNs - m_startNs) / 1e9;
     return s;
   }
+  // Mean seconds of a step over all steps but the first; 0 before the second step.
+  double meanStepSeconds() const {
+    return m_stepsAfterFirst > 0 ? double(m_nsAfterFirst) / 1e9 / double(m_stepsAfterFirst) : 0.0;
+  }
 
  private:
   RunSummary m_summary;
@@ -51,7 +57,29 @@ class TrainingRun::SummarySink final : public engine::EventSink {
   int64_t m_lastEndNs = 0;
   int64_t m_tokensAfterFirst = 0;
   int64_t m_nsAfterFirst = 0;
+  int64_t m_stepsAfterFirst = 0;
 };
+
+namespace {
+
+// RunSummary's MFU fields: the count from the config and the achieved rate from the mean step
+// time on every backend; on the GPU also the peak and measured GEMM rate of the GPUs the run
+// trained on (one for a single rank or virtual ranks sharing GPU 0, world_size for the processes
+// of a launcher run, each on its own GPU) and the MFU against that peak.
+void fillMfu(const engine::RunConfig& config, const engine::Trainer& trainer,
+             double meanStepSeconds, RunSummary& summary) {
+  summary.modelFlopsPerStep = engine::modelFlopsPerStep(config).total();
+  if (meanStepSeconds > 0) {
+    summary.modelFlopsPerSecond = summary.modelFlopsPerStep / meanStepSeconds;
+  }
+  if (trainer.backendName() != "cuda") return;
+  const int32_t gpus = std::max(1, config.parallel.worldSize / std::max(1, trainer.localRanks()));
+  summary.peakFlopsPerSecond = gpus * engine::kH200Bf16PeakFlopsPerSecond;
+  summary.gemmCeilingFlopsPerSecond = gpus * engine::kH200MeasuredGemmFlopsPerSecond;
+  summary.mfu = summary.modelFlopsPerSecond / summary.peakFlopsPerSecond;
+}
+
+}  // namespace
 
 TrainingRun::TrainingRun(const engine::ValidConfig& config) : m_config(config) {}
 
@@ -212,6 +240,7 @@ Result<RunSummary> TrainingRun::run() {
   if (m_config->parallel.worldSize > 1) {
     summary.meanTokensPerSecond *= double(m_config->parallel.worldSize);
   }
+  fillMfu(m_config, *m_trainer, m_summary->meanStepSeconds(), summary);
   summary.tracePath = m_writer->path();
   MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(summary.tracePath));
   MOEWB_ASSIGN_OR_RETURN(auto layers, reader->layerImbalance());

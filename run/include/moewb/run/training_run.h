@@ -73,6 +73,15 @@ struct RunSummary {
   double firstLoss = 0;
   double lastLoss = 0;
   double meanTokensPerSecond = 0;   // over all steps but the first
+  // MFU (docs/MFU.md): model FLOPs of one step counted from the config (forward + backward, the
+  // whole batch of every rank), divided by the mean step time over all steps but the first and by
+  // the peak of the GPUs the run trained on (the H200's dense bf16 peak, 989.4 TFLOP/s per GPU).
+  // The CPU backend has no peak: peak, ceiling and mfu stay 0 there.
+  double modelFlopsPerStep = 0;          // FLOPs (moewb/engine/model_flops.h)
+  double modelFlopsPerSecond = 0;        // achieved, FLOP/s; 0 with fewer than two steps
+  double peakFlopsPerSecond = 0;         // bf16 dense peak of the run's GPUs, FLOP/s; 0 on the CPU
+  double gemmCeilingFlopsPerSecond = 0;  // bf16 GEMM rate measured on those GPUs, FLOP/s
+  double mfu = 0;                        // modelFlopsPerSecond / peakFlopsPerSecond, 0..1
   double wallSeconds = 0;
   std::vector<double> meanImbalancePerLayer;  // mean over steps of max/mean expert load, [layers]
   bool stopped = false;         // true when requestStop ended the run early
