@@ -1,5 +1,5 @@
 // LauncherRankRunner (launcher_rank_runner.h): rendezvous, the NCCL id through the store, the
-// dead-rank watch, and the GPU rank trainer's steps of this process's rank.
+// dead-rank watch, and the GPU rank stepper's steps of this process's rank.
 #include "train/parallel/launcher_rank_runner.h"
 
 #include <algorithm>
@@ -73,7 +73,8 @@ Status LauncherRankRunner::join(EventSink* sink) {
       std::thread([comm, reason] { comm->abort(reason); }).detach();
     }
   }));
-  MOEWB_ASSIGN_OR_RETURN(m_stepper, createCudaRankStepper(m_config, *m_world, sink, env->localRank));
+  MOEWB_ASSIGN_OR_RETURN(m_stepper,
+                         createCudaRankStepper(m_config, *m_world, sink, env->localRank));
   return Status::ok();
 }
 

@@ -4,7 +4,7 @@
 // SLURM_NTASKS, SLURM_LOCALID + MASTER_ADDR).
 // start(): the ranks meet over a small TCP store hosted by rank 0 (engine/comm/launch/), rank 0
 // creates the NCCL id and shares it through the store, every rank builds its NCCL communicator on
-// GPU LOCAL_RANK and its GPU rank trainer (cuda_rank_trainer.h: EP all-to-all, FSDP all-gather /
+// GPU LOCAL_RANK and its GPU rank stepper (cuda_rank_stepper.h: EP all-to-all, FSDP all-gather /
 // reduce-scatter, global norm). Stops are agreed at step boundaries. Faults: a rank that dies
 // (its store connection drops) makes the others abort their communicator and fail with that rank
 // named; a rank that hangs makes the others' collectives time out after parallel.timeout_ms,

@@ -1,4 +1,4 @@
-// Groups, collective observer and sums shared by the rank trainers (see rank_common.h).
+// Groups, collective observer and sums shared by the rank steppers (see rank_common.h).
 #include "train/parallel/rank_common.h"
 
 #include <algorithm>

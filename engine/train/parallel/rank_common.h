@@ -1,6 +1,6 @@
-// What every rank trainer (CPU ranks: rank_trainer.h; GPU ranks: cuda_rank_trainer.h) shares: the
-// communicator groups of a parallel run, the trace observer of their collectives, a sum of one
-// double over ranks, and the RankStepper interface the run loops drive.
+// What every rank stepper (CPU ranks: cpu_rank_stepper.h; GPU ranks: cuda_rank_stepper.h)
+// shares: the communicator groups of a parallel run, the trace observer of their collectives, a
+// sum of one double over ranks, and the RankStepper interface the rank runners drive.
 #pragma once
 
 #include <chrono>
@@ -78,7 +78,7 @@ class RankStepper {
   virtual int64_t stepsDone() const = 0;
 };
 
-// A GPU rank (cuda_rank_trainer.h) on `deviceOrdinal`, with `world` supporting
+// A GPU rank (cuda_rank_stepper.h) on `deviceOrdinal`, with `world` supporting
 // device collectives (virtual ranks or NCCL). A build without CUDA answers kUnimplemented.
 Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const ValidConfig& config,
                                                            Communicator& world, EventSink* sink,

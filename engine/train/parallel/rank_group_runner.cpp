@@ -6,7 +6,7 @@
 
 #include "comm/in_process_comm.h"
 #include "train/parallel/rank_common.h"
-#include "train/parallel/rank_trainer.h"
+#include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine {
 
@@ -24,8 +24,8 @@ Status RankGroupRunner::rankMain(Communicator& world) {
   const int32_t rank = world.rank();
   EventSink* sink = m_sinks[size_t(rank)];
   const auto createCpuRank = [&]() -> Result<std::unique_ptr<RankStepper>> {
-    MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<RankTrainer> trainer,
-                           RankTrainer::create(m_config, world, sink));
+    MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CpuRankStepper> trainer,
+                           CpuRankStepper::create(m_config, world, sink));
     return std::unique_ptr<RankStepper>(std::move(trainer));
   };
   Result<std::unique_ptr<RankStepper>> created =
@@ -51,7 +51,9 @@ Status RankGroupRunner::rankMain(Communicator& world) {
     {
       std::unique_lock<std::mutex> lock(m_mutex);
       m_taskReady.wait(lock, [&] { return m_taskSeq != seen || m_abort; });
-      if (m_abort) return cancelled("rank " + std::to_string(rank) + " stopped: another rank failed");
+      if (m_abort) {
+        return cancelled("rank " + std::to_string(rank) + " stopped: another rank failed");
+      }
       seen = m_taskSeq;
       task = m_task;
     }

@@ -1,7 +1,7 @@
 // RankGroupRunner: the StepRunner (step_runner.h) of a run on parallel.world_size in-process
-// ranks: one thread per rank over an in-process world, CPU ranks (RankTrainer) or, with
+// ranks: one thread per rank over an in-process world, CPU ranks (CpuRankStepper) or, with
 // run.backend = "cuda", virtual ranks sharing GPU 0 (each with its own stream, buffers and device
-// collectives; CudaRankTrainer). The rank threads live from start() to finish() and run the tasks
+// collectives; CudaRankStepper). The rank threads live from start() to finish() and run the tasks
 // the trainer thread hands them one at a time (agree on a stop, step, apply live settings, quit);
 // each rank's phases and collectives go to its own sink from its own thread.
 // Faults: a rank that fails, throws or stalls makes the others fail within parallel.timeout_ms;

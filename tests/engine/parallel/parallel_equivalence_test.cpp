@@ -14,7 +14,7 @@
 #include "model/cpu/model.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
-#include "train/parallel/rank_trainer.h"
+#include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine {
 namespace {
@@ -96,7 +96,7 @@ void checkParallel(const RunConfig& base, int32_t world, int32_t ep, int32_t fsd
   std::vector<double> losses(size_t(world) * 3);
   std::vector<Tensor<float>> grads;
   const Status status = runRanks(world, [&](Communicator& comm) -> Status {
-    MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(*ValidConfig::validate(config), comm, nullptr));
+    MOEWB_ASSIGN_OR_RETURN(auto trainer, CpuRankStepper::create(*ValidConfig::validate(config), comm, nullptr));
     for (int i = 0; i < 3; ++i) {
       MOEWB_ASSIGN_OR_RETURN(RankStepOutcome outcome, trainer->step());
       const StepEvent& event = outcome.event;
@@ -130,7 +130,7 @@ void checkGradients(const RunConfig& base, int32_t world, int32_t ep, int32_t fs
   std::vector<std::vector<Tensor<float>>> rankGrads(static_cast<size_t>(world));
   std::vector<std::string> names;
   const Status status = runRanks(world, [&](Communicator& comm) -> Status {
-    MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(*ValidConfig::validate(config), comm, nullptr));
+    MOEWB_ASSIGN_OR_RETURN(auto trainer, CpuRankStepper::create(*ValidConfig::validate(config), comm, nullptr));
     MOEWB_RETURN_IF_ERROR(trainer->step().status());
     MOEWB_ASSIGN_OR_RETURN(auto grads, trainer->fullGradients());
     std::lock_guard<std::mutex> lock(mutex);

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "comm/in_process_comm.h"
-#include "train/parallel/rank_trainer.h"
+#include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine {
 namespace {
@@ -36,7 +36,7 @@ TEST(ParallelFault, ThrowingRankIsNamedByThePeers) {
   std::mutex mutex;
   std::string peerError;
   const Status status = runRanks(2, [&](Communicator& comm) -> Status {
-    MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(*ValidConfig::validate(faultConfig()), comm, nullptr));
+    MOEWB_ASSIGN_OR_RETURN(auto trainer, CpuRankStepper::create(*ValidConfig::validate(faultConfig()), comm, nullptr));
     MOEWB_RETURN_IF_ERROR(trainer->step().status());
     if (comm.rank() == 1) throw std::runtime_error("simulated crash");
     Result<RankStepOutcome> step = trainer->step();
@@ -55,7 +55,7 @@ TEST(ParallelFault, StalledRankTimesOutNamingIt) {
   std::string peerError;
   double peerSeconds = 0;
   const Status status = runRanks(2, [&](Communicator& comm) -> Status {
-    MOEWB_ASSIGN_OR_RETURN(auto trainer, RankTrainer::create(*ValidConfig::validate(faultConfig()), comm, nullptr));
+    MOEWB_ASSIGN_OR_RETURN(auto trainer, CpuRankStepper::create(*ValidConfig::validate(faultConfig()), comm, nullptr));
     MOEWB_RETURN_IF_ERROR(trainer->step().status());
     if (comm.rank() == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // hangs past the timeout

@@ -255,7 +255,7 @@ Status applyOverride(RunConfig& config, const std::string& assignment);
 Status validateConfig(const RunConfig& config);
 
 // A RunConfig that passed validateConfig. validate() is the only way to make one, so what takes a
-// ValidConfig (TrainingRun, Trainer, the rank trainers) trusts it and validates nothing again:
+// ValidConfig (TrainingRun, Trainer, the rank steppers) trusts it and validates nothing again:
 // a config is validated once on its way from the file to the ranks. Converts to the RunConfig.
 class ValidConfig {
  public:

@@ -1,6 +1,6 @@
 // One rank of a parallel run: group split, sharded model, the step with its collectives and the
-// trace events (see rank_trainer.h).
-#include "train/parallel/rank_trainer.h"
+// trace events (see cpu_rank_stepper.h).
+#include "train/parallel/cpu_rank_stepper.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 
 namespace moewb::engine {
 
-class RankTrainer::Hooks final : public ModelHooks {
+class CpuRankStepper::Hooks final : public ModelHooks {
  public:
   explicit Hooks(FsdpShards& shards) : m_shards(shards) {}
   void beforeForward(int32_t unit) override { m_shards.gather(unit); }
@@ -24,15 +24,16 @@ class RankTrainer::Hooks final : public ModelHooks {
   FsdpShards& m_shards;
 };
 
-Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const ValidConfig& valid,
-                                                         Communicator& world, EventSink* sink) {
+Result<std::unique_ptr<CpuRankStepper>> CpuRankStepper::create(const ValidConfig& valid,
+                                                               Communicator& world,
+                                                               EventSink* sink) {
   const RunConfig& config = valid;
   if (config.parallel.worldSize != world.worldSize()) {
     return invalidArgument("parallel.world_size = " + std::to_string(config.parallel.worldSize) +
                            " but the communicator has " + std::to_string(world.worldSize()) +
                            " ranks");
   }
-  std::unique_ptr<RankTrainer> trainer(new RankTrainer(config, world, sink));
+  std::unique_ptr<CpuRankStepper> trainer(new CpuRankStepper(config, world, sink));
   MOEWB_RETURN_IF_ERROR(trainer->split());
   const int32_t w = config.parallel.worldSize;
   ModelDims dims = ModelDims::fromConfig(config);
@@ -60,7 +61,7 @@ Result<std::unique_ptr<RankTrainer>> RankTrainer::create(const ValidConfig& vali
   return trainer;
 }
 
-RankTrainer::RankTrainer(const RunConfig& config, Communicator& world, EventSink* sink)
+CpuRankStepper::CpuRankStepper(const RunConfig& config, Communicator& world, EventSink* sink)
     : m_config(config), m_world(world), m_sink(sink) {
   int32_t threads = config.run.threads;
   if (threads == 0) {
@@ -72,9 +73,9 @@ RankTrainer::RankTrainer(const RunConfig& config, Communicator& world, EventSink
                                            config.model.seqLen, config.run.seed);
 }
 
-RankTrainer::~RankTrainer() = default;
+CpuRankStepper::~CpuRankStepper() = default;
 
-Status RankTrainer::split() {
+Status CpuRankStepper::split() {
   MOEWB_ASSIGN_OR_RETURN(m_groups, splitParallelGroups(m_world, m_config.parallel));
   const int32_t r = m_world.rank();
   observeCollectives(m_world, "world", m_sink, r, &m_tag, &m_stepsDone);
@@ -85,7 +86,7 @@ Status RankTrainer::split() {
   return Status::ok();
 }
 
-Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
+Batch CpuRankStepper::slice(const Batch& global, int32_t rank, int32_t worldSize) {
   Batch local;
   local.batchSize = global.batchSize / worldSize;
   local.seqLen = global.seqLen;
@@ -107,15 +108,15 @@ Batch RankTrainer::slice(const Batch& global, int32_t rank, int32_t worldSize) {
   return local;
 }
 
-Result<bool> RankTrainer::agree(bool stop) { return agreeOnStop(m_world, stop); }
+Result<bool> CpuRankStepper::agree(bool stop) { return agreeOnStop(m_world, stop); }
 
-void RankTrainer::applyLiveConfig(const RunConfig& config) {
+void CpuRankStepper::applyLiveConfig(const RunConfig& config) {
   refreshDataOnPatch(m_data, m_config, config);
   m_config = config;
   m_model->applyLiveDims(ModelDims::fromConfig(config));
 }
 
-Result<RankStepOutcome> RankTrainer::step() {
+Result<RankStepOutcome> CpuRankStepper::step() {
   if (!m_failure.isOk()) {
     return failedPrecondition("training already failed: " + m_failure.toString());
   }
@@ -132,7 +133,7 @@ Result<RankStepOutcome> RankTrainer::step() {
   return m_failure;
 }
 
-Result<RankStepOutcome> RankTrainer::trainStep() {
+Result<RankStepOutcome> CpuRankStepper::trainStep() {
   const int64_t stepIndex = m_stepsDone;
   const int32_t w = m_world.worldSize();
   if (m_world.rank() == 0) TensorMemory::resetPeak();
@@ -189,7 +190,7 @@ Result<RankStepOutcome> RankTrainer::trainStep() {
   return out;
 }
 
-Result<std::vector<Tensor<float>>> RankTrainer::gatherFull(bool grads) {
+Result<std::vector<Tensor<float>>> CpuRankStepper::gatherFull(bool grads) {
   std::vector<Tensor<float>> out;
   const auto& params = m_model->parameters();
   size_t shard = 0;

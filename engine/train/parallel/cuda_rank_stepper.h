@@ -1,4 +1,4 @@
-// CudaRankTrainer: one GPU rank of a parallel run, the device twin of parallel/rank_trainer.h
+// CudaRankStepper: one GPU rank of a parallel run, the device twin of parallel/cpu_rank_stepper.h
 // (same data slice, groups, loss normalisation, FSDP chunking and trace events), on a
 // communicator with device collectives: virtual ranks sharing one GPU, or NCCL with one process
 // per GPU. Each step:
@@ -27,16 +27,16 @@
 
 namespace moewb::engine::cuda {
 
-class CudaRankTrainer final : public RankStepper {
+class CudaRankStepper final : public RankStepper {
  public:
   // Collective over `world` (splits the groups). `config` must have parallel.world_size ==
   // world.worldSize(); world.supportsDevice() must hold. `sink` may be
   // null; sink and world must outlive the trainer. Errors: kInvalidArgument, kFailedPrecondition
   // (no device collectives), the CUDA backend's (kUnimplemented settings, kResourceExhausted).
-  static Result<std::unique_ptr<CudaRankTrainer>> create(const ValidConfig& config,
+  static Result<std::unique_ptr<CudaRankStepper>> create(const ValidConfig& config,
                                                          Communicator& world, EventSink* sink,
                                                          int deviceOrdinal);
-  ~CudaRankTrainer() override;
+  ~CudaRankStepper() override;
 
   Result<RankStepOutcome> step() override;
   Result<bool> agree(bool stop) override;
@@ -45,7 +45,7 @@ class CudaRankTrainer final : public RankStepper {
 
  private:
   class Hooks;
-  CudaRankTrainer(const RunConfig& config, Communicator& world, EventSink* sink);
+  CudaRankStepper(const RunConfig& config, Communicator& world, EventSink* sink);
   Result<RankStepOutcome> trainStep();
   Result<OptimizerStepResult> optimizerStep(int64_t stepIndex);
 

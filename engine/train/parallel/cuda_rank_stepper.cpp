@@ -1,5 +1,5 @@
-// One GPU rank of a parallel run (see cuda_rank_trainer.h).
-#include "train/parallel/cuda_rank_trainer.h"
+// One GPU rank of a parallel run (see cuda_rank_stepper.h).
+#include "train/parallel/cuda_rank_stepper.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,11 @@
 #include "train/cuda/cuda_optimizer.h"
 #include "moewb/base/units.h"
 #include "model/parallel/collective_error.h"
-#include "train/parallel/rank_trainer.h"
+#include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine::cuda {
 
-class CudaRankTrainer::Hooks final : public ModelHooks {
+class CudaRankStepper::Hooks final : public ModelHooks {
  public:
   explicit Hooks(CudaFsdpShards& shards) : m_shards(shards) {}
   void beforeForward(int32_t unit) override { throwIfFailed(m_shards.gather(unit)); }
@@ -22,7 +22,7 @@ class CudaRankTrainer::Hooks final : public ModelHooks {
   CudaFsdpShards& m_shards;
 };
 
-Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const ValidConfig& valid,
+Result<std::unique_ptr<CudaRankStepper>> CudaRankStepper::create(const ValidConfig& valid,
                                                                  Communicator& world,
                                                                  EventSink* sink,
                                                                  int deviceOrdinal) {
@@ -36,7 +36,7 @@ Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const ValidConf
     return failedPrecondition("GPU ranks need a communicator with device collectives (virtual "
                               "GPU ranks or NCCL)");
   }
-  std::unique_ptr<CudaRankTrainer> t(new CudaRankTrainer(config, world, sink));
+  std::unique_ptr<CudaRankStepper> t(new CudaRankStepper(config, world, sink));
   MOEWB_ASSIGN_OR_RETURN(t->m_groups, splitParallelGroups(world, config.parallel));
   const int32_t r = world.rank(), w = config.parallel.worldSize;
   observeCollectives(world, "world", sink, r, &t->m_tag, &t->m_stepsDone);
@@ -68,18 +68,18 @@ Result<std::unique_ptr<CudaRankTrainer>> CudaRankTrainer::create(const ValidConf
   return t;
 }
 
-CudaRankTrainer::CudaRankTrainer(const RunConfig& config, Communicator& world, EventSink* sink)
+CudaRankStepper::CudaRankStepper(const RunConfig& config, Communicator& world, EventSink* sink)
     : m_config(config), m_world(world), m_sink(sink) {
   m_pool = std::make_unique<ThreadPool>(1);  // host work of a GPU rank: initialisation only
   m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize,
                                            config.model.seqLen, config.run.seed);
 }
 
-CudaRankTrainer::~CudaRankTrainer() { m_memory.stop(); }
+CudaRankStepper::~CudaRankStepper() { m_memory.stop(); }
 
-Result<bool> CudaRankTrainer::agree(bool stop) { return agreeOnStop(m_world, stop); }
+Result<bool> CudaRankStepper::agree(bool stop) { return agreeOnStop(m_world, stop); }
 
-void CudaRankTrainer::applyLiveConfig(const RunConfig& config) {
+void CudaRankStepper::applyLiveConfig(const RunConfig& config) {
   refreshDataOnPatch(m_data, m_config, config);
   m_config = config;
   ModelDims dims = ModelDims::fromConfig(config);
@@ -87,7 +87,7 @@ void CudaRankTrainer::applyLiveConfig(const RunConfig& config) {
   m_model->applyLiveDims(dims);
 }
 
-Result<RankStepOutcome> CudaRankTrainer::step() {
+Result<RankStepOutcome> CudaRankStepper::step() {
   if (!m_failure.isOk()) {
     return failedPrecondition("training already failed: " + m_failure.toString());
   }
@@ -105,7 +105,7 @@ Result<RankStepOutcome> CudaRankTrainer::step() {
   return m_failure;
 }
 
-Result<RankStepOutcome> CudaRankTrainer::trainStep() {
+Result<RankStepOutcome> CudaRankStepper::trainStep() {
   const int64_t stepIndex = m_stepsDone;
   const int32_t w = m_world.worldSize();
   if (m_sink != nullptr && !m_memory.started()) {
@@ -118,7 +118,7 @@ Result<RankStepOutcome> CudaRankTrainer::trainStep() {
   event.rank = m_world.rank();
   event.startNs = steadyNowNs();
   PhaseRecorder recorder(m_sink, stepIndex);
-  const Batch batch = RankTrainer::slice(m_data->batch(stepIndex), m_world.rank(), w);
+  const Batch batch = CpuRankStepper::slice(m_data->batch(stepIndex), m_world.rank(), w);
   MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), &recorder));
   MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
   m_model->setStep(stepIndex);
@@ -160,7 +160,7 @@ Result<RankStepOutcome> CudaRankTrainer::trainStep() {
 
 // Global norm over the shards (dense shards once per replica set), clip + AdamW on the shards,
 // then the aux-loss-free bias from the global counts.
-Result<OptimizerStepResult> CudaRankTrainer::optimizerStep(int64_t stepIndex) {
+Result<OptimizerStepResult> CudaRankStepper::optimizerStep(int64_t stepIndex) {
   m_tag.layer = -1;
   double squares = 0;
   for (CudaParameters* set : {&m_shards->denseShards(), &m_shards->expertShards()}) {
@@ -192,8 +192,8 @@ namespace moewb::engine {
 Result<std::unique_ptr<RankStepper>> createCudaRankStepper(const ValidConfig& config,
                                                            Communicator& world, EventSink* sink,
                                                            int deviceOrdinal) {
-  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaRankTrainer> trainer,
-                         cuda::CudaRankTrainer::create(config, world, sink, deviceOrdinal));
+  MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaRankStepper> trainer,
+                         cuda::CudaRankStepper::create(config, world, sink, deviceOrdinal));
   return std::unique_ptr<RankStepper>(std::move(trainer));
 }
 

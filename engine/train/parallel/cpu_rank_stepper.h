@@ -1,4 +1,4 @@
-// RankTrainer: one rank of a parallel run on in-process ranks (threads). Each step:
+// CpuRankStepper: one rank of a parallel run on in-process ranks (threads). Each step:
 //   global batch of the step -> this rank's data.batch_size / world_size sequences ->
 //   forward (FSDP all-gather per unit, EP all-to-all per MoE layer, global Switch-loss stats) ->
 //   backward (EP all-to-all back, FSDP reduce-scatter per unit) -> global gradient norm ->
@@ -32,14 +32,14 @@
 
 namespace moewb::engine {
 
-class RankTrainer final : public RankStepper {
+class CpuRankStepper final : public RankStepper {
  public:
   // Collective over `world` (splits the groups). `config` must have parallel.world_size ==
-  // world.worldSize(). `sink` may be null and must outlive the trainer. `world` must outlive the
-  // trainer.
-  static Result<std::unique_ptr<RankTrainer>> create(const ValidConfig& config, Communicator& world,
-                                                     EventSink* sink);
-  ~RankTrainer() override;
+  // world.worldSize(). `sink` may be null and must outlive the stepper. `world` must outlive the
+  // stepper.
+  static Result<std::unique_ptr<CpuRankStepper>> create(const ValidConfig& config,
+                                                        Communicator& world, EventSink* sink);
+  ~CpuRankStepper() override;
 
   // One optimizer step (collective): the step event (global loss, grad norm), this rank's forward
   // result and memory account.
@@ -62,7 +62,7 @@ class RankTrainer final : public RankStepper {
 
  private:
   class Hooks;
-  RankTrainer(const RunConfig& config, Communicator& world, EventSink* sink);
+  CpuRankStepper(const RunConfig& config, Communicator& world, EventSink* sink);
   Status split();
   Result<RankStepOutcome> trainStep();
   Result<std::vector<Tensor<float>>> gatherFull(bool grads);
