@@ -6,39 +6,30 @@
 #include "ops/linear/linear.h"
 
 namespace moewb::engine {
-namespace {
 
-LinearLossOptions linearLossOptions() {
-  LinearLossOptions options;
-  options.ignoreIndex = kIgnoreTarget;
-  return options;
-}
-
-ChunkLossOptions chunkOptions(const ModelDims& dims) {
+ChunkLossOptions chunkLossOptionsOf(const ModelDims& dims) {
   ChunkLossOptions options;
   options.chunkTokens = dims.loss.chunkTokens;
-  options.loss = linearLossOptions();
+  options.loss.ignoreIndex = kIgnoreTarget;
   return options;
 }
 
-CceOptions cceOptions(const ModelDims& dims) {
+CceOptions cceOptionsOf(const ModelDims& dims) {
   CceOptions options;
   options.vocabBlock = dims.loss.cceVocabBlock;
   options.filterEps = dims.loss.cceFilterEps;  // 0 = exact
-  options.loss = linearLossOptions();
+  options.loss.ignoreIndex = kIgnoreTarget;
   return options;
 }
-
-}  // namespace
 
 template <typename T>
 double lmLossForward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h,
                      const Tensor<T>& wv, const Tensor<int32_t>& targets, LmLossSaved<T>& saved) {
   if (dims.loss.kind == "chunk") {
-    return chunkLossForward(pool, h, wv, targets, chunkOptions(dims), saved.chunk).loss;
+    return chunkLossForward(pool, h, wv, targets, chunkLossOptionsOf(dims), saved.chunk).loss;
   }
   if (dims.loss.kind == "cce") {
-    return cceForward(pool, h, wv, targets, cceOptions(dims), saved.cce).loss;
+    return cceForward(pool, h, wv, targets, cceOptionsOf(dims), saved.cce).loss;
   }
   const int64_t n = h.dim(0), d = h.dim(1), v = wv.dim(0);
   saved.logits = Tensor<T>({n, v});
@@ -56,7 +47,7 @@ Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T
     return dh;
   }
   if (dims.loss.kind == "cce") {
-    Tensor<T> dh = cceBackward(pool, h, wv, targets, cceOptions(dims), saved.cce, 1.0, dWv);
+    Tensor<T> dh = cceBackward(pool, h, wv, targets, cceOptionsOf(dims), saved.cce, 1.0, dWv);
     saved.cce = {};
     return dh;
   }

@@ -39,4 +39,10 @@ Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T
                          const Tensor<T>& wv, const Tensor<int32_t>& targets,
                          LmLossSaved<T>& saved, Tensor<T>& dWv /*[V, D]*/);
 
+// The loss heads' options from the model's loss settings, for both backends (the CUDA loss head
+// copies them into its own option types): targets kIgnoreTarget are ignored; loss.chunk_tokens;
+// loss.cce_vocab_block and loss.cce_filter_eps (0 = exact) with CCE's token tile.
+ChunkLossOptions chunkLossOptionsOf(const ModelDims& dims);
+CceOptions cceOptionsOf(const ModelDims& dims);
+
 }  // namespace moewb::engine

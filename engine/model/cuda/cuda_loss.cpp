@@ -4,6 +4,7 @@
 
 #include "runtime/cuda/gemm.h"
 #include "model/batch.h"
+#include "model/cpu/lm_loss.h"
 #include "ops/cce/cce.h"
 #include "ops/cce/cce_cuda.h"
 #include "ops/chunk_loss/chunk_loss_cuda.h"
@@ -28,25 +29,22 @@ LossStateCuda& LossStateCuda::operator=(LossStateCuda&&) noexcept = default;
 
 namespace {
 
-LinearLossOptions linearLossOptions() {
-  LinearLossOptions options;
-  options.ignoreIndex = kIgnoreTarget;
-  return options;
-}
-
+// The CPU loss head's options (model/cpu/lm_loss.h), so both backends filter and chunk alike.
 CceCudaOptions cceOptions(const ModelDims& dims) {
+  const CceOptions cpu = cceOptionsOf(dims);
   CceCudaOptions options;
-  options.vocabBlock = dims.loss.cceVocabBlock;
-  options.filterEps = dims.loss.cceFilterEps;  // 0 = exact; tiles as model/lm_loss.cpp's CceOptions
-  options.filterTokenBlock = CceOptions().tokenBlock;
-  options.loss = linearLossOptions();
+  options.vocabBlock = cpu.vocabBlock;
+  options.filterEps = cpu.filterEps;
+  options.filterTokenBlock = cpu.tokenBlock;
+  options.loss = cpu.loss;
   return options;
 }
 
 ChunkLossCudaOptions chunkOptions(const ModelDims& dims) {
+  const ChunkLossOptions cpu = chunkLossOptionsOf(dims);
   ChunkLossCudaOptions options;
-  options.chunkTokens = dims.loss.chunkTokens;
-  options.loss = linearLossOptions();
+  options.chunkTokens = cpu.chunkTokens;
+  options.loss = cpu.loss;
   return options;
 }
 
