@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "output_path.h"
 #include "program_path.h"
 #include "moewb/storage/gpu_summary.h"
 #include "moewb/storage/trace_reader.h"
@@ -184,11 +185,9 @@ int captureCommand(const CaptureArgs& args) {
   }
   const std::string outPath =
       fs::absolute(args.outPath.empty() ? defaultOutPath(args.command) : args.outPath).string();
-  if (!args.force && fs::exists(outPath)) {
-    std::fprintf(stderr,
-                 "moewb capture: %s already exists; pass --force to replace it or --out "
-                 "to choose another file\n",
-                 outPath.c_str());
+  if (Status out = checkOutputPath(outPath, "--out", args.force, OutputKind::kTrace);
+      !out.isOk()) {
+    std::fprintf(stderr, "moewb capture: %s\n", out.message().c_str());
     return kExitBadInput;
   }
 #ifndef MOEWB_CAPTURE_AVAILABLE

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.h"
+#include "output_path.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::cli {
@@ -11,9 +12,16 @@ namespace {
 struct ExportArgs {
   std::string tracePath;
   std::string chromePath;
+  bool force = false;
 };
 
 int exportCommand(const ExportArgs& args) {
+  if (Status out = checkOutputPath(args.chromePath, "--chrome", args.force, OutputKind::kJson,
+                                   {args.tracePath});
+      !out.isOk()) {
+    std::fprintf(stderr, "moewb export: %s\n", out.message().c_str());
+    return kExitBadInput;
+  }
   auto reader = storage::TraceReader::open(args.tracePath);
   if (!reader.isOk()) {
     std::fprintf(stderr, "moewb export: %s\n", reader.status().message().c_str());
@@ -37,6 +45,7 @@ void addExportCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("trace", args->tracePath, "trace file (.sqlite)")->required();
   cmd->add_option("--chrome", args->chromePath, "write Chrome Trace Event JSON (Perfetto UI)")
       ->required();
+  cmd->add_flag("--force,-f", args->force, "replace the output file if it exists");
   cmd->callback([args, action] { *action = [args] { return exportCommand(*args); }; });
 }
 

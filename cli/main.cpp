@@ -1,5 +1,7 @@
 // moewb: the headless front end of MoE Workbench (train + trace, inspect, export).
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 
 #include "commands.h"
 
@@ -23,5 +25,16 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : moewb::cli::kExitBadInput;
   }
-  return action ? action() : moewb::cli::kExitBadInput;
+  if (!action) return moewb::cli::kExitBadInput;
+  // A filesystem error no command turned into a Status (a path the system cannot resolve) is the
+  // user's input: a message and exit 2, never an abort.
+  try {
+    return action();
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "moewb: %s\n", e.what());
+    return moewb::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moewb: %s\n", e.what());
+    return moewb::cli::kExitFailure;
+  }
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "output_path.h"
 #include "moewb/base/units.h"
 #include "moewb/storage/trace_merge.h"
 
@@ -59,6 +60,11 @@ int exitCodeFor(const Status& status) {
 }
 
 int mergeCommand(const MergeArgs& args) {
+  if (Status out = checkOutputPath(args.outPath, "-o", args.force, OutputKind::kTrace, args.inputs);
+      !out.isOk()) {
+    std::fprintf(stderr, "moewb merge: %s\n", out.message().c_str());
+    return kExitBadInput;
+  }
   storage::MergeOptions options;
   options.overwrite = args.force;
   options.allowMissingRanks = args.allowMissing;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "output_path.h"
 #include "moewb/base/step_range.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/config.h"
@@ -137,12 +138,18 @@ int runCommand(const RunArgs& args) {
     std::fprintf(stderr, "moewb run: %s\n", config.status().message().c_str());
     return kExitBadInput;
   }
+  const bool namesDefaults = args.outPath.empty() ||
+                             (!args.dumpSteps.empty() && args.dumpDir.empty()) ||
+                             (args.checkpointEvery > 0 && args.checkpointDir.empty());
+  if (Status name = checkRunNameForPaths((*config)->run.name); namesDefaults && !name.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", name.message().c_str());
+    return kExitBadInput;
+  }
   const std::string basePath =
       args.outPath.empty() ? "runs/" + (*config)->run.name + ".sqlite" : args.outPath;
   const std::string outPath = launcher ? rankPath(basePath, launcher->rank) : basePath;
-  if (!args.force && std::filesystem::exists(outPath)) {
-    std::fprintf(stderr, "moewb run: %s already exists; pass --force to replace it or --out to "
-                         "choose another file\n", outPath.c_str());
+  if (Status out = checkOutputPath(outPath, "--out", args.force, OutputKind::kTrace); !out.isOk()) {
+    std::fprintf(stderr, "moewb run: %s\n", out.message().c_str());
     return kExitBadInput;
   }
   run::TrainingRunOptions options;

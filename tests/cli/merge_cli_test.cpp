@@ -156,10 +156,24 @@ TEST_F(CliMerge, RefusesAnExistingOutputAndFilesThatAreNotTracesWithExitCode2) {
   EXPECT_NE(bad.err.find(notes), std::string::npos) << bad.err;
   EXPECT_FALSE(std::filesystem::exists(fresh));
 
-  ProcessResult forced =
+  // --force replaces a trace, never a file that is not one (issue 19, item 2).
+  ProcessResult refused =
       runMoewb("merge --force -o " + out + " " + s_rank0 + " " + s_rank1, s_dir->path());
+  EXPECT_EQ(refused.exitCode, 2);
+  EXPECT_NE(refused.err.find("not a moewb trace"), std::string::npos) << refused.err;
+  EXPECT_EQ(readFile(out), "keep");
+  const std::string merged = s_dir->file("merged-twice.sqlite");
+  ASSERT_EQ(runMoewb("merge -o " + merged + " " + s_rank0 + " " + s_rank1, s_dir->path()).exitCode,
+            0);
+  ProcessResult forced =
+      runMoewb("merge --force -o " + merged + " " + s_rank0 + " " + s_rank1, s_dir->path());
   EXPECT_EQ(forced.exitCode, 0) << forced.err;
-  EXPECT_EQ(sqlOne(out, "SELECT count(*) FROM run"), "1");
+  EXPECT_EQ(sqlOne(merged, "SELECT count(*) FROM run"), "1");
+  // The output cannot be one of the inputs.
+  ProcessResult self =
+      runMoewb("merge --force -o " + s_rank0 + " " + s_rank0 + " " + s_rank1, s_dir->path());
+  EXPECT_EQ(self.exitCode, 2);
+  EXPECT_NE(self.err.find("input file itself"), std::string::npos) << self.err;
 }
 
 }  // namespace
