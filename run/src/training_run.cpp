@@ -83,6 +83,28 @@ void fillMfu(const engine::RunConfig& config, const engine::Trainer& trainer,
 
 TrainingRun::TrainingRun(const engine::ValidConfig& config) : m_config(config) {}
 
+// Checks the trace writer at every step boundary (rank 0's step, on the training thread): after a
+// write error (a full disk, a removed file) the run stops at the next boundary and run() returns
+// the error, instead of training on for hours into a file that drops every row.
+class TrainingRun::WriterWatch final : public engine::EventSink {
+ public:
+  explicit WriterWatch(TrainingRun& run) : m_run(run) {}
+  void onRunStart(const engine::RunStartEvent&) override {}
+  void onPhase(const engine::PhaseEvent&) override {}
+  void onCounter(const engine::CounterEvent&) override {}
+  void onExpertLoad(const engine::ExpertLoadEvent&) override {}
+  void onStep(const engine::StepEvent&) override {
+    if (m_stopped || m_run.m_writer->health().isOk() || !m_run.m_trainer) return;
+    m_stopped = true;
+    m_run.m_trainer->requestStop();
+  }
+  void onRunEnd(const engine::RunEndEvent&) override {}
+
+ private:
+  TrainingRun& m_run;
+  bool m_stopped = false;
+};
+
 TrainingRun::~TrainingRun() {
   m_trainer.reset();
   if (m_gpuCapture) (void)m_gpuCapture->stop();
@@ -111,7 +133,9 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::create(const engine::ValidConf
       std::make_unique<HostTracer>(run->m_writer.get(), std::max(0, options.launcherRank));
   run->m_tracer->setMemoryEvents(options.hostMemoryEvents);
   run->m_summary = std::make_unique<SummarySink>();
-  std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_summary.get()};
+  run->m_writerWatch = std::make_unique<WriterWatch>(*run);
+  std::vector<engine::EventSink*> sinks{run->m_tracer.get(), run->m_writerWatch.get(),
+                                        run->m_summary.get()};
   Status captured = options.gpuTrace ? run->startGpuCapture(options) : Status::ok();
   if (run->m_gpuCapture) sinks.push_back(run->m_gpuCapture.get());
   if (observer) sinks.push_back(observer);

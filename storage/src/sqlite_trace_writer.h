@@ -51,6 +51,7 @@ class SqliteTraceWriter final : public TraceWriter {
   void addStat(const StatRow& stat) override;
   void addStep(const StepRow& step) override;
   void setMeta(const std::string& key, const std::string& value) override;
+  Status health() const override { return currentError(); }
   Status flush() override;
   Status close() override;
   const std::string& path() const override { return m_path; }

@@ -26,18 +26,24 @@ inline std::string readFile(const std::filesystem::path& path) {
   return os.str();
 }
 
-// Runs `moewb ARGS` through the shell (args are passed verbatim; quote them yourself).
-inline ProcessResult runMoewb(const std::string& args, const std::filesystem::path& dir) {
+// Runs a shell command line (verbatim; quote arguments yourself) with stdout and stderr captured
+// in `dir`.
+inline ProcessResult runProgram(const std::string& commandLine, const std::filesystem::path& dir) {
   std::filesystem::path outFile = dir / "stdout.txt";
   std::filesystem::path errFile = dir / "stderr.txt";
-  std::string command = std::string(MOEWB_CLI_PATH) + " " + args + " >" + outFile.string() +
-                        " 2>" + errFile.string() + " </dev/null";
+  std::string command = commandLine + " >" + outFile.string() + " 2>" + errFile.string() +
+                        " </dev/null";
   int status = std::system(command.c_str());
   ProcessResult result;
   result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.out = readFile(outFile);
   result.err = readFile(errFile);
   return result;
+}
+
+// Runs `moewb ARGS` through the shell (args are passed verbatim; quote them yourself).
+inline ProcessResult runMoewb(const std::string& args, const std::filesystem::path& dir) {
+  return runProgram(std::string(MOEWB_CLI_PATH) + " " + args, dir);
 }
 
 // A fresh empty directory under the system temp dir, removed by the destructor.

@@ -114,6 +114,7 @@ class FlightRecorderWriter final : public storage::TraceWriter {
     m_writer->setMeta(key, value);
   }
   Status flush() override { return m_writer->flush(); }
+  Status health() const override { return m_writer->health(); }
   Status close() override { return m_writer->close(); }
   const std::string& path() const override { return m_writer->path(); }
 

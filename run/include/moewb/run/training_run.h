@@ -130,6 +130,7 @@ class TrainingRun {
 
  private:
   class SummarySink;
+  class WriterWatch;
   explicit TrainingRun(const engine::ValidConfig& config);
   Status startGpuCapture(const TrainingRunOptions& options);
   Status createTrainer(const TrainingRunOptions& options);
@@ -143,6 +144,7 @@ class TrainingRun {
   std::unique_ptr<profiler::GpuCapture> m_gpuCapture;  // options.gpuTrace
   std::unique_ptr<HostTracer> m_tracer;
   std::unique_ptr<SummarySink> m_summary;
+  std::unique_ptr<WriterWatch> m_writerWatch;
   std::unique_ptr<engine::FanOutSink> m_fanOut;
   std::unique_ptr<engine::Trainer> m_trainer;
   std::vector<std::unique_ptr<HostTracer>> m_rankTracers;  // ranks 1.. (in-process ranks)

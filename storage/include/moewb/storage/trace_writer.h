@@ -71,6 +71,10 @@ class TraceWriter {
 
   // Blocks until everything queued so far is committed. Returns the first write error, if any.
   virtual Status flush() = 0;
+  // Without waiting: the first write error the writer thread has met so far (a full disk, a
+  // removed file), ok while every write succeeded. Any thread. A run checks it at every step
+  // boundary so that it stops within a step of the error instead of training on.
+  virtual Status health() const { return Status::ok(); }
   // Flushes, checkpoints the WAL into the main file, switches the file to journal_mode=DELETE
   // (no -wal/-shm left beside it; skipped, keeping WAL mode, while another connection such as a
   // live reader has it open) and stops the writer thread. Idempotent.
