@@ -144,7 +144,12 @@ TEST_F(CaptureTest, ForwardsTheExitCodeAndKeepsAnExistingFile) {
   const Ran refused = run(m_moewb + " capture -o " + trace + " -- " + m_target, m_dir / "log");
   EXPECT_EQ(refused.exitCode, 2) << refused.output;
   EXPECT_NE(refused.output.find("--force"), std::string::npos) << refused.output;
-  const Ran failed = run(m_moewb + " capture -f -o " + trace + " -- sh -c 'exit 5'", m_dir / "l2");
+  // --force never replaces a file that is not a trace (issue 19, item 2); an empty one it may.
+  const Ran kept = run(m_moewb + " capture -f -o " + trace + " -- sh -c 'exit 5'", m_dir / "l2");
+  EXPECT_EQ(kept.exitCode, 2) << kept.output;
+  EXPECT_NE(kept.output.find("not a moewb trace"), std::string::npos) << kept.output;
+  { std::ofstream(trace, std::ios::trunc); }
+  const Ran failed = run(m_moewb + " capture -f -o " + trace + " -- sh -c 'exit 5'", m_dir / "l3");
   EXPECT_EQ(failed.exitCode, 5) << failed.output;
 }
 
