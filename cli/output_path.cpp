@@ -2,7 +2,6 @@
 #include "output_path.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "moewb/storage/trace_reader.h"
 
@@ -11,13 +10,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// True for an empty file or a file that opens as a moewb trace.
+// True for an empty file or a file that opens as a moewb trace (TraceReader::open checks the
+// SQLite header, the schema and the meta format itself).
 bool isTraceOrEmpty(const std::string& path, uintmax_t size) {
-  if (size == 0) return true;
-  std::ifstream in(path, std::ios::binary);
-  char header[16] = {};
-  if (!in.read(header, sizeof header) || std::string(header, 15) != "SQLite format 3") return false;
-  return storage::TraceReader::open(path).isOk();
+  return size == 0 || storage::TraceReader::open(path).isOk();
 }
 
 }  // namespace
