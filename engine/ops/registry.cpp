@@ -81,6 +81,29 @@ std::vector<OpImplementation> buildTable() {
   return t;
 }
 
+// The op of a mixer letter, nullptr for an unknown one.
+const char* mixerOp(char kind) {
+  switch (kind) {
+    case 'A': return "attention";
+    case 'K': return "kda";
+    case 'S': return "sparse_attention";
+    default: return nullptr;
+  }
+}
+
+Status unknownMixer(char kind) {
+  return unimplemented(std::string("model.mixer_pattern has '") + kind + "', an unknown mixer");
+}
+
+Status checkOpSupported(std::string_view op, OpBackend backend, const OpProblem& problem) {
+  const OpImplementation* impl = findOpImplementation(op, backend);
+  if (impl == nullptr) {
+    return unimplemented("op '" + std::string(op) + "' has no " +
+                         std::string(opBackendName(backend)) + " implementation");
+  }
+  return impl->check != nullptr ? impl->check(problem) : Status::ok();
+}
+
 }  // namespace
 
 std::string_view opBackendName(OpBackend backend) {
@@ -104,13 +127,16 @@ const OpImplementation* findOpImplementation(std::string_view op, OpBackend back
   return nullptr;
 }
 
+Status checkMixerSupported(char kind, OpBackend backend, const OpProblem& problem) {
+  const char* op = mixerOp(kind);
+  return op != nullptr ? checkOpSupported(op, backend, problem) : unknownMixer(kind);
+}
+
 std::vector<std::string> opsUsedBy(const OpProblem& problem) {
   std::vector<std::string> ops = {"adamw", "combine", "embedding", "experts", "linear",
                                   "moe_variants", "permute", "rmsnorm", "router"};
   for (char kind : problem.mixerPattern) {
-    if (kind == 'A') ops.push_back("attention");
-    if (kind == 'K') ops.push_back("kda");
-    if (kind == 'S') ops.push_back("sparse_attention");
+    if (const char* op = mixerOp(kind)) ops.push_back(op);
   }
   ops.push_back(problem.lossKind == "cce"     ? "cce"
                 : problem.lossKind == "chunk" ? "chunk_loss"
@@ -125,17 +151,10 @@ std::vector<std::string> opsUsedBy(const OpProblem& problem) {
 
 Status checkOpsSupported(OpBackend backend, const OpProblem& problem) {
   for (char kind : problem.mixerPattern) {
-    if (kind != 'A' && kind != 'K' && kind != 'S') {
-      return unimplemented(std::string("model.mixer_pattern has '") + kind + "', an unknown mixer");
-    }
+    if (mixerOp(kind) == nullptr) return unknownMixer(kind);
   }
   for (const std::string& op : opsUsedBy(problem)) {
-    const OpImplementation* impl = findOpImplementation(op, backend);
-    if (impl == nullptr) {
-      return unimplemented("op '" + op + "' has no " + std::string(opBackendName(backend)) +
-                           " implementation");
-    }
-    if (impl->check != nullptr) MOEWB_RETURN_IF_ERROR(impl->check(problem));
+    MOEWB_RETURN_IF_ERROR(checkOpSupported(op, backend, problem));
   }
   return Status::ok();
 }

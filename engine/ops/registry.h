@@ -55,6 +55,12 @@ const std::vector<OpImplementation>& opImplementations();
 // The implementation of `op` on `backend`, or null when there is none.
 const OpImplementation* findOpImplementation(std::string_view op, OpBackend backend);
 
+// ok when the mixer of model.mixer_pattern letter `kind` (A attention, K kda, S sparse_attention)
+// has an implementation on `backend` whose limits hold for `problem`; otherwise kUnimplemented
+// naming the letter, or the key and what the implementation takes. Cheap: looks at one op, so a
+// model can call it at every mixer call (live patches change the settings it checks).
+Status checkMixerSupported(char kind, OpBackend backend, const OpProblem& problem);
+
 // The ops a model with `problem`'s settings runs (mixers of the pattern, loss head, MoE stages,
 // norms, optimizer, LoRA, AttnRes and patch embedding when enabled), sorted.
 std::vector<std::string> opsUsedBy(const OpProblem& problem);

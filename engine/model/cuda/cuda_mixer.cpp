@@ -47,10 +47,9 @@ constexpr size_t kAttentionParams = 4, kKdaParams = 16, kSparseParams = 11;
 
 }  // namespace
 
+// Runs at every mixer call (a live patch may change kda.chunk_size): only this mixer's op.
 Status checkMixerSupportedCuda(char kind, const ModelDims& dims) {
-  OpProblem problem = opProblemOf(dims);
-  problem.mixerPattern = std::string(1, kind);
-  return checkOpsSupported(OpBackend::kCuda, problem);
+  return checkMixerSupported(kind, OpBackend::kCuda, opProblemOf(dims));
 }
 
 Result<DeviceTensor<bf16>> mixerForwardCuda(CudaContext& context, char kind, const ModelDims& dims,
