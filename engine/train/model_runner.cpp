@@ -51,11 +51,6 @@ double physicalMemoryBytes() {
   return pages > 0 && pageBytes > 0 ? double(pages) * double(pageBytes) : 0.0;
 }
 
-Status divergedLoss(int64_t step, const ForwardResult& forward) {
-  return internalError("training diverged at step " + std::to_string(step) +
-                       ": loss = " + std::to_string(forward.loss) +
-                       ", aux loss = " + std::to_string(forward.auxLoss));
-}
 
 // The fp32 reference: forward, backward, clip + AdamW on the host model.
 class CpuModelRunner final : public ModelRunner {
@@ -120,7 +115,7 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
     out.forward = m_model->forward(batch, &recorder);
   }
   if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
-    return divergedLoss(stepIndex, out.forward);
+    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss);
   }
   {
     ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
@@ -176,11 +171,10 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
                          m_device->trainStep(batch, stepIndex, m_config.optim, &recorder));
   out.forward = std::move(result.forward);
   if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
-    return divergedLoss(stepIndex, out.forward);
+    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss);
   }
   if (!std::isfinite(result.optim.gradNorm)) {
-    return internalError("training diverged at step " + std::to_string(stepIndex) +
-                         ": gradient norm = " + std::to_string(result.optim.gradNorm));
+    return divergedGradNorm(stepIndex, result.optim.gradNorm);
   }
   if (request.dump) {
     MOEWB_RETURN_IF_ERROR(m_device->pullGrads(*m_model));

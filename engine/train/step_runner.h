@@ -48,6 +48,16 @@ struct StepRequest {
   std::string dumpDir;
 };
 
+// The errors of a diverged step, worded the same for every topology (kInternal).
+inline Status divergedLoss(int64_t step, double loss, double auxLoss) {
+  return internalError("training diverged at step " + std::to_string(step) + ": loss = " +
+                       std::to_string(loss) + ", aux loss = " + std::to_string(auxLoss));
+}
+inline Status divergedGradNorm(int64_t step, double gradNorm) {
+  return internalError("training diverged at step " + std::to_string(step) +
+                       ": gradient norm = " + std::to_string(gradNorm));
+}
+
 class StepRunner {
  public:
   virtual ~StepRunner() = default;

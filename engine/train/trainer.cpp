@@ -304,8 +304,7 @@ Result<StepEvent> Trainer::finishStep(std::vector<RankStepOutcome>& outcomes) {
   for (const RankStepOutcome& outcome : outcomes) {
     const StepEvent& e = outcome.event;
     if (!std::isfinite(e.gradNorm)) {
-      return internalError("training diverged at step " + std::to_string(e.step) +
-                           ": gradient norm = " + std::to_string(e.gradNorm));
+      return divergedGradNorm(e.step, e.gradNorm);
     }
   }
   for (size_t i = 0; i < outcomes.size(); ++i) {

@@ -84,9 +84,7 @@ Result<GlobalLosses> meanLossesOverRanks(Communicator& world, double loss, doubl
   const double w = double(world.worldSize());
   const GlobalLosses global{sums[0] / w, sums[1] / w};
   if (!std::isfinite(global.loss) || !std::isfinite(global.auxLoss)) {
-    return internalError("training diverged at step " + std::to_string(stepIndex) +
-                         ": loss = " + std::to_string(global.loss) +
-                         ", aux loss = " + std::to_string(global.auxLoss));
+    return divergedLoss(stepIndex, global.loss, global.auxLoss);
   }
   return global;
 }
