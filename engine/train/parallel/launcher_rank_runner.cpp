@@ -45,10 +45,14 @@ Status LauncherRankRunner::start(const std::vector<EventSink*>& sinks) {
   return inRank(join(sinks.empty() ? nullptr : sinks[0]));
 }
 
+std::chrono::milliseconds LauncherRankRunner::sessionTimeout() const {
+  return std::max(std::chrono::milliseconds(m_config->parallel.timeoutMs),
+                  std::chrono::milliseconds(60000));
+}
+
 Status LauncherRankRunner::join(EventSink* sink) {
   const std::chrono::milliseconds timeout(m_config->parallel.timeoutMs);
-  // Joining waits for every process to start (GPU contexts, library loading): give it longer.
-  const std::chrono::milliseconds joinTimeout = std::max(timeout, std::chrono::milliseconds(60000));
+  const std::chrono::milliseconds joinTimeout = sessionTimeout();
   MOEWB_ASSIGN_OR_RETURN(std::optional<LaunchEnv> env, launchEnvFromEnvironment());
   if (!env) return failedPrecondition("the launcher's environment disappeared");
   MOEWB_ASSIGN_OR_RETURN(m_session, joinRendezvous(*env, joinTimeout));
@@ -110,10 +114,7 @@ Status LauncherRankRunner::finish() {
   if (m_session && !m_failed) {
     // Leaving through the store waits for the other ranks (rank 0 keeps the store up until all
     // have left), so no closing collective is needed.
-    const std::chrono::milliseconds joinTimeout =
-        std::max(std::chrono::milliseconds(m_config->parallel.timeoutMs),
-                 std::chrono::milliseconds(60000));
-    closed = m_session->close(joinTimeout);
+    closed = m_session->close(sessionTimeout());
   }
   m_session.reset();
   m_world.reset();

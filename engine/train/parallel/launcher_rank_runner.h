@@ -13,6 +13,7 @@
 // "rank R". Live patches and pauses are refused: one process pausing would stall the others.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,6 +47,9 @@ class LauncherRankRunner final : public StepRunner {
 
  private:
   Status join(EventSink* sink);
+  // Joining and leaving the rendezvous wait for every process (GPU contexts, library loading):
+  // parallel.timeout_ms, but at least 60 s.
+  std::chrono::milliseconds sessionTimeout() const;
   // `status` with "rank R" before its message; records a failure (finish() then skips the
   // leaving handshake).
   Status inRank(Status status);
