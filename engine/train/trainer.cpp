@@ -226,9 +226,9 @@ Status Trainer::startRunOnce() {
 
 Status Trainer::endRun(RunOutcome outcome, Status status) {
   rejectPendingCommands();
-  // A one-rank runner can go on after run() returns (run() may be called again); a rank group or
-  // a launcher rank ends with the run.
-  if (m_runner->reportedRanks() > 1 || m_runner->hostModel() == nullptr) {
+  // A one-rank runner (the one with a host model) can go on after run() returns (run() may be
+  // called again); a rank group or a launcher rank ends with the run.
+  if (m_runner->hostModel() == nullptr) {
     Status finished = m_runner->finish();
     if (status.isOk() && !finished.isOk()) {
       status = finished;
