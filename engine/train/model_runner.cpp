@@ -123,7 +123,8 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
   }
   if (request.dump) {
     MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
-                                             batch, {out.forward.loss, out.forward.auxLoss},
+                                             m_model->expertBiases(), batch,
+                                             {out.forward.loss, out.forward.auxLoss},
                                              toToml(m_config)));
   }
   OptimizerStepResult optim;
@@ -179,7 +180,8 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
   if (request.dump) {
     MOEWB_RETURN_IF_ERROR(m_device->pullGrads(*m_model));
     MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
-                                             batch, {out.forward.loss, out.forward.auxLoss},
+                                             m_model->expertBiases(), batch,
+                                             {out.forward.loss, out.forward.auxLoss},
                                              toToml(m_config)));
   }
   m_model->afterOptimizerStep();  // the expert bias lives on the host model

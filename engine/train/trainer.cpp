@@ -170,7 +170,8 @@ void Trainer::setDumpPolicy(int64_t firstStep, int64_t endStep, const std::strin
 
 Result<Trainer::ReplayedLoss> Trainer::replayAlignmentDump(const std::string& path) {
   MOEWB_ASSIGN_OR_RETURN(Model<float>* model, singleRankModel("replaying an alignment dump"));
-  MOEWB_ASSIGN_OR_RETURN(AlignmentDump dump, readAlignmentDump(path, model->parameters()));
+  MOEWB_ASSIGN_OR_RETURN(AlignmentDump dump, readAlignmentDump(path, model->parameters(),
+                                                                 model->expertBiases()));
   if (dump.batch.batchSize != m_config.data.batchSize || dump.batch.seqLen != m_config.model.seqLen) {
     return invalidArgument(path + ": the dump's batch is [" + std::to_string(dump.batch.batchSize) +
                            ", " + std::to_string(dump.batch.seqLen) +

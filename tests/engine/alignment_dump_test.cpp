@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "train/checkpoint/safetensors.h"
@@ -77,6 +78,56 @@ TEST(AlignmentDump, WritesEveryTermAndReplaysToTheSameLoss) {
 
 namespace moewb::engine {
 namespace {
+
+// The aux-loss-free router bias changes which experts a step selects, so a dump after step 0
+// carries it (state.expert_bias.<layer>) and the replay selects with it.
+TEST(AlignmentDump, RouterBiasTravelsWithTheDumpAndReplays) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("moewb-dump-bias-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  RunConfig config = smallConfig();
+  config.moe.router = "sigmoid";
+  config.moe.biasUpdateRate = 0.05;
+  auto trainer = Trainer::create(config, nullptr);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  (*trainer)->setDumpPolicy(3, 4, dir);
+  double loss = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto step = (*trainer)->step();
+    ASSERT_TRUE(step.isOk()) << step.status().toString();
+    loss = step->loss;
+  }
+  const std::string path = dir + "/step-00000003.safetensors";
+  auto file = readSafetensors(path);
+  ASSERT_TRUE(file.isOk()) << file.status().toString();
+  EXPECT_EQ(file->metadata.at("format_version"), "2");
+  for (int layer = 0; layer < 2; ++layer) {
+    const SafetensorsEntry* bias = file->find("state.expert_bias." + std::to_string(layer));
+    ASSERT_TRUE(bias) << layer;
+    EXPECT_EQ(bias->shape, (std::vector<int64_t>{config.moe.numExperts}));
+    double moved = 0;
+    for (int64_t e = 0; e < bias->numel(); ++e) moved += std::abs(bias->f32()[e]);
+    EXPECT_GT(moved, 0.0) << "three updates of 0.05 leave a non-zero bias";
+  }
+  RunConfig other = config;
+  other.run.seed = 7;
+  auto replayer = Trainer::create(other, nullptr);
+  ASSERT_TRUE(replayer.isOk());
+  auto replayed = (*replayer)->replayAlignmentDump(path);
+  ASSERT_TRUE(replayed.isOk()) << replayed.status().toString();
+  EXPECT_EQ(replayed->ce, loss);
+  EXPECT_EQ(replayed->aux, replayed->recordedAux);
+
+  // A model without a bias refuses a dump that has one, in words.
+  RunConfig noBias = config;
+  noBias.moe.biasUpdateRate = 0;
+  auto plain = Trainer::create(noBias, nullptr);
+  ASSERT_TRUE(plain.isOk());
+  auto refused = (*plain)->replayAlignmentDump(path);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("bias_update_rate"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
 
 TEST(AlignmentDump, MultimodalDumpCarriesThePatchesAndReplays) {
   std::string dir = (std::filesystem::temp_directory_path() /

@@ -11,6 +11,8 @@
 namespace moewb::engine {
 namespace {
 
+std::string biasName(size_t layer) { return "state.expert_bias." + std::to_string(layer); }
+
 std::string exact(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -33,14 +35,15 @@ Result<Tensor<int32_t>> readTokens(const SafetensorsFile& file, const std::strin
 }  // namespace
 
 Status writeAlignmentDump(const std::string& dir, int64_t step,
-                          const std::vector<Parameter<float>>& params, const Batch& batch,
+                          const std::vector<Parameter<float>>& params,
+                          const std::vector<ExpertBias>& expertBiases, const Batch& batch,
                           const DumpLossTerms& loss, const std::string& configToml) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return internalError("cannot create dump directory '" + dir + "': " + error.message());
   SafetensorsWriter writer;
   writer.setMetadata("format", kAlignmentDumpFormat);
-  writer.setMetadata("format_version", "1");
+  writer.setMetadata("format_version", "2");
   writer.setMetadata("step", std::to_string(step));
   writer.setMetadata("config", configToml);
   writer.setMetadata("loss_ce", exact(loss.ce));
@@ -54,6 +57,10 @@ Status writeAlignmentDump(const std::string& dir, int64_t step,
     writer.addF32("batch.patches", {batch.batchSize, batch.imagePatches, batch.patches.dim(1)},
                   batch.patches.data());
   }
+  for (size_t l = 0; l < expertBiases.size(); ++l) {
+    const std::vector<float>& bias = expertBiases[l].bias;
+    writer.addF32(biasName(l), {int64_t(bias.size())}, bias.data());
+  }
   const float terms[3] = {float(loss.ce), float(loss.aux), float(loss.total())};
   writer.addF32("loss.ce", {}, &terms[0]);
   writer.addF32("loss.aux", {}, &terms[1]);
@@ -64,7 +71,8 @@ Status writeAlignmentDump(const std::string& dir, int64_t step,
 }
 
 Result<AlignmentDump> readAlignmentDump(const std::string& path,
-                                        std::vector<Parameter<float>>& params) {
+                                        std::vector<Parameter<float>>& params,
+                                        std::vector<ExpertBias>& expertBiases) {
   MOEWB_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
   auto meta = [&](const char* key) {
     auto it = file.metadata.find(key);
@@ -80,6 +88,20 @@ Result<AlignmentDump> readAlignmentDump(const std::string& path,
       return invalidArgument(path + ": tensor 'weights." + p.name +
                              "' is missing or has another shape than this model's");
     }
+  }
+  const bool hasBias = file.find(biasName(0)) != nullptr;
+  for (size_t l = 0; hasBias && l < expertBiases.size(); ++l) {
+    const SafetensorsEntry* entry = file.find(biasName(l));
+    if (!entry || entry->dtype != SafetensorsDtype::kF32 || entry->shape.size() != 1 ||
+        entry->shape[0] != int64_t(expertBiases[l].bias.size())) {
+      return invalidArgument(path + ": tensor '" + biasName(l) + "' is missing or is not F32 [" +
+                             std::to_string(expertBiases[l].bias.size()) +
+                             "] (this model's experts per layer)");
+    }
+  }
+  if (hasBias && expertBiases.empty()) {
+    return invalidArgument(path + ": the dump holds a router bias (state.expert_bias.*) but this "
+                           "model has none (moe.bias_update_rate = 0)");
   }
   AlignmentDump dump;
   dump.step = std::strtoll(meta("step").c_str(), nullptr, 10);
@@ -105,6 +127,10 @@ Result<AlignmentDump> readAlignmentDump(const std::string& path,
   for (auto& p : params) {
     const SafetensorsEntry* entry = file.find("weights." + p.name);
     std::memcpy(p.value.data(), entry->f32(), size_t(p.value.bytes()));
+  }
+  for (size_t l = 0; hasBias && l < expertBiases.size(); ++l) {
+    std::vector<float>& bias = expertBiases[l].bias;
+    std::memcpy(bias.data(), file.find(biasName(l))->f32(), bias.size() * sizeof(float));
   }
   return dump;
 }
