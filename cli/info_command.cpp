@@ -3,6 +3,7 @@
 // data-quality stats.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -35,26 +36,54 @@ void printRun(const storage::RunRow& run, bool showConfig) {
   }
 }
 
-void printSteps(const std::vector<storage::StepRow>& steps) {
-  if (steps.empty()) {
+// Steps of a run. A parallel run has one row per (rank, step): the count is of distinct steps,
+// loss and step time are the lowest rank's, tokens/s is summed over the ranks of each step.
+void printSteps(const std::vector<storage::StepRow>& rows) {
+  if (rows.empty()) {
     std::printf("steps    none committed\n");
     return;
   }
+  int32_t firstRank = rows.front().rank;
+  std::set<int32_t> ranks;
+  for (const auto& s : rows) {
+    firstRank = std::min(firstRank, s.rank);
+    ranks.insert(s.rank);
+  }
+  std::vector<storage::StepRow> steps;  // the lowest rank's rows, in step order
+  std::map<int64_t, double> tokensPerSecondByStep;
+  for (const auto& s : rows) {
+    if (s.rank == firstRank) steps.push_back(s);
+    tokensPerSecondByStep[s.step] += s.tokensPerSecond;
+  }
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   std::vector<int64_t> durs;
-  double tokensPerSecond = 0;
   for (const auto& s : steps) durs.push_back(s.endNs - s.startNs);
-  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) tokensPerSecond += steps[i].tokensPerSecond;
-  tokensPerSecond /= double(steps.size() > 1 ? steps.size() - 1 : 1);
   std::sort(durs.begin(), durs.end());
+  // Mean over the steps after the first (which carries one-time set-up), when there are some.
+  double tokensPerSecond = 0;
+  size_t counted = 0;
+  for (const auto& [step, value] : tokensPerSecondByStep) {
+    if (step == tokensPerSecondByStep.begin()->first && tokensPerSecondByStep.size() > 1) continue;
+    tokensPerSecond += value;
+    ++counted;
+  }
+  tokensPerSecond /= double(std::max<size_t>(counted, 1));
   int64_t peak = 0;
-  for (const auto& s : steps) peak = std::max(peak, s.peakBytes);
-  std::printf("steps    %zu committed (%lld..%lld)\n", steps.size(), (long long)steps.front().step,
-              (long long)steps.back().step);
+  for (const auto& s : rows) peak = std::max(peak, s.peakBytes);
+  std::printf("steps    %zu committed (%lld..%lld)", tokensPerSecondByStep.size(),
+              (long long)tokensPerSecondByStep.begin()->first,
+              (long long)tokensPerSecondByStep.rbegin()->first);
+  if (ranks.size() > 1) {
+    std::printf(" on %zu ranks (%zu rank-steps); loss and step time of rank %d, tokens/s of "
+                "all ranks", ranks.size(), rows.size(), firstRank);
+  }
+  std::printf("\n");
   std::printf("loss     %.4f -> %.4f   aux %.4f -> %.4f\n", steps.front().loss, steps.back().loss,
               steps.front().auxLoss, steps.back().auxLoss);
-  std::printf("speed    %s tokens/s   step time p50 %s  max %s   peak memory %s\n",
+  std::printf("speed    %s tokens/s   step time p50 %s  max %s   peak memory %s%s\n",
               formatCount(tokensPerSecond).c_str(), formatDurationNs(durs[durs.size() / 2]).c_str(),
-              formatDurationNs(durs.back()).c_str(), formatBytes(peak).c_str());
+              formatDurationNs(durs.back()).c_str(), formatBytes(peak).c_str(),
+              ranks.size() > 1 ? " (largest rank)" : "");
 }
 
 // The memory account of the last step (the memory.* counters the trainer reports per step).
@@ -159,7 +188,7 @@ int infoCommand(const InfoArgs& args) {
   auto runs = reader.runs();
   if (!runs.isOk()) return fail(runs.status());
   for (const auto& run : *runs) {
-    printRun(run, args.showConfig);
+    printRun(run, *meta, args.showConfig);
     auto steps = reader.steps(run.id);
     if (!steps.isOk()) return fail(steps.status());
     printSteps(*steps);

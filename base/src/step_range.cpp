@@ -44,4 +44,14 @@ Result<StepRange> parseStepRange(const std::string& text, const std::string& opt
   return range;
 }
 
+Result<int64_t> parseStepNumber(const std::string& text) {
+  int64_t step = -1;
+  const bool digitsOnly = !text.empty() && text.front() != '-';
+  if (!digitsOnly || !parseInt64(text.c_str(), text.c_str() + text.size(), &step) || step < 0) {
+    const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+    return invalidArgument("'" + shown + "' is not a step number (a whole number >= 0)");
+  }
+  return step;
+}
+
 }  // namespace moewb

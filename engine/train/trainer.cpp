@@ -21,6 +21,20 @@
 namespace moewb::engine {
 namespace {
 
+// Removes the partial checkpoints (step-*.safetensors.tmp) that a killed run left in `dir`: a
+// finished checkpoint is renamed from its .tmp, so a .tmp is never a checkpoint to keep.
+void removeStaleCheckpointFiles(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error), end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("step-") && name.ends_with(".safetensors.tmp")) {
+      std::error_code ignored;
+      std::filesystem::remove(it->path(), ignored);
+    }
+  }
+}
+
 std::vector<CheckpointState> checkpointState(Model<float>& model) {
   std::vector<CheckpointState> state;
   auto& biases = model.expertBiases();
@@ -203,6 +217,7 @@ Status Trainer::maybeSaveCheckpoint() {
     return internalError("cannot create checkpoint directory '" + m_checkpointDir +
                          "': " + error.message());
   }
+  removeStaleCheckpointFiles(m_checkpointDir);
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld.safetensors", static_cast<long long>(done));
   return saveCheckpoint((std::filesystem::path(m_checkpointDir) / name).string());

@@ -30,5 +30,21 @@ TEST(StepRange, RefusesWhatIsNotARange) {
   }
 }
 
+TEST(StepNumber, TakesWholeNonNegativeNumbersOnly) {
+  EXPECT_EQ(*parseStepNumber("0"), 0);
+  EXPECT_EQ(*parseStepNumber("300"), 300);
+  for (const char* text : {"", "abc", "-1", "+3", " 3", "3 ", "3x", "99999999999999999999"}) {
+    Result<int64_t> step = parseStepNumber(text);
+    EXPECT_FALSE(step.isOk()) << "'" << text << "'";
+    if (!step.isOk()) {
+      EXPECT_NE(step.status().message().find("not a step number"), std::string::npos);
+    }
+  }
+  // A huge value is cut in the message, not echoed in full.
+  Result<int64_t> huge = parseStepNumber(std::string(100000, 'x'));
+  ASSERT_FALSE(huge.isOk());
+  EXPECT_LT(huge.status().message().size(), 120u);
+}
+
 }  // namespace
 }  // namespace moewb

@@ -79,6 +79,12 @@ TEST(CliParallel, RanksTrainToTheSingleRankLossesAndTraceEveryRank) {
             "96");
   EXPECT_EQ(one(trace, "SELECT count(*) FROM a2a_traffic WHERE src_rank / 2 != dst_rank / 2"),
             "0");
+  // `moewb info` counts steps, not rank-steps.
+  ProcessResult info = runMoewb("info --no-config " + trace, dir.path());
+  ASSERT_EQ(info.exitCode, 0) << info.err;
+  EXPECT_NE(info.out.find("steps    6 committed (0..5) on 4 ranks (24 rank-steps)"),
+            std::string::npos)
+      << info.out;
 }
 
 TEST(CliParallel, SettingsThatNeedOneRankExitTwoAndWriteNothing) {

@@ -123,6 +123,44 @@ TEST(Checkpoint, PolicySavesEveryNSteps) {
   std::filesystem::remove_all(dir);
 }
 
+// A checkpoint whose step metadata is not a number is refused (it used to resume at step 0), and
+// the partial file a killed run left beside the checkpoints is removed at the next save.
+TEST(Checkpoint, BadStepMetadataIsRefusedAndStalePartialFilesGo) {
+  const std::string dir = tempPath("bad-step");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string good = dir + "/good.safetensors", bad = dir + "/bad.safetensors";
+  auto trainer = Trainer::create(smallConfig(), nullptr);
+  ASSERT_TRUE(trainer.isOk());
+  ASSERT_TRUE((*trainer)->step().isOk());
+  ASSERT_TRUE((*trainer)->saveCheckpoint(good).isOk());
+  auto file = readSafetensors(good);
+  ASSERT_TRUE(file.isOk());
+  SafetensorsWriter rewritten;
+  for (const auto& [key, value] : file->metadata) rewritten.setMetadata(key, value);
+  rewritten.setMetadata("step", "abc");
+  for (const auto& entry : file->tensors) {
+    ASSERT_EQ(entry.dtype, SafetensorsDtype::kF32);
+    rewritten.addF32(entry.name, entry.shape, entry.f32());
+  }
+  ASSERT_TRUE(rewritten.write(bad).isOk());
+  auto fresh = Trainer::create(smallConfig(), nullptr);
+  ASSERT_TRUE(fresh.isOk());
+  Status loaded = (*fresh)->loadCheckpoint(bad);
+  EXPECT_EQ(loaded.code(), StatusCode::kDataLoss);
+  EXPECT_NE(loaded.message().find("'abc' is not a step number"), std::string::npos)
+      << loaded.message();
+  EXPECT_EQ((*fresh)->stepsDone(), 0);
+  EXPECT_TRUE((*fresh)->loadCheckpoint(good).isOk());
+
+  std::ofstream(dir + "/step-00000002.safetensors.tmp") << "half a checkpoint";
+  (*fresh)->setCheckpointPolicy(2, dir);
+  ASSERT_TRUE((*fresh)->run(1).isOk());  // step 2 saves step-00000002.safetensors
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000002.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000002.safetensors.tmp"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Checkpoint, OtherModelIsRefusedAndNothingChanges) {
   std::string path = tempPath("other.safetensors");
   auto small = Trainer::create(smallConfig(), nullptr);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "moewb/base/step_range.h"
 #include "train/checkpoint/safetensors.h"
 
 namespace moewb::engine {
@@ -103,8 +104,10 @@ Result<AlignmentDump> readAlignmentDump(const std::string& path,
     return invalidArgument(path + ": the dump holds a router bias (state.expert_bias.*) but this "
                            "model has none (moe.bias_update_rate = 0)");
   }
+  Result<int64_t> step = parseStepNumber(meta("step"));
+  if (!step.isOk()) return dataLoss(path + ": alignment dump step: " + step.status().message());
   AlignmentDump dump;
-  dump.step = std::strtoll(meta("step").c_str(), nullptr, 10);
+  dump.step = *step;
   dump.configToml = meta("config");
   dump.loss.ce = std::strtod(meta("loss_ce").c_str(), nullptr);
   dump.loss.aux = std::strtod(meta("loss_aux").c_str(), nullptr);

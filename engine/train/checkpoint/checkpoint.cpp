@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "moewb/base/step_range.h"
 #include "train/checkpoint/safetensors.h"
 
 namespace moewb::engine {
@@ -72,9 +73,12 @@ Result<int64_t> loadCheckpoint(const std::string& path, std::vector<Parameter<fl
                     "format = moewb-checkpoint metadata)");
   }
   auto stepText = file.metadata.find("step");
-  int64_t step = -1;
-  if (stepText != file.metadata.end()) step = std::strtoll(stepText->second.c_str(), nullptr, 10);
-  if (step < 0) return dataLoss(path + ": checkpoint metadata has no valid step");
+  if (stepText == file.metadata.end()) return dataLoss(path + ": checkpoint metadata has no step");
+  Result<int64_t> parsedStep = parseStepNumber(stepText->second);
+  if (!parsedStep.isOk()) {
+    return dataLoss(path + ": checkpoint metadata step: " + parsedStep.status().message());
+  }
+  const int64_t step = *parsedStep;
   // Check everything before changing anything.
   size_t expected = state.size();
   for (const auto& param : params) {

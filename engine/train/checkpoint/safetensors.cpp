@@ -123,11 +123,21 @@ Status SafetensorsWriter::write(const std::string& path) const {
       out.write(reinterpret_cast<const char*>(entry.bytes.data()), std::streamsize(entry.bytes.size()));
     }
     out.flush();
-    if (!out) return internalError("short write to '" + tmpPath + "' (disk full?)");
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(tmpPath, ignored);  // a partial file helps no one
+      return internalError("short write to '" + tmpPath + "' (disk full?); nothing was written "
+                           "to '" + path + "'");
+    }
   }
   std::error_code error;
   std::filesystem::rename(tmpPath, path, error);
-  if (error) return internalError("cannot rename '" + tmpPath + "' to '" + path + "': " + error.message());
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(tmpPath, ignored);
+    return internalError("cannot rename '" + tmpPath + "' to '" + path + "': " + error.message());
+  }
   return Status::ok();
 }
 
