@@ -1,6 +1,7 @@
 // The GPU capture modes end to end on a GPU: a step window records kernels of its steps only
-// (CUPTI disabled outside it), and a flight recorder writes only the steps before the step at
-// which its trigger fired, naming the firing in meta and stats. Skips without a device.
+// (CUPTI disabled outside it, detached between windows and attached again), and a flight
+// recorder writes only the steps before the step at which its trigger fired, naming the firing
+// in meta and stats. Skips without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -84,19 +85,19 @@ class GpuCaptureModesTest : public ::testing::Test {
   }
 
   void train(const std::string& path, const CaptureModeArgs& args,
-             engine::EventSink* observer = nullptr) {
+             engine::EventSink* observer = nullptr, int64_t steps = 6) {
     auto mode = parseCaptureMode(args);
     ASSERT_TRUE(mode.isOk()) << mode.status().toString();
     run::TrainingRunOptions options;
     options.outPath = path;
-    options.steps = 6;
+    options.steps = steps;
     options.gpuTrace = true;
     options.gpuCapture.mode = *mode;
     auto run = run::TrainingRun::create(m_config, options, observer);
     ASSERT_TRUE(run.isOk()) << run.status().toString();
     auto summary = (*run)->run();
     ASSERT_TRUE(summary.isOk()) << summary.status().toString();
-    EXPECT_EQ(summary->stepsDone, 6);
+    EXPECT_EQ(summary->stepsDone, steps);
   }
 
   engine::RunConfig m_config;
@@ -118,6 +119,40 @@ TEST_F(GpuCaptureModesTest, StepWindowRecordsKernelsOfItsStepsOnly) {
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_dropped_records'"), 0);
   EXPECT_EQ(queryText(path, "SELECT value FROM meta WHERE key = 'gpu_capture_mode'"),
             "every step of steps 2..3");
+  std::filesystem::remove(path);
+}
+
+// CUPTI is detached after each window (cupti_detach.h) and attached again at the next: every
+// window records the same work as the first, with the driver calls (cuBLAS launches) attributed,
+// and nothing between windows.
+TEST_F(GpuCaptureModesTest, WindowsDetachCuptiAndAttachItAgain) {
+  const std::string path = tempTrace("every3");
+  CaptureModeArgs args;
+  args.gpuTrace = true;
+  args.traceEvery = 3;
+  train(path, args, nullptr, 9);
+  const std::string kernels = "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k ";
+  // Step 0 also holds first-use work (allocations, library set-up); steps 3 and 6 are alike.
+  EXPECT_GT(queryInt(path, kernels + "WHERE k.step = 0"), 0);
+  const int64_t second = queryInt(path, kernels + "WHERE k.step = 3");
+  EXPECT_GT(second, 0);
+  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step = 6"), second);
+  // Nothing from the steps between windows (kernels before step 0, the model's set-up, carry
+  // step -1: the first window is open from the start).
+  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step >= 0 AND k.step NOT IN (0, 3, 6)"), 0);
+  for (const char* table : {"CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_RUNTIME"}) {
+    const std::string calls = std::string("SELECT count(*) FROM ") + table + " WHERE step = ";
+    EXPECT_GT(queryInt(path, calls + "3"), 0) << table;
+    EXPECT_EQ(queryInt(path, calls + "6"), queryInt(path, calls + "3")) << table;
+  }
+  const std::string ranges =
+      "SELECT count(*) FROM slice s JOIN string c ON c.id = s.category WHERE c.text = 'nvtx' "
+      "AND s.step = ";
+  EXPECT_GT(queryInt(path, ranges + "3"), 0);
+  EXPECT_EQ(queryInt(path, ranges + "6"), queryInt(path, ranges + "3"));
+  EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_detaches'"), 3);
+  EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'gpu_records_unattributed'"), 0);
+  EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_dropped_records'"), 0);
   std::filesystem::remove(path);
 }
 

@@ -15,6 +15,7 @@
 
 #include "cupti/cupti_check.h"
 #include "cupti/cupti_clock.h"
+#include "cupti/cupti_detach.h"
 #include "moewb/base/units.h"
 
 namespace moewb::profiler {
@@ -47,7 +48,7 @@ constexpr int64_t kMaxLoggedFirings = 100;
 
 std::mutex g_activeMutex;  // serialises start/stop of captures
 std::atomic<CuptiCapture*> g_active{nullptr};
-bool g_callbacksRegistered = false;  // guarded by g_activeMutex
+std::atomic<bool> g_callbacksRegistered{false};  // CUPTI holds our buffer callbacks
 
 // NVTX (header-only nvtx3) loads the library named by NVTX_INJECTION64_PATH at its first call;
 // pointing it at the libcupti already loaded routes the engine's ranges to CUPTI (MARKER records).
@@ -91,11 +92,12 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
   // step per window on the H200); enabling the driver calls one callback id at a time does not,
   // but records nothing when first switched on in the middle of a run (a --trace-steps 10:15
   // window lost every cuBLAS launch's attribution, even with the ids switched on and off at the
-  // start). So windowed modes that capture step 0 record driver calls by callback id, the others
-  // through the kind.
+  // start). Detaching CUPTI after each window removes that cost with everything else, so then the
+  // kind is used; without detaching, windowed modes that capture step 0 record driver calls by
+  // callback id, the others through the kind.
   const bool windowed = !options.mode.isEveryStep() && !options.mode.isFlightRecorder();
-  const bool driverByCallback =
-      options.kinds.has(GpuTraceKind::kDriver) && windowed && options.mode.capturesStep(0);
+  const bool driverByCallback = options.kinds.has(GpuTraceKind::kDriver) && windowed &&
+                                options.mode.capturesStep(0) && !options.detachBetweenWindows;
   for (const auto& [kind, activity] : kActivityKinds) {
     if (kind == GpuTraceKind::kDriver && driverByCallback) continue;
     if (options.kinds.has(kind)) m_kinds.push_back(activity);
@@ -154,12 +156,15 @@ Result<std::unique_ptr<GpuCapture>> CuptiCapture::start(storage::TraceWriter* wr
 
 Status CuptiCapture::enable() {
   MOEWB_CUPTI_RETURN_IF_ERROR(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
-  if (!g_callbacksRegistered) {
+  if (!g_callbacksRegistered.load()) {
     MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityRegisterCallbacks(&bufferRequested, &bufferCompleted));
-    g_callbacksRegistered = true;
+    g_callbacksRegistered.store(true);
   }
   if (m_options.mode.capturesStep(0)) MOEWB_RETURN_IF_ERROR(setKindsEnabled(true));
-  MOEWB_RETURN_IF_ERROR(calibrate());
+  {
+    std::lock_guard cuptiLock(m_cuptiMutex);
+    MOEWB_RETURN_IF_ERROR(calibrate());
+  }
   m_writer->setMeta("gpu_capture_mode", m_options.mode.describe());
   m_writer->setMeta("gpu_trace_kinds", m_options.kinds.describe());
   m_writer->setMeta("cupti_clock_offset_start_ns", std::to_string(m_clock.firstOffsetNs()));
@@ -179,6 +184,10 @@ Status CuptiCapture::setKindsEnabled(bool on) {
   auto keep = [&first](Status status) {
     if (first.isOk()) first = std::move(status);
   };
+  if (on) {
+    std::lock_guard cuptiLock(m_cuptiMutex);
+    if (m_detached) MOEWB_RETURN_IF_ERROR(attachAgain());
+  }
   if (on != m_cbidsEnabled) {
     const uint8_t flag = on ? 1 : 0;
     for (CUpti_CallbackId cbid : m_runtimeCbids) {
@@ -201,6 +210,34 @@ Status CuptiCapture::setKindsEnabled(bool on) {
   for (CUpti_ActivityKind kind : m_enabled) keep(MOEWB_CUPTI_STATUS(cuptiActivityDisable(kind)));
   m_enabled.clear();
   return first;
+}
+
+Status CuptiCapture::attachAgain() {
+  MOEWB_CUPTI_RETURN_IF_ERROR(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+  MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityRegisterCallbacks(&bufferRequested, &bufferCompleted));
+  g_callbacksRegistered.store(true);
+  m_detached = false;
+  return calibrate();
+}
+
+// The window's last step is finished (onStep runs after the engine synchronised) and its kinds
+// are off: flush and parse what is left here, hand the records to the parser thread, detach.
+Status CuptiCapture::detachBetweenWindows() {
+  std::lock_guard kindsLock(m_kindsMutex);
+  std::lock_guard cuptiLock(m_cuptiMutex);
+  if (m_detached || !m_enabled.empty() || m_cbidsEnabled) return Status::ok();
+  MOEWB_RETURN_IF_ERROR(flushAndCalibrate(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  std::vector<gpu::Record> records = parseQueued();
+  {
+    std::lock_guard queueLock(m_queueMutex);
+    m_parsedAtDetach.insert(m_parsedAtDetach.end(), std::make_move_iterator(records.begin()),
+                            std::make_move_iterator(records.end()));
+  }
+  MOEWB_RETURN_IF_ERROR(detachCupti());
+  g_callbacksRegistered.store(false);  // cuptiFinalize dropped them
+  m_detached = true;
+  m_detaches.fetch_add(1);
+  return Status::ok();
 }
 
 // ---- CUPTI callbacks ---------------------------------------------------------------------
@@ -293,7 +330,11 @@ void CuptiCapture::onStep(const engine::StepEvent& event) {
   } else if (mode.capturesStep(event.step + 1) != mode.capturesStep(event.step)) {
     // The step's work is finished (the engine synchronises before onStep), so switching here
     // loses no record of this step and misses none of the next.
-    if (Status s = setKindsEnabled(mode.capturesStep(event.step + 1)); !s.isOk()) recordError(s);
+    const bool next = mode.capturesStep(event.step + 1);
+    if (Status s = setKindsEnabled(next); !s.isOk()) recordError(s);
+    if (!next && m_options.detachBetweenWindows) {
+      if (Status s = detachBetweenWindows(); !s.isOk()) recordError(s);
+    }
   }
   if (!mode.capturesStep(event.step)) return;
   m_builder.addStep(event.step, event.startNs, event.endNs);
@@ -309,26 +350,42 @@ void CuptiCapture::onStep(const engine::StepEvent& event) {
 // ---- parser thread -----------------------------------------------------------------------
 
 void CuptiCapture::parseCompleted() {
+  std::vector<gpu::Record> records;
+  {
+    std::lock_guard cuptiLock(m_cuptiMutex);
+    records = parseQueued();
+  }
+  std::vector<gpu::Record> atDetach;
+  {
+    std::lock_guard lock(m_queueMutex);
+    atDetach.swap(m_parsedAtDetach);
+  }
+  if (!atDetach.empty()) m_builder.addRecords(std::move(atDetach));
+  if (!records.empty()) m_builder.addRecords(std::move(records));
+}
+
+std::vector<gpu::Record> CuptiCapture::parseQueued() {
   std::vector<Completed> completed;
   {
     std::lock_guard lock(m_queueMutex);
     completed.swap(m_completed);
   }
+  std::vector<gpu::Record> records;
   for (const Completed& c : completed) {
-    std::vector<gpu::Record> records;
     if (Status parsed = m_parser.parse(c.buffer, c.validBytes, records); !parsed.isOk()) {
       recordError(parsed);
     }
-    m_builder.addRecords(std::move(records));
     std::lock_guard lock(m_bufferMutex);
     m_freeBuffers.push_back(c.buffer);
     --m_buffersInUse;
   }
+  return records;
 }
 
 Status CuptiCapture::calibrate() { return addCuptiClockPoint(m_clock); }
 
 Status CuptiCapture::flushAndCalibrate(uint32_t flag) {
+  if (m_detached) return Status::ok();  // nothing recorded since; a CUPTI call would re-attach
   // The flush calls bufferCompleted on this thread for every finished buffer.
   MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityFlushAll(flag));
   size_t dropped = 0;
@@ -367,7 +424,12 @@ void CuptiCapture::parserLoop() {
     parseCompleted();
     if (stopping) {
       disable();
-      if (Status s = flushAndCalibrate(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); !s.isOk()) recordError(s);
+      {
+        std::lock_guard cuptiLock(m_cuptiMutex);
+        if (Status s = flushAndCalibrate(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); !s.isOk()) {
+          recordError(s);
+        }
+      }
       parseCompleted();
       m_builder.resolveAll();
       writeFiredSteps(INT64_MAX);
@@ -376,7 +438,10 @@ void CuptiCapture::parserLoop() {
     }
     if (step > m_resolvedStep) {
       lastFlush = std::chrono::steady_clock::now();
-      if (Status s = flushAndCalibrate(0); !s.isOk()) recordError(s);
+      {
+        std::lock_guard cuptiLock(m_cuptiMutex);
+        if (Status s = flushAndCalibrate(0); !s.isOk()) recordError(s);
+      }
       parseCompleted();
       m_builder.resolveThrough(step);
       m_resolvedStep = step;
@@ -441,6 +506,11 @@ void CuptiCapture::writeStats() {
        "engine phase events without a matching NVTX range");
   stat("nvtx_ranges_unclosed", c.unclosedRanges, "warning",
        "NVTX ranges still open when the capture stopped");
+  if (!m_options.mode.isEveryStep() && !m_flight) {
+    m_writer->addStat({"cupti_detaches", "info", m_detaches.load(),
+                       "times CUPTI was detached after a capture window, so the steps between "
+                       "windows ran without its hooks"});
+  }
   if (!m_options.mode.isEveryStep()) {
     m_writer->addStat({"gpu_steps_captured", "info", m_stepsCaptured.load(),
                        "steps whose GPU activity CUPTI recorded (" +

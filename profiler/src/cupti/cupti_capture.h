@@ -12,6 +12,11 @@
 // (setKindsEnabled, under a mutex); only captured steps' host events reach the builder. The
 // flight recorder puts a FlightRecorderWriter between the builder and the writer; the parser
 // thread writes the held steps a firing asks for and drops the rest (gpu/flight_recorder.h).
+// Detaching: when a capture window closes (not in every-step or flight-recorder modes) the
+// trainer thread flushes and parses what is left, then detaches CUPTI (cupti_detach.h) so the
+// steps between windows run without CUPTI's hooks; the next window attaches it again. Every CUPTI
+// call of the parser thread and of the detach runs under m_cuptiMutex, and nothing calls CUPTI
+// while detached (a call would attach it again).
 // Buffers: at most options.maxBuffers exist; a request beyond that gets no buffer, so CUPTI drops
 // those records (counted: cupti_buffers_refused, cupti_dropped_records).
 #pragma once
@@ -60,6 +65,8 @@ class CuptiCapture final : public GpuCapture {
   Status enable();
   void disable();
   Status setKindsEnabled(bool on);
+  Status attachAgain();           // m_kindsMutex and m_cuptiMutex held
+  Status detachBetweenWindows();  // trainer thread, after the window's last step
   static void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords);
   static void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buffer,
                                        size_t size, size_t validSize);
@@ -69,7 +76,8 @@ class CuptiCapture final : public GpuCapture {
   // Parser thread.
   void parserLoop();
   void parseCompleted();
-  Status flushAndCalibrate(uint32_t flag);
+  std::vector<gpu::Record> parseQueued();    // m_cuptiMutex held
+  Status flushAndCalibrate(uint32_t flag);   // m_cuptiMutex held; nothing while detached
   Status calibrate();
   void writeFiredSteps(int64_t throughStep);
   void writeStats();
@@ -77,8 +85,11 @@ class CuptiCapture final : public GpuCapture {
 
   storage::TraceWriter* m_writer;
   GpuCaptureOptions m_options;
-  gpu::ClockCalibration m_clock;  // parser thread (and create before it starts)
-  ActivityParser m_parser{&m_clock};
+  std::mutex m_cuptiMutex;  // held around every CUPTI call but the kinds' (see Detaching)
+  bool m_detached = false;  // guarded by m_cuptiMutex
+  std::atomic<int64_t> m_detaches{0};
+  gpu::ClockCalibration m_clock;  // under m_cuptiMutex (and create before the parser starts)
+  ActivityParser m_parser{&m_clock};  // under m_cuptiMutex
   std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder
   gpu::GpuTraceBuilder m_builder;
   std::vector<CUpti_ActivityKind> m_kinds;  // of options.kinds; fixed at construction
@@ -107,6 +118,7 @@ class CuptiCapture final : public GpuCapture {
   std::mutex m_queueMutex;  // guards the fields up to m_stopping
   std::condition_variable m_wake;
   std::vector<Completed> m_completed;
+  std::vector<gpu::Record> m_parsedAtDetach;  // for the parser thread's builder
   std::vector<gpu::TriggerFiring> m_firings;  // fired, not yet written
   int64_t m_lastStep = -1;
   bool m_stopping = false;
