@@ -13,6 +13,7 @@
 #include "gpu_info.h"
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/base/units.h"
+#include "moewb/storage/run_liveness.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::cli {
@@ -24,9 +25,14 @@ struct InfoArgs {
   bool showConfig = true;
 };
 
-void printRun(const storage::RunRow& run, bool showConfig) {
+// The status of a run still marked "running" says whether its writer is alive (the heartbeat,
+// storage/run_liveness.h): "running (last heartbeat 2 s ago)" or "ended without closing (writer
+// died; ...)".
+void printRun(const storage::RunRow& run, const std::map<std::string, std::string>& meta,
+              bool showConfig) {
+  const std::string status = storage::describeRunStatus(run, meta, unixNowNs() / kNsPerMs);
   std::printf("run      %s  backend %s  ranks %d  status %s%s%s\n", run.name.c_str(),
-              run.backend.c_str(), run.worldSize, run.status.c_str(),
+              run.backend.c_str(), run.worldSize, status.c_str(),
               run.message.empty() ? "" : " -- ", run.message.c_str());
   if (!showConfig) return;
   std::printf("config\n");

@@ -42,8 +42,12 @@ void ProgressPrinter::draw(const engine::StepEvent& event, bool force) {
   int filled = int(double(kBarWidth) * double(done) / double(m_plannedSteps));
   std::string bar(size_t(std::clamp(filled, 0, kBarWidth)), '=');
   bar.resize(kBarWidth, ' ');
-  std::fprintf(stderr, "%sstep %lld/%lld [%s] loss %.4f  aux %.4f  %s tok/s  ETA %s%s",
-               m_tty ? "\r" : "", (long long)done, (long long)m_plannedSteps, bar.c_str(),
+  // The committed count is read after the step's own rows were queued, so it may lag `done`.
+  const std::string committed =
+      m_committedSteps ? " (" + std::to_string(m_committedSteps()) + " committed)" : "";
+  std::fprintf(stderr, "%sstep %lld/%lld%s [%s] loss %.4f  aux %.4f  %s tok/s  ETA %s%s",
+               m_tty ? "\r" : "", (long long)done, (long long)m_plannedSteps, committed.c_str(),
+               bar.c_str(),
                event.loss, event.auxLoss, formatCount(m_smoothedTokensPerSecond).c_str(),
                formatDurationNs(int64_t(etaS * 1e9)).c_str(), m_tty ? "\033[K" : "\n");
   std::fflush(stderr);

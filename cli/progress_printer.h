@@ -1,9 +1,12 @@
-// ProgressPrinter: an EventSink that draws the `moewb run` progress line on stderr: step, loss,
-// tokens/s and ETA. On a terminal the line is redrawn in place (at most ~10 times a second); when
-// stderr is not a terminal (CI logs) it prints one line per ~10% of the run instead.
+// ProgressPrinter: an EventSink that draws the `moewb run` progress line on stderr: step, the
+// steps committed to the trace (what a kill would keep), loss, tokens/s and ETA. On a terminal
+// the line is redrawn in place (at most ~10 times a second); when stderr is not a terminal (CI
+// logs) it prints one line per ~10% of the run instead.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "moewb/engine/event_sink.h"
 
@@ -12,6 +15,12 @@ namespace moewb::cli {
 class ProgressPrinter final : public engine::EventSink {
  public:
   explicit ProgressPrinter(int64_t plannedSteps);
+
+  // Where the line reads the steps committed to the trace (run::TrainingRun::committedSteps);
+  // called on the training thread at each draw. Unset: the line shows computed steps only.
+  void setCommittedSteps(std::function<int64_t()> committedSteps) {
+    m_committedSteps = std::move(committedSteps);
+  }
 
   void onRunStart(const engine::RunStartEvent& event) override;
   void onPhase(const engine::PhaseEvent&) override {}
@@ -23,6 +32,7 @@ class ProgressPrinter final : public engine::EventSink {
  private:
   void draw(const engine::StepEvent& event, bool force);
 
+  std::function<int64_t()> m_committedSteps;
   int64_t m_plannedSteps;
   bool m_tty;
   int64_t m_startNs = 0;

@@ -1,11 +1,15 @@
 // `moewb run`: train the embedded engine on a config and record the run into a trace file.
+#include <atomic>
+#include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -41,12 +45,54 @@ struct RunArgs {
   profiler::CaptureModeArgs capture;  // --trace-every, --trace-steps, --flight-recorder, --trigger-*
 };
 
-run::TrainingRun* g_activeRun = nullptr;
+// The run a stop signal stops, and whether one came before that run existed.
+std::atomic<run::TrainingRun*> g_activeRun{nullptr};
+std::atomic<bool> g_stopSignalled{false};
+static_assert(std::atomic<run::TrainingRun*>::is_always_lock_free &&
+              std::atomic<bool>::is_always_lock_free);
 
-// First Ctrl-C: finish the current step, commit it and stop. Second: default action.
-extern "C" void onInterrupt(int) {
-  if (g_activeRun) g_activeRun->requestStop();  // an atomic store: async-signal-safe
+// The first SIGINT (Ctrl-C) or SIGTERM (what launchers, Slurm and Kubernetes send): finish the
+// current step, commit it and stop with status "stopped". A second one: the default action.
+extern "C" void onStopSignal(int) {
+  g_stopSignalled.store(true);
+  if (run::TrainingRun* active = g_activeRun.load()) active->requestStop();  // an atomic store
   std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+// Installs onStopSignal for SIGINT and SIGTERM for its lifetime.
+class StopSignals {
+ public:
+  StopSignals() {
+    std::signal(SIGINT, onStopSignal);
+    std::signal(SIGTERM, onStopSignal);
+  }
+  ~StopSignals() {
+    g_activeRun.store(nullptr);
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+  // From now on a stop signal stops `run`; one that came before stops it at once.
+  void attach(run::TrainingRun* run) {
+    g_activeRun.store(run);
+    if (g_stopSignalled.load()) run->requestStop();
+  }
+  // Before the run is destroyed.
+  void detach() { g_activeRun.store(nullptr); }
+};
+
+// Tests only: MOEWB_TEST_STALL_RANK="R:S:SECONDS" makes in-process rank R sleep SECONDS before
+// its step S (a stalled rank, for the stuck-rank watchdog's test). Unset or malformed: nothing.
+std::function<void(int32_t, int64_t)> stallHookFromEnvironment() {
+  const char* text = std::getenv("MOEWB_TEST_STALL_RANK");
+  long long rank = -1, step = -1, seconds = -1;
+  if (text == nullptr || std::sscanf(text, "%lld:%lld:%lld", &rank, &step, &seconds) != 3 ||
+      rank < 0 || step < 0 || seconds < 0) {
+    return {};
+  }
+  return [rank, step, seconds](int32_t r, int64_t s) {
+    if (r == rank && s == step) std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  };
 }
 
 void printSummary(const run::RunSummary& s) {
@@ -127,6 +173,7 @@ std::string rankPath(const std::string& path, int32_t rank) {
 }
 
 int runCommand(const RunArgs& args) {
+  StopSignals stopSignals;  // from the start: a SIGTERM during set-up stops before the first step
   auto launcherFound = engine::detectLauncherRank();
   if (!launcherFound.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n", launcherFound.status().message().c_str());
@@ -172,8 +219,10 @@ int runCommand(const RunArgs& args) {
   options.checkpointEverySteps = args.checkpointEvery;
   options.gpuTrace = args.gpuTrace;
   options.launcherRank = launcher ? launcher->rank : -1;
-  // A rank whose GPU work is stuck behind a dead peer's collective: the trace already says so;
-  // end the process without running destructors that would wait on the GPU.
+  options.beforeRankStep = stallHookFromEnvironment();
+  // A rank that cannot be stopped (a multi-process rank's GPU work stuck behind a dead peer's
+  // collective, an in-process rank thread stalled or deadlocked): the trace already says so and
+  // is closed; end the process without running destructors that would wait for that rank.
   options.onStuckRank = [outPath](const Status& status) {
     std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
                  status.message().c_str(), outPath.c_str());
@@ -210,11 +259,11 @@ int runCommand(const RunArgs& args) {
   const std::string topology = run::describeTopology(*config, launcher ? launcher->rank : -1,
                                                       launcher ? launcher->localRank : -1);
   if (!topology.empty()) std::fprintf(stderr, "  %s\n", topology.c_str());
-  g_activeRun = run->get();
-  std::signal(SIGINT, onInterrupt);
-  auto summary = (*run)->run();
-  std::signal(SIGINT, SIG_DFL);
-  g_activeRun = nullptr;
+  run::TrainingRun* active = run->get();
+  progress.setCommittedSteps([active] { return active->committedSteps(); });
+  stopSignals.attach(active);
+  auto summary = active->run();
+  stopSignals.detach();
   if (!summary.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
                  summary.status().message().c_str(), outPath.c_str());

@@ -115,7 +115,8 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
     out.forward = m_model->forward(batch, &recorder);
   }
   if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
-    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss);
+    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss,
+                        out.forward.nonFiniteAuxTerm);
   }
   {
     ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
@@ -172,7 +173,8 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
                          m_device->trainStep(batch, stepIndex, m_config.optim, &recorder));
   out.forward = std::move(result.forward);
   if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
-    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss);
+    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss,
+                        out.forward.nonFiniteAuxTerm);
   }
   if (!std::isfinite(result.optim.gradNorm)) {
     return divergedGradNorm(stepIndex, result.optim.gradNorm);

@@ -49,9 +49,12 @@ struct StepRequest {
 };
 
 // The errors of a diverged step, worded the same for every topology (kInternal).
-inline Status divergedLoss(int64_t step, double loss, double auxLoss) {
+inline Status divergedLoss(int64_t step, double loss, double auxLoss,
+                           const std::string& nonFiniteAuxTerm = {}) {
   return internalError("training diverged at step " + std::to_string(step) + ": loss = " +
-                       std::to_string(loss) + ", aux loss = " + std::to_string(auxLoss));
+                       std::to_string(loss) + ", aux loss = " + std::to_string(auxLoss) +
+                       (nonFiniteAuxTerm.empty() ? "" : " (first non-finite term: " +
+                                                            nonFiniteAuxTerm + ")"));
 }
 inline Status divergedGradNorm(int64_t step, double gradNorm) {
   return internalError("training diverged at step " + std::to_string(step) +

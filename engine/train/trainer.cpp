@@ -77,7 +77,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ValidConfig& config, Trai
     runner = std::make_unique<LauncherRankRunner>(config, *options.launcher,
                                                   std::move(options.onStuckRank));
   } else if (config->parallel.worldSize > 1) {
-    runner = std::make_unique<RankGroupRunner>(config);
+    runner = std::make_unique<RankGroupRunner>(config, std::move(options.onStuckRank),
+                                               std::move(options.beforeRankStep));
   } else {
     MOEWB_ASSIGN_OR_RETURN(runner, createModelRunner(config));
   }

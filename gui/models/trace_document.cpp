@@ -58,6 +58,7 @@ void TraceDocument::close() {
   m_path.clear();
   m_run.reset();
   m_stats.clear();
+  m_meta.clear();
   m_memoryTracks.clear();
   m_gpuLaneTracks.clear();
   m_hostTracks.clear();
@@ -81,6 +82,7 @@ Status TraceDocument::loadRunInfo() {
   MOEWB_ASSIGN_OR_RETURN(auto runs, m_reader->runs());
   if (!runs.empty()) m_run = runs.front();
   MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
+  MOEWB_ASSIGN_OR_RETURN(m_meta, m_reader->meta());
   MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
   m_memoryTracks.clear();
   m_gpuLaneTracks.clear();

@@ -3,6 +3,7 @@
 
 #include <QAction>
 #include <QCloseEvent>
+#include <QDateTime>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -28,6 +29,7 @@
 #include "moewb/base/units.h"
 #include "moewb/gui/config_markers.h"
 #include "moewb/gui/parallel_model.h"
+#include "moewb/storage/run_liveness.h"
 #include "parallel_panel.h"
 #include "run_controller.h"
 #include "theme.h"
@@ -449,7 +451,10 @@ void MainWindow::updateStatus() {
                    : tr("tokens/s: %1")
                          .arg(QString::fromStdString(formatCount(rows.back().tokensPerSecond))));
   const auto& run = m_document.run();
-  QString state = run ? QString::fromStdString(run->status) : tr("no run");
+  // A run still marked "running" says whether its writer is alive (storage/run_liveness.h).
+  QString state = run ? QString::fromStdString(storage::describeRunStatus(
+                            *run, m_document.meta(), QDateTime::currentMSecsSinceEpoch()))
+                      : tr("no run");
   int problems = 0;
   for (const storage::StatRow& s : m_document.stats()) {
     if (s.value != 0 && s.severity != "info") ++problems;
@@ -457,6 +462,8 @@ void MainWindow::updateStatus() {
   if (problems) state += tr(" | %1 data issue(s)").arg(problems);
   m_runLabel->setText(tr("run: %1").arg(state));
 }
+
+QString MainWindow::runStatusText() const { return m_runLabel->text(); }
 
 void MainWindow::updateActions() {
   const bool running = m_runner->isRunning();

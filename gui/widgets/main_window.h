@@ -70,6 +70,8 @@ class MainWindow : public QMainWindow {
   ParallelModel* parallelModel() const { return m_parallel; }
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
+  // The status bar's run field: "run: completed", "run: running (last heartbeat 1 s ago)", ...
+  QString runStatusText() const;
 
  signals:
   // A run started from this window ended (after the final refresh).

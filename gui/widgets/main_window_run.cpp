@@ -78,7 +78,9 @@ void MainWindow::liveTick() {
     m_liveTimer->stop();
     m_liveAction->setChecked(false);
     showError(tr("Live refresh stopped"), QString::fromStdString(status.toString()));
+    return;
   }
+  updateStatus();  // the heartbeat's age moves on even when no rows came
 }
 
 void MainWindow::onRunFinished(bool ok, const QString& message) {

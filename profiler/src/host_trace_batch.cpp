@@ -2,6 +2,7 @@
 // (see host_trace_batch.h).
 #include "host_trace_batch.h"
 
+#include <chrono>
 #include <utility>
 
 namespace moewb::profiler::detail {
@@ -57,7 +58,14 @@ void RowPump::submit(std::unique_ptr<StepRowBatch>& batch) {
   next->counterTrack = batch->counterTrack;
   next->run = batch->run;
   {
-    std::lock_guard lock(m_mutex);
+    std::unique_lock lock(m_mutex);
+    if (m_pending.size() >= kMaxPendingBatches) {
+      const auto start = std::chrono::steady_clock::now();
+      m_room.wait(lock, [&] { return m_pending.size() < kMaxPendingBatches; });
+      m_writer->addBackPressureWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - start)
+                                        .count());
+    }
     m_pending.push_back(std::move(batch));
   }
   m_wake.notify_one();
@@ -78,6 +86,7 @@ void RowPump::loop() {
     m_pending.pop_front();
     m_busy = true;
     lock.unlock();
+    m_room.notify_one();
     write(*batch);
     batch->clear();
     lock.lock();

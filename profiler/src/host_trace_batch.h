@@ -7,6 +7,9 @@
 // batch back, so steady state allocates nothing; the pump turns the records into rows and queues
 // them on the TraceWriter, the step row last, so each step is still committed together with its
 // rows.
+// Back-pressure: at most kMaxPendingBatches batches wait for the pump; submit() blocks while that
+// many are pending (and the writer's own queue is bounded too, trace_writer.h), so the trace stays
+// within a few steps of the engine. Each wait is reported to the writer (addBackPressureWait).
 // Ordering: batches are written in the order they were submitted; within a batch phases, memory
 // events, expert loads, counters, then the step slice and step row.
 // Thread-safety: submit/drain from one producer thread (the tracer's); the pump writes to the
@@ -85,6 +88,8 @@ struct StepRowBatch {
 
 class RowPump {
  public:
+  static constexpr size_t kMaxPendingBatches = 2;
+
   // Starts the pump thread. `writer` must outlive the pump.
   explicit RowPump(storage::TraceWriter* writer);
   // Writes every batch still pending, then stops the thread.
@@ -93,7 +98,8 @@ class RowPump {
   RowPump& operator=(const RowPump&) = delete;
 
   // Hands `batch` to the pump and replaces it with an empty one (a recycled batch when there is
-  // one; the ids are copied over). Producer thread; O(1) plus one wake-up.
+  // one; the ids are copied over), first waiting while kMaxPendingBatches are pending. Producer
+  // thread; O(1) plus one wake-up when the pump keeps up.
   void submit(std::unique_ptr<StepRowBatch>& batch);
   // Blocks until every submitted batch has been queued on the writer. Producer thread.
   void drain();
@@ -106,6 +112,7 @@ class RowPump {
   std::mutex m_mutex;  // guards the fields up to m_busy
   std::condition_variable m_wake;     // batches pending or stopping
   std::condition_variable m_drained;  // nothing pending and not busy
+  std::condition_variable m_room;     // the pump took a batch
   std::deque<std::unique_ptr<StepRowBatch>> m_pending;
   std::vector<std::unique_ptr<StepRowBatch>> m_free;
   bool m_stopping = false;

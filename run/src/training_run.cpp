@@ -202,26 +202,29 @@ Status TrainingRun::createTrainer(const TrainingRunOptions& options) {
                                 "`moewb launch --nproc N -- moewb run ...`, torchrun or srun");
     }
     trainerOptions.launcher = *launcher;
-    if (options.onStuckRank) {
-      // The engine thread is blocked for good: record the failure from this thread (the writer
-      // takes rows from any thread) and close the file, then let the caller end the process.
-      trainerOptions.onStuckRank = [this, handler = options.onStuckRank](const Status& status) {
-        engine::RunEndEvent end;
-        end.outcome = engine::RunOutcome::kFailed;
-        end.message = status.toString();
-        end.endNs = steadyNowNs();
-        end.stepsDone = m_trainer ? m_trainer->stepsDone() : 0;
-        m_tracer->onRunEnd(end);
-        (void)m_writer->close();
-        handler(status);
-      };
-    }
   } else {
+    trainerOptions.beforeRankStep = options.beforeRankStep;
     for (int32_t r = 1; r < m_config->parallel.worldSize; ++r) {
       m_rankTracers.push_back(std::make_unique<HostTracer>(m_writer.get(), r, m_tracer.get()));
       m_rankTracers.back()->setMemoryEvents(options.hostMemoryEvents);
       trainerOptions.rankSinks.push_back(m_rankTracers.back().get());
     }
+  }
+  if (options.onStuckRank && !singleRank) {
+    // A rank is blocked for good: record the failure from this thread (the writer takes rows
+    // from any thread; rank 0's tracer gets no more events from a run that cannot go on) and
+    // close the file, then let the caller end the process.
+    trainerOptions.onStuckRank = [this, handler = options.onStuckRank](const Status& status) {
+      engine::RunEndEvent end;
+      end.outcome = engine::RunOutcome::kFailed;
+      end.message = status.toString();
+      end.endNs = steadyNowNs();
+      end.stepsDone = m_trainer ? m_trainer->stepsDone() : 0;
+      for (auto& rankTracer : m_rankTracers) rankTracer->onRunEnd(end);  // their queued rows
+      m_tracer->onRunEnd(end);
+      (void)m_writer->close();
+      handler(status);
+    };
   }
   MOEWB_ASSIGN_OR_RETURN(m_trainer, engine::Trainer::create(m_config, std::move(trainerOptions)));
   return singleRank ? loadSingleRankState(options) : Status::ok();
@@ -273,6 +276,8 @@ Result<RunSummary> TrainingRun::run() {
 }
 
 void TrainingRun::requestStop() { m_trainer->requestStop(); }
+
+int64_t TrainingRun::committedSteps() const { return m_writer->committedSteps(); }
 
 std::future<Status> TrainingRun::post(engine::TrainerCommand command) {
   return m_trainer->post(std::move(command));

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "moewb/base/units.h"
+#include "moewb/storage/run_liveness.h"
 #include "moewb/storage/trace_reader.h"
 
 #ifndef MOEWB_TOOL_VERSION
@@ -330,6 +331,7 @@ Status writeInitialMeta(Database& db) {
       {kMetaCreatedUnixNs, std::to_string(unixNowNs())},
       {kMetaClockDomain, kClockDomain},
       {kMetaMaxSliceDurNs, "0"},
+      {kMetaHeartbeatUnixMs, std::to_string(unixNowNs() / kNsPerMs)},
   };
   for (const auto& [key, value] : rows) {
     MOEWB_RETURN_IF_ERROR(insert.bindText(1, key));

@@ -6,12 +6,18 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <utility>
 
+#include "moewb/base/units.h"
+#include "moewb/storage/run_liveness.h"
 #include "schema.h"
 
 namespace moewb::storage {
@@ -71,7 +77,9 @@ Status createEmptyFile(const std::string& path, bool overwrite) {
 }  // namespace
 
 SqliteTraceWriter::SqliteTraceWriter(std::string path, WriterOptions options)
-    : m_path(std::move(path)), m_options(options) {}
+    : m_path(std::move(path)),
+      m_options(options),
+      m_queue(size_t(std::max<int64_t>(1, options.maxQueuedOps))) {}
 
 SqliteTraceWriter::~SqliteTraceWriter() {
   (void)close();
@@ -236,6 +244,10 @@ void SqliteTraceWriter::addStep(const StepRow& step) {
 void SqliteTraceWriter::setMeta(const std::string& key, const std::string& value) {
   push(MetaOp{key, value});
 }
+void SqliteTraceWriter::addBackPressureWait(int64_t ns) {
+  m_upstreamWaits.fetch_add(1);
+  m_upstreamWaitNs.fetch_add(std::max<int64_t>(0, ns));
+}
 
 Status SqliteTraceWriter::flush() {
   const uint64_t ticket = m_queue.pushSync(/*commit=*/true);
@@ -294,7 +306,14 @@ Status SqliteTraceWriter::currentError() const {
 
 void SqliteTraceWriter::writerLoop() {
   std::vector<WriterQueue::Chunk> batch;
-  while (m_queue.popAll(batch)) {
+  while (m_queue.popAll(batch, std::chrono::milliseconds(kHeartbeatPeriodMs))) {
+    if (batch.empty()) {  // idle: a heartbeat-only commit, so readers see the writer alive
+      if (m_failed) continue;
+      Status status = beginIfNeeded();
+      if (status.isOk()) status = commit();
+      if (!status.isOk()) fail(status);
+      continue;
+    }
     for (WriterQueue::Chunk& chunk : batch) {
       for (WriteOp& op : chunk) applyOp(op);
     }
@@ -356,6 +375,7 @@ void SqliteTraceWriter::fail(const Status& status) {
   recordError(status);
   m_failed = true;
   m_bufferedSlices = 0;  // counted in m_pendingRows; dropped with the transaction
+  m_pendingNextStep.clear();
   if (m_inTransaction) {
     // The rolled-back rows are lost too; a failing ROLLBACK leaves nothing more to report.
     (void)m_stmts.rollback.run();
@@ -381,10 +401,43 @@ Status SqliteTraceWriter::commit() {
     MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.run());
     m_maxSliceDurDirty = false;
   }
+  MOEWB_RETURN_IF_ERROR(writeHeartbeatAndWaits());
   MOEWB_RETURN_IF_ERROR(m_stmts.commit.run());
   m_inTransaction = false;
   m_pendingRows = 0;
+  noteCommittedSteps();
   return Status::ok();
+}
+
+Status SqliteTraceWriter::writeHeartbeatAndWaits() {
+  MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.bindAll(
+      kMetaHeartbeatUnixMs, std::to_string(unixNowNs() / kNsPerMs)));
+  MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.run());
+  const int64_t waits = m_queue.waits() + m_upstreamWaits.load();
+  if (waits == m_waitsWritten) return Status::ok();
+  const int64_t waitMs = (m_queue.waitNs() + m_upstreamWaitNs.load()) / kNsPerMs;
+  const StatRow rows[] = {
+      {"trace_writer_waits", "info", waits,
+       "times the run waited for the trace writer to catch up (its queues are bounded); total "
+       "in trace_writer_wait_ms"},
+      {"trace_writer_wait_ms", "info", waitMs,
+       "milliseconds the run spent waiting for the trace writer (trace_writer_waits)"},
+  };
+  for (const StatRow& row : rows) MOEWB_RETURN_IF_ERROR(applyRow(row));
+  m_waitsWritten = waits;
+  return Status::ok();
+}
+
+void SqliteTraceWriter::noteCommittedSteps() {
+  for (const auto& [rank, next] : m_pendingNextStep) {
+    int64_t& committed = m_rankNextStep[rank];
+    committed = std::max(committed, next);
+  }
+  m_pendingNextStep.clear();
+  if (m_rankNextStep.empty()) return;
+  int64_t steps = INT64_MAX;
+  for (const auto& [rank, next] : m_rankNextStep) steps = std::min(steps, next);
+  m_committedSteps.store(steps);
 }
 
 Result<int64_t> SqliteTraceWriter::internString(const std::string& text) {
@@ -409,6 +462,7 @@ Status SqliteTraceWriter::applyRow(const FinishRunOp& op) {
 }
 
 Status SqliteTraceWriter::applyRow(const TrackRow& row) {
+  m_rankNextStep.try_emplace(row.rank, 0);  // a rank counts for committedSteps from its track on
   MOEWB_RETURN_IF_ERROR(
       m_stmts.insertTrack.bindAll(row.id.value, row.name, row.kind, row.rank, row.threadId));
   return m_stmts.insertTrack.run();
@@ -528,7 +582,10 @@ Status SqliteTraceWriter::applyRow(const StepRow& row) {
   MOEWB_RETURN_IF_ERROR(m_stmts.upsertStep.bindAll(
       row.run.value, row.rank, row.step, row.startNs, row.endNs, row.loss, row.auxLoss, row.tokens,
       row.tokensPerSecond, row.peakBytes, row.gradNorm, row.lr));
-  return m_stmts.upsertStep.run();
+  MOEWB_RETURN_IF_ERROR(m_stmts.upsertStep.run());
+  int64_t& next = m_pendingNextStep[row.rank];
+  next = std::max(next, row.step + 1);
+  return Status::ok();
 }
 
 Status SqliteTraceWriter::applyRow(const MetaOp& op) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +53,8 @@ class SqliteTraceWriter final : public TraceWriter {
   void addStep(const StepRow& step) override;
   void setMeta(const std::string& key, const std::string& value) override;
   Status health() const override { return currentError(); }
+  int64_t committedSteps() const override { return m_committedSteps.load(); }
+  void addBackPressureWait(int64_t ns) override;
   Status flush() override;
   Status close() override;
   const std::string& path() const override { return m_path; }
@@ -130,6 +133,13 @@ class SqliteTraceWriter final : public TraceWriter {
   Status commit();
   void fail(const Status& status);
 
+  // Writer thread: folds the step rows of the transaction just committed into the per-rank
+  // committed steps and updates m_committedSteps.
+  void noteCommittedSteps();
+  // Writer thread, inside the open transaction: the heartbeat meta row and, when they changed,
+  // the back-pressure stats rows.
+  Status writeHeartbeatAndWaits();
+
   void recordError(const Status& status);
   Status currentError() const;
   Status checkpointAndCloseDatabase();
@@ -144,6 +154,9 @@ class SqliteTraceWriter final : public TraceWriter {
   std::atomic<int64_t> m_nextRunId{1};
   std::atomic<int64_t> m_nextTrackId{1};
   std::atomic<int64_t> m_droppedRows{0};
+  std::atomic<int64_t> m_committedSteps{0};
+  std::atomic<int64_t> m_upstreamWaits{0};
+  std::atomic<int64_t> m_upstreamWaitNs{0};
 
   // Owned by the writer thread.
   int64_t m_sliceValues[kSliceBatchRows * kSliceColumns] = {};
@@ -154,6 +167,9 @@ class SqliteTraceWriter final : public TraceWriter {
   int64_t m_pendingRows = 0;    // rows in the open transaction
   int64_t m_maxSliceDurNs = 0;  // longest slice so far, mirrored into meta on commit
   bool m_maxSliceDurDirty = false;
+  std::map<int32_t, int64_t> m_rankNextStep;     // rank with a track -> last committed step + 1
+  std::map<int32_t, int64_t> m_pendingNextStep;  // the same for the open transaction's step rows
+  int64_t m_waitsWritten = 0;                    // back-pressure waits in the stats rows
 
   mutable std::mutex m_errorMutex;
   Status m_firstError;  // guarded by m_errorMutex

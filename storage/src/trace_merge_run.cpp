@@ -4,10 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "moewb/base/units.h"
+#include "moewb/storage/run_liveness.h"
 #include "moewb/storage/trace_reader.h"
 #include "schema.h"
 #include "trace_merge_internal.h"
@@ -74,7 +77,23 @@ Status insertRun(Database& out, const RunRow& run) {
 // Meta keys whose per-file values are not worth keeping per rank.
 bool isRecomputedMetaKey(const std::string& key) {
   return key == kMetaMaxSliceDurNs || key == kMetaSchemaVersion || key == kMetaFormat ||
-         key == kMetaClockDomain;
+         key == kMetaClockDomain || key == kMetaHeartbeatUnixMs;
+}
+
+// The newest heartbeat of the inputs (a merged "running" run is live only while some rank's
+// writer is); nullopt when no input has a readable one.
+std::optional<int64_t> newestHeartbeat(const std::vector<MergeSource>& sources) {
+  std::optional<int64_t> newest;
+  for (const MergeSource& source : sources) {
+    auto it = source.meta.find(kMetaHeartbeatUnixMs);
+    if (it == source.meta.end()) continue;
+    int64_t value = 0;
+    const std::string& text = it->second;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size()) continue;
+    newest = std::max(newest.value_or(value), value);
+  }
+  return newest;
 }
 
 std::map<std::string, std::string> mergedMeta(const std::vector<MergeSource>& sources,
@@ -107,6 +126,10 @@ std::map<std::string, std::string> mergedMeta(const std::vector<MergeSource>& so
         meta[key + suffix] = it == sources[i].meta.end() ? "" : it->second;
       }
     }
+  }
+  meta.erase(kMetaHeartbeatUnixMs);
+  if (const std::optional<int64_t> heartbeat = newestHeartbeat(sources)) {
+    meta[kMetaHeartbeatUnixMs] = std::to_string(*heartbeat);
   }
   meta["merged_inputs"] = std::to_string(sources.size());
   meta["merged_unix_ns"] = std::to_string(unixNowNs());

@@ -22,9 +22,19 @@ uint64_t WriterQueue::pushSync(bool commit) {
     ticket = ++m_lastTicket;
     if (m_pending.empty() || m_pending.back().size() == kChunkOps) addChunkLocked();
     m_pending.back().emplace_back(SyncOp{ticket, commit});
+    ++m_pendingOps;
   }
   m_ready.notify_one();
   return ticket;
+}
+
+void WriterQueue::waitForRoomLocked(std::unique_lock<std::mutex>& lock) {
+  const auto start = std::chrono::steady_clock::now();
+  m_room.wait(lock, [&] { return m_pendingOps < m_capacity || m_closed; });
+  const auto waited = std::chrono::steady_clock::now() - start;
+  m_waits.fetch_add(1, std::memory_order_relaxed);
+  m_waitNs.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+                     std::memory_order_relaxed);
 }
 
 bool WriterQueue::popAll(std::vector<Chunk>& out) {
@@ -32,6 +42,22 @@ bool WriterQueue::popAll(std::vector<Chunk>& out) {
   m_ready.wait(lock, [&] { return !m_pending.empty() || m_closed; });
   if (m_pending.empty()) return false;
   std::swap(out, m_pending);
+  m_pendingOps = 0;
+  lock.unlock();
+  m_room.notify_all();
+  return true;
+}
+
+bool WriterQueue::popAll(std::vector<Chunk>& out, std::chrono::milliseconds idle) {
+  std::unique_lock lock(m_mutex);
+  if (!m_ready.wait_for(lock, idle, [&] { return !m_pending.empty() || m_closed; })) {
+    return true;  // idle: nothing pending, not closed
+  }
+  if (m_pending.empty()) return false;
+  std::swap(out, m_pending);
+  m_pendingOps = 0;
+  lock.unlock();
+  m_room.notify_all();
   return true;
 }
 
@@ -53,6 +79,7 @@ void WriterQueue::close() {
     m_closed = true;
   }
   m_ready.notify_one();
+  m_room.notify_all();
 }
 
 void WriterQueue::markDone(uint64_t ticket) {

@@ -6,9 +6,16 @@
 // move earlier ops (a growing vector would move every queued op and touch fresh pages). Sync
 // tickets let flush() wait until the writer has applied (and committed) every op queued before
 // it. Ordering: ops are applied in push order. Costs: push is one lock, one row copy and, when
-// the queue was empty, one notify. The queue is unbounded: the hot path never blocks on the disk.
+// the queue was empty, one notify.
+// Back-pressure: the queue holds at most `capacity` ops that the writer has not taken yet; a push
+// into a full queue waits until the writer takes the pending chunks (or the queue closes), so a
+// writer slower than its producers slows them down instead of letting the trace fall arbitrarily
+// far behind the run (and a SIGKILL lose all of it). Each such wait is counted (waits(),
+// waitNs()). Sync ops do not wait: flush() must always be able to queue its marker.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -64,8 +71,12 @@ class WriterQueue {
   static constexpr size_t kChunkOps = 512;   // ~70 KB: below malloc's mmap threshold
   static constexpr size_t kPooledChunks = 64;
 
-  // Appends a WriteOp built from `op` (one of its alternatives); returns false (op dropped) once
-  // close() was called. Any thread.
+  // At most `capacity` (>= 1) ops pending before a push waits.
+  explicit WriterQueue(size_t capacity = SIZE_MAX) : m_capacity(capacity < 1 ? 1 : capacity) {}
+
+  // Appends a WriteOp built from `op` (one of its alternatives), first waiting while `capacity`
+  // ops are pending; returns false (op dropped) once close() was called. Any thread but the
+  // writer's.
   template <typename T>
   bool push(T&& op);
   // Appends a SyncOp and returns its ticket, or 0 once closed. Any thread.
@@ -74,6 +85,9 @@ class WriterQueue {
   // chunks (ops in order) into `out` (which must be empty). Returns false when closed and
   // nothing is pending.
   bool popAll(std::vector<Chunk>& out);
+  // The same, but returns true with `out` empty when nothing was pending for `idle` (so the
+  // writer can do periodic work, such as a heartbeat, while the run adds no rows).
+  bool popAll(std::vector<Chunk>& out, std::chrono::milliseconds idle);
   // Writer thread: destroys the ops in `chunks`, keeps a few emptied chunks for later pushes and
   // leaves `chunks` empty.
   void recycle(std::vector<Chunk>& chunks);
@@ -87,13 +101,24 @@ class WriterQueue {
   // Blocks until `ticket` was handled (or the writer exited). Any thread.
   void waitDone(uint64_t ticket);
 
+  // Pushes that waited for room, and their total wait in ns, since construction. Any thread.
+  int64_t waits() const { return m_waits.load(std::memory_order_relaxed); }
+  int64_t waitNs() const { return m_waitNs.load(std::memory_order_relaxed); }
+
  private:
   // Appends an empty chunk (from the pool when it has one) to m_pending. Holds m_mutex.
   void addChunkLocked();
+  // Waits while the queue is full and open; counts the wait. Holds `lock` on m_mutex.
+  void waitForRoomLocked(std::unique_lock<std::mutex>& lock);
 
   std::mutex m_mutex;
   std::condition_variable m_ready;  // ops pending or closed
   std::condition_variable m_done;   // m_doneTicket advanced
+  std::condition_variable m_room;   // the writer took the pending ops, or closed
+  const size_t m_capacity;
+  size_t m_pendingOps = 0;       // ops in m_pending
+  std::atomic<int64_t> m_waits{0};
+  std::atomic<int64_t> m_waitNs{0};
   std::vector<Chunk> m_pending;  // pending ops in order; only the last chunk may be part-full
   std::vector<Chunk> m_pool;     // empty chunks with capacity kChunkOps
   bool m_closed = false;
@@ -106,11 +131,13 @@ template <typename T>
 bool WriterQueue::push(T&& op) {
   bool wasEmpty = false;
   {
-    std::lock_guard lock(m_mutex);
+    std::unique_lock lock(m_mutex);
+    if (m_pendingOps >= m_capacity && !m_closed) waitForRoomLocked(lock);
     if (m_closed) return false;
     wasEmpty = m_pending.empty();
     if (wasEmpty || m_pending.back().size() == kChunkOps) addChunkLocked();
     m_pending.back().emplace_back(std::in_place_type<std::decay_t<T>>, std::forward<T>(op));
+    ++m_pendingOps;
   }
   // The writer only sleeps when it found the queue empty, so one notify per burst is enough.
   if (wasEmpty) m_ready.notify_one();

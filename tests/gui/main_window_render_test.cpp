@@ -1,8 +1,10 @@
 // Offscreen render test: the main window on a real trace file draws a non-blank timeline and
 // heat map; errors opening a file reach the status bar instead of crashing.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <QApplication>
+#include <QDateTime>
 #include <QFileInfo>
 #include <QImage>
 #include <QMouseEvent>
@@ -158,6 +160,38 @@ TEST_F(MainWindowRenderTest, StopEndsARunEarly) {
       << finished.at(0).at(1).toString().toStdString();
   EXPECT_EQ(window.document()->run()->status, "stopped");
   EXPECT_LT(window.document()->stepModel()->rowCount(), 100'000);
+}
+
+// Issue 19, item 7: a trace still marked "running" says in the status bar whether its writer is
+// alive, from the writer's heartbeat (meta heartbeat_unix_ms).
+TEST_F(MainWindowRenderTest, StatusBarTellsALiveWriterFromADeadOne) {
+  const QString file = m_dir.filePath(QStringLiteral("unfinished.sqlite"));
+  MainWindow window;
+  window.setErrorDialogsEnabled(false);
+  {
+    auto trace = testing::TestTrace::create(file.toStdString(), 2, 4);
+    ASSERT_TRUE(trace.isOk()) << trace.status().toString();
+    ASSERT_TRUE(trace.value()->addStep(0).isOk());
+    ASSERT_TRUE(window.openFile(file).isOk());
+    EXPECT_TRUE(window.runStatusText().startsWith(QStringLiteral("run: running (last heartbeat ")))
+        << window.runStatusText().toStdString();
+  }  // the writer goes away without finishing the run, as after a SIGKILL
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(file.toUtf8().constData(), &db), SQLITE_OK);
+  const std::string sql = "UPDATE meta SET value = '" +
+                          std::to_string(QDateTime::currentMSecsSinceEpoch() - 3'600'000) +
+                          "' WHERE key = 'heartbeat_unix_ms'";
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(sqlite3_changes(db), 1);
+  sqlite3_close(db);
+  ASSERT_TRUE(window.openFile(file).isOk());
+  EXPECT_EQ(window.document()->run()->status, "running");
+  EXPECT_TRUE(window.runStatusText().startsWith(
+      QStringLiteral("run: ended without closing (writer died; last heartbeat 60 min ago)")))
+      << window.runStatusText().toStdString();
+  // A finished trace just says how it ended.
+  ASSERT_TRUE(window.openFile(m_file).isOk());
+  EXPECT_EQ(window.runStatusText(), QStringLiteral("run: completed"));
 }
 
 TEST_F(MainWindowRenderTest, MemoryChartDrawsFourSeriesOrSaysThereAreNone) {

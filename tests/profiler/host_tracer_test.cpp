@@ -7,11 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
+#include "host_trace_batch.h"
 #include "moewb/storage/trace_reader.h"
 #include "moewb/storage/trace_writer.h"
 
@@ -195,7 +200,18 @@ class CallLog final : public storage::TraceWriter {
   void addCudaApi(const storage::SliceRow&, const storage::CudaApiRow&) override {}
   void addGpuMemory(const storage::GpuMemoryRow&) override {}
   void addStat(const storage::StatRow&) override {}
-  void addStep(const storage::StepRow& step) override { log("step " + std::to_string(step.step)); }
+  void addStep(const storage::StepRow& step) override {
+    {
+      std::unique_lock lock(m_mutex);
+      m_released.wait(lock, [&] { return !m_holdSteps; });
+    }
+    log("step " + std::to_string(step.step));
+  }
+  void addBackPressureWait(int64_t ns) override {
+    std::lock_guard lock(m_mutex);
+    ++m_waits;
+    m_waitNs += ns;
+  }
   void setMeta(const std::string&, const std::string&) override {}
   Status flush() override { return Status::ok(); }
   Status close() override { return Status::ok(); }
@@ -205,6 +221,22 @@ class CallLog final : public storage::TraceWriter {
     std::lock_guard lock(m_mutex);
     return m_calls;
   }
+  // true: addStep blocks (a writer that cannot keep up) until called with false.
+  void holdSteps(bool hold) {
+    {
+      std::lock_guard lock(m_mutex);
+      m_holdSteps = hold;
+    }
+    m_released.notify_all();
+  }
+  int64_t waits() {
+    std::lock_guard lock(m_mutex);
+    return m_waits;
+  }
+  int64_t waitNs() {
+    std::lock_guard lock(m_mutex);
+    return m_waitNs;
+  }
 
  private:
   void log(std::string call) {
@@ -212,6 +244,10 @@ class CallLog final : public storage::TraceWriter {
     m_calls.push_back(std::move(call));
   }
   std::mutex m_mutex;
+  std::condition_variable m_released;
+  bool m_holdSteps = false;
+  int64_t m_waits = 0;
+  int64_t m_waitNs = 0;
   std::vector<std::string> m_calls;
   int64_t m_tracks = 0;
   std::string m_path = "call-log";
@@ -275,6 +311,37 @@ TEST(HostTracer, QueuesEveryRowOfAStepBeforeItsStepRowInEventOrder) {
     EXPECT_LT(indexOf(calls, "counter lr 1"), indexOf(calls, "step 1"));
     EXPECT_LT(indexOf(calls, "counter grad_norm 2"), indexOf(calls, "step 2"));
     EXPECT_EQ(std::count(calls.begin(), calls.end(), "track memory"), 1);
+  }
+}
+
+// Issue 19, item 7: the tracer's queue to its helper thread is bounded, so an engine faster than
+// the writer waits (and the wait is reported to the writer's stats) instead of running ahead of
+// the trace without limit.
+TEST(HostTracer, ASlowWriterHoldsTheEngineWithinAFewSteps) {
+  CallLog writer;
+  writer.holdSteps(true);
+  HostTracer tracer(&writer);
+  tracer.onRunStart({.name = "t", .backend = "cpu", .worldSize = 1, .startNs = 0});
+  std::atomic<int> traced{0};
+  std::thread engine([&] {
+    for (int64_t step = 0; step < 6; ++step) {
+      traceStep(tracer, step, "lr");
+      traced.fetch_add(1);
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Step 0 is with the (blocked) helper, the next kMaxPendingBatches wait for it, and the
+  // engine's next onStep waits for room.
+  EXPECT_EQ(traced.load(), 1 + int(detail::RowPump::kMaxPendingBatches));
+  writer.holdSteps(false);
+  engine.join();
+  EXPECT_EQ(traced.load(), 6);
+  EXPECT_GE(writer.waits(), 1);
+  EXPECT_GE(writer.waitNs(), 100'000'000);
+  tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 50, .stepsDone = 6});
+  const std::vector<std::string> calls = writer.calls();
+  for (int64_t step = 0; step < 6; ++step) {
+    EXPECT_GE(indexOf(calls, "step " + std::to_string(step)), 0) << step;
   }
 }
 

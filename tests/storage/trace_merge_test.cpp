@@ -484,6 +484,23 @@ TEST(TraceMerge, MissingRanksAreRefusedUnlessAllowedAndThenRecorded) {
   EXPECT_EQ(one(out, "SELECT value FROM stats WHERE name = 'merge_missing_ranks'"), "2");
 }
 
+// Issue 19, item 7: the merged file's heartbeat is the newest of its inputs' (a merged "running"
+// run looks alive only while some rank's writer was), not one value per rank.
+TEST(TraceMerge, HeartbeatIsTheNewestOfTheInputs) {
+  TempDir dir;
+  const std::vector<std::string> inputs = writeRankFiles(dir, RunSpec{}, kShifts, 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t heartbeat = 1'000'000 + (i == 2 ? 500 : int64_t(i));
+    execSql(inputs[i], "UPDATE meta SET value = '" + std::to_string(heartbeat) +
+                           "' WHERE key = 'heartbeat_unix_ms'");
+  }
+  const std::string out = dir.path("merged.db");
+  auto merged = mergeTraces(inputs, out);
+  ASSERT_TRUE(merged.isOk()) << merged.status().toString();
+  EXPECT_EQ(one(out, "SELECT value FROM meta WHERE key = 'heartbeat_unix_ms'"), "1000500");
+  EXPECT_EQ(one(out, "SELECT count(*) FROM meta WHERE key LIKE 'heartbeat_unix_ms.rank%'"), "0");
+}
+
 // The refusals: the message names the file and the problem; nothing is written.
 class TraceMergeRefuses : public ::testing::Test {
  protected:

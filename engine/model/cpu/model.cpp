@@ -17,6 +17,12 @@
 #include "runtime/tensor/rng.h"
 
 namespace moewb::engine {
+
+void ForwardResult::noteAuxTerm(int32_t layer, const char* name, double value) {
+  if (!nonFiniteAuxTerm.empty() || std::isfinite(value)) return;
+  nonFiniteAuxTerm = "layer " + std::to_string(layer) + " " + name + " = " +
+                     std::to_string(value);
+}
 namespace {
 
 constexpr uint64_t kWeightStream = 0x77656967687473ull;  // "weights"
@@ -449,6 +455,8 @@ ForwardResult Model<T>::forward(const Batch& batch, PhaseRecorder* recorder) {
     layerForward(l, h, recorder);
     const LayerActs& a = m_acts[size_t(l)];
     result.auxLoss += a.moe.aux.loss + a.mixer.auxLoss;
+    result.noteAuxTerm(l, "MoE balancing losses", a.moe.aux.loss);
+    result.noteAuxTerm(l, "mixer aux loss (sparse attention: indexer KL)", a.mixer.auxLoss);
     result.expertCounts.push_back(a.moe.aux.counts);
     result.expertDropped.push_back(a.moe.aux.dropped);
     std::vector<double> bias(size_t(m_dims.numExperts), 0.0);

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/batch.h"
@@ -50,7 +51,12 @@ struct ForwardResult {
   std::vector<std::vector<int64_t>> expertCounts;   // [L][E] assignments selected, sum N k
   std::vector<std::vector<int64_t>> expertDropped;  // [L][E] assignments dropped by capacity
   std::vector<std::vector<double>> expertBias;      // [L][E] selection bias (0s when unused)
+  // The first aux-loss term that is not finite, e.g. "layer 3 MoE balancing loss = inf" (empty
+  // when all are): where a divergence shows first.
+  std::string nonFiniteAuxTerm;
   double totalLoss() const { return loss + auxLoss; }
+  // Records `value` of the term named `name` of `layer` if it is the first non-finite one.
+  void noteAuxTerm(int32_t layer, const char* name, double value);
 };
 
 template <typename T>

@@ -318,19 +318,24 @@ Result<ForwardResult> CudaModel::readForwardResult() {
     const MoeSavedCuda& moe = a.moe;
     MOEWB_ASSIGN_OR_RETURN(Tensor<int32_t> counts, toHost(m_context, moe.switchAux.counts));
     double aux = 0;
+    const int32_t layer = int32_t(l);
     MOEWB_ASSIGN_OR_RETURN(Tensor<float> switchLoss, toHost(m_context, moe.switchAux.loss));
     aux += double(switchLoss[0]);
+    result.noteAuxTerm(layer, "MoE switch aux loss", switchLoss[0]);
     if (!moe.seqAux.loss.empty()) {
       MOEWB_ASSIGN_OR_RETURN(Tensor<float> seqLoss, toHost(m_context, moe.seqAux.loss));
       aux += double(seqLoss[0]);
+      result.noteAuxTerm(layer, "MoE sequence aux loss", seqLoss[0]);
     }
     if (!moe.zLoss.empty()) {
       MOEWB_ASSIGN_OR_RETURN(Tensor<float> zLoss, toHost(m_context, moe.zLoss));
       aux += double(zLoss[0]);
+      result.noteAuxTerm(layer, "router z-loss", zLoss[0]);
     }
     if (const DeviceTensor<float>* mixerAux = mixerAuxLossCuda(a.mixer)) {
       MOEWB_ASSIGN_OR_RETURN(Tensor<float> value, toHost(m_context, *mixerAux));
       aux += double(value[0]);
+      result.noteAuxTerm(layer, "mixer aux loss (sparse attention: indexer KL)", value[0]);
     }
     result.auxLoss += aux;
     std::vector<int64_t> perExpert(size_t(e), 0);

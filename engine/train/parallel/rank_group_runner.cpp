@@ -2,6 +2,7 @@
 // trainer thread, under runRanks / runVirtualGpuRanks so a failing rank aborts the others.
 #include "train/parallel/rank_group_runner.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "comm/in_process_comm.h"
@@ -10,8 +11,13 @@
 
 namespace moewb::engine {
 
-RankGroupRunner::RankGroupRunner(const ValidConfig& config)
-    : m_config(config), m_gpu(config->run.backend == "cuda") {}
+RankGroupRunner::RankGroupRunner(const ValidConfig& config,
+                                 std::function<void(const Status&)> onStuckRank,
+                                 std::function<void(int32_t, int64_t)> beforeRankStep)
+    : m_config(config),
+      m_onStuckRank(std::move(onStuckRank)),
+      m_beforeRankStep(std::move(beforeRankStep)),
+      m_gpu(config->run.backend == "cuda") {}
 
 RankGroupRunner::~RankGroupRunner() { (void)finish(); }
 
@@ -66,6 +72,7 @@ Status RankGroupRunner::rankMain(Communicator& world) {
         break;
       }
       case TaskKind::kStep: {
+        if (m_beforeRankStep) m_beforeRankStep(rank, stepper->stepsDone());
         Result<RankStepOutcome> outcome = stepper->step();
         result.status = outcome.status();
         if (outcome.isOk()) result.outcome = std::move(outcome).value();
@@ -77,7 +84,10 @@ Status RankGroupRunner::rankMain(Communicator& world) {
     const Status status = result.status;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
-      if (!status.isOk()) m_failed = true;
+      if (!status.isOk()) {
+        m_failed = true;
+        if (m_firstError.isOk()) m_firstError = status.withContext("rank " + std::to_string(rank));
+      }
       m_results[size_t(rank)] = std::move(result);
       --m_pending;
     }
@@ -93,8 +103,19 @@ Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
   m_sinks = sinks;
   m_sinks.resize(size_t(world), nullptr);
   m_results.resize(size_t(world));
+  m_returned.assign(size_t(world), false);
   m_driver = std::thread([this, world] {
-    const auto body = [this](Communicator& comm) { return rankMain(comm); };
+    const auto body = [this](Communicator& comm) {
+      struct Returned {  // also when rankMain throws
+        RankGroupRunner* runner;
+        int32_t rank;
+        ~Returned() {
+          std::lock_guard<std::mutex> lock(runner->m_mutex);
+          runner->m_returned[size_t(rank)] = true;
+        }
+      } returned{this, comm.rank()};
+      return rankMain(comm);
+    };
     const std::chrono::milliseconds timeout(m_config->parallel.timeoutMs);
     Status status = m_gpu ? runVirtualGpuRanks(world, 0, body, timeout)
                           : runRanks(world, body, timeout);
@@ -133,13 +154,40 @@ Result<std::vector<RankGroupRunner::RankResult>> RankGroupRunner::dispatch(Task 
     // and the group's status is the first error in time, with the rank that reported it.
     m_abort = true;
     m_taskReady.notify_all();
-    m_resultReady.wait(lock, [&] { return m_groupEnded; });
+    awaitGroupEnd(lock);
     return groupOver();
   }
   return m_results;
 }
 
-Result<std::vector<RankStepOutcome>> RankGroupRunner::step(const StepRequest& /*request*/) {
+std::chrono::milliseconds RankGroupRunner::stuckGrace() const {
+  return std::min(std::chrono::milliseconds(m_config->parallel.timeoutMs),
+                  std::chrono::milliseconds(2000));
+}
+
+void RankGroupRunner::awaitGroupEnd(std::unique_lock<std::mutex>& lock) {
+  const std::chrono::milliseconds grace = stuckGrace();
+  if (m_resultReady.wait_for(lock, grace, [&] { return m_groupEnded; }) || !m_onStuckRank) {
+    m_resultReady.wait(lock, [&] { return m_groupEnded; });
+    return;
+  }
+  std::string stuck;
+  for (size_t r = 0; r < m_returned.size(); ++r) {
+    if (!m_returned[r]) stuck += (stuck.empty() ? "rank " : ", rank ") + std::to_string(r);
+  }
+  const Status status = cancelled(
+      stuck + " stuck in step " + std::to_string(m_step) + ": still running " +
+      std::to_string(grace.count()) + " ms after the run failed (" +
+      (m_firstError.isOk() ? std::string("a rank ended") : m_firstError.message()) +
+      "), and a rank thread cannot be stopped from outside");
+  lock.unlock();
+  m_onStuckRank(status);  // normally ends the process
+  lock.lock();
+  m_resultReady.wait(lock, [&] { return m_groupEnded; });
+}
+
+Result<std::vector<RankStepOutcome>> RankGroupRunner::step(const StepRequest& request) {
+  m_step = request.step;
   MOEWB_ASSIGN_OR_RETURN(std::vector<RankResult> results, dispatch({TaskKind::kStep}));
   std::vector<RankStepOutcome> outcomes;
   outcomes.reserve(results.size());

@@ -7,11 +7,17 @@
 // Faults: a rank that fails, throws or stalls makes the others fail within parallel.timeout_ms;
 // the call then returns the first error in time, prefixed with the rank that reported it and
 // naming the rank that failed or did not arrive, and the group is over (later calls fail).
+// A rank thread that has not returned stuckGrace() after that failure (stalled in compute, a
+// deadlock) cannot be stopped: the runner then calls onStuckRank once, on the trainer thread,
+// with a status naming the stuck ranks and the step, so the application can record the failure
+// and end the process (TrainerOptions::onStuckRank); without one, or when it returns, it waits.
 // Methods are called from the trainer thread only.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,8 +31,11 @@ namespace moewb::engine {
 
 class RankGroupRunner final : public StepRunner {
  public:
-  // `config` has parallel.world_size > 1. Starts nothing.
-  explicit RankGroupRunner(const ValidConfig& config);
+  // `config` has parallel.world_size > 1. `onStuckRank` and `beforeRankStep` are
+  // TrainerOptions' (may be empty). Starts nothing.
+  explicit RankGroupRunner(const ValidConfig& config,
+                           std::function<void(const Status&)> onStuckRank = {},
+                           std::function<void(int32_t, int64_t)> beforeRankStep = {});
   ~RankGroupRunner() override;
 
   std::string backendName() const override { return m_gpu ? "cuda" : "cpu"; }
@@ -56,8 +65,17 @@ class RankGroupRunner final : public StepRunner {
   // returns the group's first error.
   Result<std::vector<RankResult>> dispatch(Task task);
   Status groupOver();  // the error of a group that has ended (lock held)
+  // How long the trainer thread waits for the rank threads to return after a failure before
+  // reporting the late ones as stuck: parallel.timeout_ms, at most 2 s (a healthy rank returns
+  // at its next collective, which the abort fails at once).
+  std::chrono::milliseconds stuckGrace() const;
+  // After a failure, waits up to stuckGrace() for every rank thread to return, then reports the
+  // rest through m_onStuckRank and waits on. Lock held.
+  void awaitGroupEnd(std::unique_lock<std::mutex>& lock);
 
   ValidConfig m_config;
+  std::function<void(const Status&)> m_onStuckRank;
+  std::function<void(int32_t, int64_t)> m_beforeRankStep;
   bool m_gpu = false;
   std::vector<EventSink*> m_sinks;  // [world_size]
   std::thread m_driver;             // runs the rank threads (runRanks) until they all return
@@ -73,6 +91,9 @@ class RankGroupRunner final : public StepRunner {
   bool m_abort = false;                   // tells idle ranks to return (after a failure)
   bool m_groupEnded = false;              // every rank thread has returned
   Status m_groupStatus;                   // what the rank threads returned (first error)
+  Status m_firstError;                    // the first failure a rank reported, "rank r: ..."
+  std::vector<bool> m_returned;           // [world_size] the rank's thread has returned
+  int64_t m_step = 0;                     // the step of the current (or last) kStep task
   bool m_started = false;
 };
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm/in_process_comm.h"
+#include "moewb/engine/trainer.h"
 #include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine {
@@ -71,6 +72,59 @@ TEST(ParallelFault, StalledRankTimesOutNamingIt) {
   EXPECT_FALSE(status.isOk());
   EXPECT_NE(peerError.find("rank 1"), std::string::npos) << peerError;
   EXPECT_LT(peerSeconds, 1.2) << "the peer waited for the stalled rank instead of timing out";
+}
+
+// Issue 19, item 7: a rank thread stalled past the failure of its peers cannot be stopped, so the
+// trainer reports it through onStuckRank at the timeout plus a short grace (the CLI then ends the
+// process) instead of waiting until the thread returns.
+TEST(ParallelFault, StuckRankIsReportedAtTheTimeoutNotWhenItReturns) {
+  RunConfig config = faultConfig();
+  config.parallel.timeoutMs = 300;
+  const auto stall = std::chrono::milliseconds(4000);
+  std::mutex mutex;
+  std::string stuckMessage;
+  double stuckAfterSeconds = -1;
+  int stuckCalls = 0;
+  const auto start = Clock::now();
+  TrainerOptions options;
+  options.rankSinks = {nullptr, nullptr};
+  options.beforeRankStep = [&](int32_t rank, int64_t step) {
+    if (rank == 1 && step == 1) std::this_thread::sleep_for(stall);
+  };
+  options.onStuckRank = [&](const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++stuckCalls;
+    stuckMessage = status.message();
+    stuckAfterSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  auto trainer = Trainer::create(config, std::move(options));
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  const Status run = (*trainer)->run(5);  // returns once the stalled rank does (no exit here)
+  EXPECT_FALSE(run.isOk());
+  EXPECT_EQ(stuckCalls, 1);
+  EXPECT_NE(stuckMessage.find("rank 1 stuck in step 1"), std::string::npos) << stuckMessage;
+  EXPECT_NE(stuckMessage.find("rank 0"), std::string::npos) << "the first failure is not named";
+  EXPECT_GT(stuckAfterSeconds, 0.3);
+  EXPECT_LT(stuckAfterSeconds, 3.0)
+      << "reported when the stalled rank returned, not at the timeout";
+}
+
+// A rank that fails with an ordinary error returns at once: nothing is stuck, no report.
+TEST(ParallelFault, NoStuckReportWhenEveryRankReturns) {
+  RunConfig config = faultConfig();
+  config.parallel.timeoutMs = 300;
+  int stuckCalls = 0;
+  TrainerOptions options;
+  options.beforeRankStep = [](int32_t rank, int64_t step) {
+    if (rank == 1 && step == 1) throw std::runtime_error("simulated crash");
+  };
+  options.onStuckRank = [&](const Status&) { ++stuckCalls; };
+  auto trainer = Trainer::create(config, std::move(options));
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  const Status run = (*trainer)->run(5);
+  EXPECT_FALSE(run.isOk());
+  EXPECT_NE(run.toString().find("simulated crash"), std::string::npos) << run.toString();
+  EXPECT_EQ(stuckCalls, 0);
 }
 
 }  // namespace

@@ -78,11 +78,18 @@ struct TrainerOptions {
   // Set: this process is one rank of a multi-process run over NCCL on GPU launcher->localRank
   // (parallel.world_size must equal launcher->worldSize).
   std::optional<LauncherRank> launcher;
-  // Multi-process runs: called at most once, from a watchdog thread, when a peer died and this
-  // rank's GPU work could not be stopped within parallel.timeout_ms (a stream stuck behind an
-  // NCCL kernel). It should record the failure and end the process (as PyTorch's NCCL watchdog
-  // does); run() would not return. Empty: the rank keeps waiting.
+  // Called at most once with a status naming the stuck rank when the run has failed but a rank
+  // cannot be stopped, so run() would not return: in a multi-process run from a watchdog thread
+  // when a peer died and this rank's GPU work did not stop within parallel.timeout_ms (a stream
+  // stuck behind an NCCL kernel); with in-process ranks (CPU threads, virtual GPU ranks) from the
+  // training thread when a rank thread has not returned min(parallel.timeout_ms, 2 s) after the
+  // failure (a rank stalled in compute or deadlocked), the status naming it and the step. It
+  // should record the failure and end the process (as PyTorch's NCCL watchdog does). Empty, or
+  // when it returns: the run keeps waiting for the rank.
   std::function<void(const Status&)> onStuckRank;
+  // Tests only: called on in-process rank r's thread before each of its steps with (r, the
+  // step), e.g. to stall one rank. Empty: nothing.
+  std::function<void(int32_t rank, int64_t step)> beforeRankStep;
 };
 
 class Trainer {

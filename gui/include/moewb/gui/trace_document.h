@@ -16,6 +16,7 @@
 
 #include <QObject>
 #include <QString>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -67,6 +68,9 @@ class TraceDocument : public QObject {
   TimeRange timeBounds() const { return m_timeline.bounds(); }
   // Data-quality counters of the file (`stats` table) as of the last open/refresh.
   const std::vector<storage::StatRow>& stats() const { return m_stats; }
+  // The file's meta table as of the last open/refresh (the writer's heartbeat among it:
+  // storage/run_liveness.h).
+  const std::map<std::string, std::string>& meta() const { return m_meta; }
 
   StepTableModel* stepModel() { return &m_steps; }
   ExpertLoadModel* expertLoadModel() { return &m_expertLoad; }
@@ -121,6 +125,7 @@ class TraceDocument : public QObject {
   QString m_path;
   std::optional<storage::RunRow> m_run;
   std::vector<storage::StatRow> m_stats;
+  std::map<std::string, std::string> m_meta;
   std::vector<storage::TrackRow> m_memoryTracks;
   std::vector<storage::TrackRow> m_gpuLaneTracks;
   std::vector<TrackId> m_hostTracks;  // tracks whose slices are loaded (not stream / cuda_api)

@@ -60,11 +60,15 @@ struct TrainingRunOptions {
   bool hostMemoryEvents = true; // false: the host trace drops device-memory events (memory_event
                                 // rows); the overhead benchmark's "phases only" mode
   int32_t launcherRank = -1;    // >= 0: this rank of a multi-process run (see above)
-  // Multi-process runs: called once, from a watchdog thread, after the trace has recorded the run
-  // as failed with `status`, when a peer died and this rank's GPU work could not be stopped
-  // (engine::TrainerOptions::onStuckRank). It should end the process (run() would not
-  // return). Empty: the rank keeps waiting.
+  // Called once, after the trace has recorded the run as failed with `status` and the file was
+  // closed, when a rank cannot be stopped (engine::TrainerOptions::onStuckRank): a multi-process
+  // rank whose GPU work is stuck behind a dead peer (from a watchdog thread), or an in-process
+  // rank thread still stalled after the run failed (from the training thread). It should end
+  // the process (run() would not return). Empty: the run keeps waiting for the rank.
   std::function<void(const Status&)> onStuckRank;
+  // Tests only (engine::TrainerOptions::beforeRankStep): called on in-process rank r's thread
+  // before each of its steps.
+  std::function<void(int32_t rank, int64_t step)> beforeRankStep;
 };
 
 struct RunSummary {
@@ -115,6 +119,10 @@ class TrainingRun {
 
   // Thread-safe; the run ends after the step in progress with status "stopped".
   void requestStop();
+
+  // Thread-safe: steps every rank of the run has committed to the trace file (what a SIGKILL
+  // would keep; storage::TraceWriter::committedSteps). May lag the steps computed by a few steps.
+  int64_t committedSteps() const;
 
   // Thread-safe: pause / resume / single-step / stop / apply a live config patch; handled at the
   // next step boundary (engine::Trainer::post). Accepted patches appear in the trace's

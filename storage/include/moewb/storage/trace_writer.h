@@ -10,6 +10,13 @@
 // Errors: a failed SQLite write is remembered and returned by flush()/close(); the open
 // transaction (rows since the last commit) is rolled back and later rows are dropped and counted.
 // Rows added after close() are dropped too.
+// Back-pressure: at most WriterOptions::maxQueuedOps rows wait for the writer thread; an add*
+// call beyond that blocks until the writer catches up, so the file never falls more than that far
+// behind the run. The waits (count, total ms) go into the stats rows trace_writer_waits and
+// trace_writer_wait_ms (written once there was a wait).
+// Liveness: every commit, and every kHeartbeatPeriodMs while nothing is added, sets the meta key
+// heartbeat_unix_ms to the wall clock, so a reader can tell a run whose writer is alive from one
+// whose process died (storage/run_liveness.h).
 #pragma once
 
 #include <memory>
@@ -24,6 +31,7 @@ namespace moewb::storage {
 struct WriterOptions {
   bool overwrite = false;         // replace an existing file at path
   int64_t maxBatchRows = 50'000;  // commit early when this many rows are pending
+  int64_t maxQueuedOps = 4'096;   // rows (ops) queued for the writer thread before add* waits
 };
 
 class TraceWriter {
@@ -75,6 +83,15 @@ class TraceWriter {
   // removed file), ok while every write succeeded. Any thread. A run checks it at every step
   // boundary so that it stops within a step of the error instead of training on.
   virtual Status health() const { return Status::ok(); }
+  // Steps that are durable in the file: the smallest, over the ranks that have a track in it,
+  // of (that rank's last committed step + 1); 0 before every such rank has committed a step.
+  // The progress line of `moewb run` prints it. Any thread, without waiting.
+  virtual int64_t committedSteps() const { return 0; }
+  // Records that a producer upstream of this writer (a tracer's helper thread with a full
+  // queue of its own) waited `ns` for the writer to catch up; counted with the writer's own
+  // queue waits in trace_writer_waits / trace_writer_wait_ms. Any thread.
+  virtual void addBackPressureWait(int64_t ns) { (void)ns; }
+
   // Flushes, checkpoints the WAL into the main file, switches the file to journal_mode=DELETE
   // (no -wal/-shm left beside it; skipped, keeping WAL mode, while another connection such as a
   // live reader has it open) and stops the writer thread. Idempotent.
