@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   moewb::cli::addCaptureCommand(app, &action);
   moewb::cli::addLaunchCommand(app, &action);
   moewb::cli::addMergeCommand(app, &action);
+  moewb::cli::addTuneCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

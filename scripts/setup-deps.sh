@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config python3 ccache
+  build-essential cmake ninja-build pkg-config python3 ccache git
   libsqlite3-dev sqlite3 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev libgl-dev

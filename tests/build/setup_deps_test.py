@@ -32,6 +32,7 @@ KNOWN_PACKAGES = {
     "GTest": "libgtest-dev",
     "benchmark": "libbenchmark-dev",
     "Python3": "python3",
+    "Git": "git",  # FindGit (a CMake module): the tuner records the commit it was built from
     "CUDAToolkit": None,
 }
 
@@ -140,7 +141,7 @@ def main():
                             f"which scripts/setup-deps.sh does not install")
         # Debian's -dev packages that ship the config file under another name (e.g. a common
         # package) are listed here only when this machine says otherwise.
-        if os.path.exists("/usr/bin/dpkg") and name not in ("Threads", "SQLite3", "Python3", "OpenBLAS"):
+        if os.path.exists("/usr/bin/dpkg") and name not in ("Threads", "SQLite3", "Python3", "OpenBLAS", "Git"):
             owner = config_file_owner(name)
             if owner is not None and owner != debian and owner not in installed_by_script:
                 problems.append(f"{where}: {name}'s CMake config file belongs to the Debian "

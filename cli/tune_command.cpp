@@ -1,0 +1,280 @@
+// `moewb tune`: run (or resume) a tuning study over real short training runs and print its table;
+// `moewb tune --export`: write a study's trial as our TOML, Megatron-Core flags or torchtitan TOML.
+// The work is in the tuner library (moewb/tuner/); this file parses arguments and presents.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "moewb/tuner/exports.h"
+#include "moewb/tuner/study.h"
+#include "output_path.h"
+
+namespace moewb::cli {
+namespace {
+
+struct TuneArgs {
+  std::string configPath;
+  std::string out;
+  std::string budget;
+  std::string objective = "tokens_per_s";
+  std::string knobs;
+  std::string strategy = "auto";
+  std::vector<std::string> overrides;
+  int32_t ranks = 0;
+  int64_t steps = 6;
+  int64_t maxSteps = 48;
+  int64_t gateSteps = 4;
+  double gateLossRel = -1;  // -1: the backend's default (tuner::gateToleranceFor)
+  double gateGradRel = -1;
+  bool quiet = false;
+  std::string exportPath;
+  std::string format = "toml";
+  int64_t trial = 0;
+  bool force = false;
+};
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void onTuneSignal(int) {
+  g_stop.store(true);
+}
+
+int exitFor(const Status& s) {
+  return s.code() == StatusCode::kInternal || s.code() == StatusCode::kResourceExhausted
+             ? kExitFailure
+             : kExitBadInput;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "moewb tune: %s\n", s.message().c_str());
+  return exitFor(s);
+}
+
+std::string human(double v) {
+  char buf[32];
+  if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+// The settings of `row` that differ from the base's, "(base)" for the base itself.
+std::string settingsDiff(const std::string& settings, const std::string& base) {
+  auto mine = tuner::parseSettingsText(settings);
+  auto theirs = tuner::parseSettingsText(base);
+  if (!mine.isOk() || !theirs.isOk() || mine->size() != theirs->size()) return settings;
+  tuner::Settings diff;
+  for (size_t i = 0; i < mine->size(); ++i) {
+    if ((*mine)[i] != (*theirs)[i]) diff.push_back((*mine)[i]);
+  }
+  return diff.empty() ? "(base)" : tuner::settingsText(diff);
+}
+
+void printTrial(const tuner::TrialRecord& t, int64_t n, int64_t planned) {
+  std::printf(
+      "trial %lld/%lld  rung %d  %lld steps  %8s tok/s  %8.2f ms/step  peak %7.2f MiB  "
+      "loss %.4f  %-14s %s\n",
+      static_cast<long long>(n), static_cast<long long>(planned), t.rung,
+      static_cast<long long>(t.steps), human(t.tokensPerSecond).c_str(), t.stepTimeMs,
+      double(t.peakBytes) / (1 << 20), t.finalLoss, tuner::verdictName(t.verdict),
+      t.settings.c_str());
+  if (!t.message.empty()) std::printf("      %s\n", t.message.c_str());
+  std::fflush(stdout);
+}
+
+void printTable(const tuner::StudyResult& r, const TuneArgs& args) {
+  std::string base;
+  for (const auto& row : r.table) {
+    if (row.isBase) base = row.trial.settings;
+  }
+  std::printf("\nstudy %s: %s, %zu candidates (%zu valid), %lld new runs%s, objective %s\n",
+              args.out.c_str(), r.strategy.c_str(), r.candidates, r.validCandidates,
+              static_cast<long long>(r.newRuns), r.budgetExhausted ? " (budget reached)" : "",
+              args.objective.c_str());
+  std::printf("%4s %6s %-14s %5s %9s %9s %9s %8s %8s  %s\n", "rank", "trial", "verdict", "steps",
+              "tok/s", "ms/step", "peak MiB", "loss", "vs base", "settings (change from base)");
+  int rank = 0;
+  for (const auto& row : r.table) {
+    const auto& t = row.trial;
+    const bool ran = t.verdict != tuner::Verdict::kInvalid && t.verdict != tuner::Verdict::kFailed;
+    char ratio[16] = "-";
+    if (row.ratioToBase > 0) std::snprintf(ratio, sizeof ratio, "%.3fx", row.ratioToBase);
+    std::printf("%4d %6lld %-14s %5lld %9s %9.2f %9.2f %8.4f %8s  %s\n", ++rank,
+                static_cast<long long>(t.id), tuner::verdictName(t.verdict),
+                static_cast<long long>(t.steps), ran ? human(t.tokensPerSecond).c_str() : "-",
+                ran ? t.stepTimeMs : 0.0, ran ? double(t.peakBytes) / (1 << 20) : 0.0,
+                ran ? t.finalLoss : 0.0, ratio, settingsDiff(t.settings, base).c_str());
+    if (!t.message.empty() && t.verdict != tuner::Verdict::kPruned) {
+      std::printf("%11s%s\n", "", t.message.c_str());
+    }
+  }
+  if (r.best) {
+    std::printf(
+        "\nbest: trial %lld (%s); export it with\n  moewb tune --export %s --format "
+        "toml|megatron|torchtitan -o FILE\n",
+        static_cast<long long>(r.best->trial.id),
+        r.best->isBase ? "the base config" : settingsDiff(r.best->trial.settings, base).c_str(),
+        args.out.c_str());
+  } else {
+    std::printf("\nno trial passed; nothing to export\n");
+  }
+}
+
+Result<tuner::StudyOptions> buildOptions(const TuneArgs& args) {
+  tuner::StudyOptions o;
+  o.studyPath = args.out;
+  o.configPath = args.configPath;
+  MOEWB_ASSIGN_OR_RETURN(o.base, engine::loadConfigFile(args.configPath));
+  if (args.ranks > 0) {
+    MOEWB_RETURN_IF_ERROR(
+        engine::applyOverride(o.base, "parallel.world_size=" + std::to_string(args.ranks)));
+  }
+  for (const auto& assignment : args.overrides) {
+    MOEWB_RETURN_IF_ERROR(engine::applyOverride(o.base, assignment));
+  }
+  MOEWB_RETURN_IF_ERROR(engine::validateConfig(o.base).withContext(args.configPath));
+  if (!args.knobs.empty()) {
+    MOEWB_ASSIGN_OR_RETURN(o.knobs, tuner::parseKnobList(args.knobs));
+  }
+  o.knobsText = args.knobs;
+  MOEWB_ASSIGN_OR_RETURN(o.objective, tuner::parseObjective(args.objective));
+  MOEWB_ASSIGN_OR_RETURN(o.budget, tuner::parseBudget(args.budget));
+  o.strategy = args.strategy;
+  o.steps = args.steps;
+  o.maxSteps = args.maxSteps;
+  o.gate = {args.gateSteps, args.gateLossRel, args.gateGradRel};
+  if (args.gateSteps < 1) {
+    return invalidArgument("--gate-steps " + std::to_string(args.gateSteps) +
+                           " is not accepted; accepted: 1 or more");
+  }
+  return o;
+}
+
+int tuneCommand(const TuneArgs& args) {
+  const std::filesystem::path parent = std::filesystem::path(args.out).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return fail(invalidArgument("-o " + args.out + ": the directory " + parent.string() +
+                                " does not exist"));
+  }
+  auto options = buildOptions(args);
+  if (!options.isOk()) return fail(options.status());
+  if (!args.quiet) options->onTrial = printTrial;
+  g_stop.store(false);
+  options->stop = &g_stop;
+  struct sigaction action {};
+  action.sa_handler = onTuneSignal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction oldInt {
+  }, oldTerm{};
+  sigaction(SIGINT, &action, &oldInt);
+  sigaction(SIGTERM, &action, &oldTerm);
+  auto result = tuner::runStudy(*options);
+  sigaction(SIGINT, &oldInt, nullptr);
+  sigaction(SIGTERM, &oldTerm, nullptr);
+  if (!result.isOk()) return fail(result.status());
+  printTable(*result, args);
+  if (g_stop.load()) {  // like `moewb run`: a clean stop is a success; the study resumes
+    std::fprintf(stderr, "moewb tune: interrupted; run the same command again to resume\n");
+  }
+  return kExitOk;
+}
+
+int exportCommand(const TuneArgs& args) {
+  if (Status out =
+          checkOutputPath(args.out, "-o", args.force, OutputKind::kJson, {args.exportPath});
+      !out.isOk()) {
+    return fail(out);
+  }
+  auto format = tuner::parseExportFormat(args.format);
+  if (!format.isOk()) return fail(format.status());
+  std::optional<int64_t> trial;
+  if (args.trial > 0) trial = args.trial;
+  auto exported = tuner::exportStudyTrial(args.exportPath, trial, *format);
+  if (!exported.isOk()) return fail(exported.status());
+  const std::string tmp = args.out + ".moewb-tmp";
+  std::error_code ec;
+  {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    file << exported->text.text;
+    if (!file.flush()) {
+      std::filesystem::remove(tmp, ec);
+      return fail(internalError("cannot write " + args.out));
+    }
+  }
+  std::filesystem::rename(tmp, args.out, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return fail(internalError("cannot write " + args.out));
+  }
+  std::printf("wrote %s (%s, trial %lld", args.out.c_str(), args.format.c_str(),
+              static_cast<long long>(exported->trial.id));
+  if (!exported->text.unexpressed.empty()) {
+    std::printf("; %zu setting(s) not expressible, listed in its header",
+                exported->text.unexpressed.size());
+  }
+  std::printf(")\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+void addTuneCommand(CLI::App& app, std::function<int()>* action) {
+  auto args = std::make_shared<TuneArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "search settings over real short training runs (a study file), or export a trial");
+  cmd->add_option("--config", args->configPath, "base config (TOML)");
+  cmd->add_option("-o,--out", args->out,
+                  "study file to create or resume; with --export, the "
+                  "file to write")
+      ->required();
+  cmd->add_option("--budget", args->budget, "N trials (30trials) or a duration (90s, 10m, 2h)");
+  cmd->add_option("--objective", args->objective, "tokens_per_s (default) or peak_memory");
+  cmd->add_option("--knobs", args->knobs, "keys to tune, KEY or KEY=V1|V2, comma-separated");
+  cmd->add_option("--strategy", args->strategy, "auto (default), exhaustive or halving");
+  cmd->add_option("--set", args->overrides, "override a key of the base config (KEY=VALUE)");
+  cmd->add_option("--ranks", args->ranks, "in-process ranks (parallel.world_size)");
+  cmd->add_option("--steps", args->steps, "steps of a trial (halving: of the first rung)");
+  cmd->add_option("--max-steps", args->maxSteps, "halving: most steps of a rung");
+  cmd->add_option("--gate-steps", args->gateSteps, "steps the precision gate compares");
+  cmd->add_option("--gate-loss-rel", args->gateLossRel,
+                  "tolerated relative loss difference "
+                  "(default: 1e-5 on the CPU, 1e-3 on the GPU)");
+  cmd->add_option("--gate-grad-rel", args->gateGradRel,
+                  "tolerated relative grad-norm "
+                  "difference (default: 1e-4 on the CPU, 1e-2 on the GPU)");
+  cmd->add_flag("--quiet,-q", args->quiet, "no line per trial");
+  cmd->add_option("--export", args->exportPath, "export a trial of this study file");
+  cmd->add_option("--format", args->format, "export format: toml (default), megatron, torchtitan");
+  cmd->add_option("--trial", args->trial, "trial id to export (default: the best passing)");
+  cmd->add_flag("--force,-f", args->force, "--export: replace the output file if it exists");
+  cmd->callback([args, action] {
+    *action = [args] {
+      if (!args->exportPath.empty()) {
+        if (!args->configPath.empty()) {
+          return fail(
+              invalidArgument("--export and --config are exclusive; accepted: "
+                              "--export STUDY --format F -o FILE, or --config FILE -o STUDY"));
+        }
+        return exportCommand(*args);
+      }
+      if (args->configPath.empty()) {
+        return fail(invalidArgument("--config FILE is required (or --export STUDY to export)"));
+      }
+      return tuneCommand(*args);
+    };
+  });
+}
+
+}  // namespace moewb::cli
