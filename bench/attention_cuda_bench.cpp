@@ -1,12 +1,12 @@
 // Causal softmax attention (mixer 'A', ops/attention/attention_cuda.h) on the GPU, against
 // ../shared/anchors/attention.py (torch SDPA, causal, bf16, forward + backward of the core on
-// q, k, v [B, H, T, K]). Run both with the same B T H K; the anchor's default T = 32768, B = 1
-// does not fit our core (its workspace is fp32 + bf16 [H, T, T] forward, twice that backward:
-// ~206 GB at T = 32768), so the bench step runs both at T = 4096 and T = 16384 instead.
+// q, k, v [B, H, T, K]). Run both with the same B T H K. At K = 64 and 128 the core is the flash
+// kernels (no T x T workspace, so T = 32768 fits); other K take the cuBLAS path, whose
+// workspace is fp32 + bf16 [H, T, T] forward and twice that backward.
 // Prints one JSON line per case: median ms of 10 CUDA-event-timed runs after 3 warm-up runs,
 // TFLOP/s against the causal flop count FlashAttention reports (forward 2 B H T^2 K: the two
-// GEMMs over the unmasked half; backward 2.5x that; our kernels compute the full T x T, twice
-// the count), peak device memory beyond the inputs, shapes. Cases:
+// GEMMs over the unmasked half; backward 2.5x that; our flash backward recomputes S and dP once
+// more, 3.5x), peak device memory beyond the inputs, shapes. Cases:
 //   attention_core_fwd       attentionCoreForwardCuda (context + lse from q, k, v)
 //   attention_core_fwd_bwd   + attentionCoreBackwardCuda (dq, dk, dv): the anchor's step
 //   attention_layer_fwd      attentionForwardCuda (q/k/v/o projections + core), D = H K
@@ -63,7 +63,7 @@ int run(int argc, char** argv) {
     };
     auto backward = [&] {
       check(attentionCoreBackwardCuda(c, dims, dContext.data(), q.data(), kk.data(), v.data(),
-                                      lse.data(), dq.data(), dk.data(), dv.data()));
+                                      out.data(), lse.data(), dq.data(), dk.data(), dv.data()));
     };
     const Timing fwd = timeSteps(c, forward);
     checkFinite(c, out, "core context");

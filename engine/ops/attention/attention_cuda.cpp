@@ -1,11 +1,13 @@
-// GPU attention host side: projections and per-sequence head-batched GEMMs through cuda/gemm.h,
-// softmax kernels from attention_cuda.cu (see attention_cuda.h).
+// GPU attention host side: projections through cuda/gemm.h; the core routed to the flash kernels
+// (flash_attention_cuda.h) for head dims 64 and 128, otherwise to per-sequence head-batched
+// cuBLAS GEMMs with the softmax kernels of attention_cuda.cu (see attention_cuda.h).
 #include "ops/attention/attention_cuda.h"
 
 #include <cmath>
 
 #include "runtime/cuda/gemm.h"
 #include "ops/attention/attention_cuda_kernels.h"
+#include "ops/attention/flash_attention_cuda.h"
 #include "ops/linear/linear_cuda.h"
 
 namespace moewb::engine::cuda {
@@ -34,8 +36,8 @@ Status scores(CudaContext& context, const AttentionDims& dims, const bf16* q, co
 
 }  // namespace
 
-Status attentionCoreForwardCuda(CudaContext& context, const AttentionDims& dims, const bf16* q,
-                                const bf16* k, const bf16* v, float* lse, bf16* contextOut) {
+Status attentionCoreForwardCublas(CudaContext& context, const AttentionDims& dims, const bf16* q,
+                                  const bf16* k, const bf16* v, float* lse, bf16* contextOut) {
   const int64_t t = dims.seqLen, heads = dims.numHeads;
   if (dims.tokens() == 0 || heads == 0) return Status::ok();
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> s,
@@ -54,9 +56,9 @@ Status attentionCoreForwardCuda(CudaContext& context, const AttentionDims& dims,
   return Status::ok();
 }
 
-Status attentionCoreBackwardCuda(CudaContext& context, const AttentionDims& dims,
-                                 const bf16* dContext, const bf16* q, const bf16* k, const bf16* v,
-                                 const float* lse, bf16* dq, bf16* dk, bf16* dv) {
+Status attentionCoreBackwardCublas(CudaContext& context, const AttentionDims& dims,
+                                   const bf16* dContext, const bf16* q, const bf16* k,
+                                   const bf16* v, const float* lse, bf16* dq, bf16* dk, bf16* dv) {
   const int64_t t = dims.seqLen, heads = dims.numHeads, hd = dims.headDim;
   if (dims.tokens() == 0 || heads == 0) return Status::ok();
   const float scale = float(1.0 / std::sqrt(double(hd)));
@@ -88,6 +90,32 @@ Status attentionCoreBackwardCuda(CudaContext& context, const AttentionDims& dims
                                headOutput(dk, dims, b), heads));
   }
   return Status::ok();
+}
+
+Status attentionCoreForwardCuda(CudaContext& context, const AttentionDims& dims, const bf16* q,
+                                const bf16* k, const bf16* v, float* lse, bf16* contextOut) {
+  if (!flashAttentionSupports(dims.headDim)) {
+    return attentionCoreForwardCublas(context, dims, q, k, v, lse, contextOut);
+  }
+  return flashAttentionForward(context.stream(), dims.batch, dims.seqLen, dims.numHeads,
+                               dims.headDim, q, k, v, lse, contextOut);
+}
+
+Status attentionCoreBackwardCuda(CudaContext& context, const AttentionDims& dims,
+                                 const bf16* dContext, const bf16* q, const bf16* k, const bf16* v,
+                                 const bf16* contextIn, const float* lse, bf16* dq, bf16* dk,
+                                 bf16* dv) {
+  if (!flashAttentionSupports(dims.headDim)) {
+    return attentionCoreBackwardCublas(context, dims, dContext, q, k, v, lse, dq, dk, dv);
+  }
+  if (dims.tokens() == 0 || dims.numHeads == 0) return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(
+      DeviceTensor<float> delta,
+      context.newTensor<float>({dims.batch, dims.numHeads, dims.seqLen},
+                               MemoryCategory::kWorkspace));
+  return flashAttentionBackward(context.stream(), dims.batch, dims.seqLen, dims.numHeads,
+                                dims.headDim, dContext, q, k, v, contextIn, lse, delta.data(), dq,
+                                dk, dv);
 }
 
 Status attentionForwardCuda(CudaContext& context, const AttentionDims& dims, const bf16* x,
@@ -125,9 +153,9 @@ Status attentionBackwardCuda(CudaContext& context, const AttentionDims& dims, co
   MOEWB_RETURN_IF_ERROR(linearBackwardDataCuda(context, dy, weights.wo, dContext.data(), n, d, d));
   MOEWB_RETURN_IF_ERROR(
       linearBackwardWeightCuda(context, dy, saved.context.data(), grads.wo, n, d, d));
-  MOEWB_RETURN_IF_ERROR(attentionCoreBackwardCuda(context, dims, dContext.data(), saved.q.data(),
-                                                  saved.k.data(), saved.v.data(), saved.lse.data(),
-                                                  dq.data(), dk.data(), dv.data()));
+  MOEWB_RETURN_IF_ERROR(attentionCoreBackwardCuda(
+      context, dims, dContext.data(), saved.q.data(), saved.k.data(), saved.v.data(),
+      saved.context.data(), saved.lse.data(), dq.data(), dk.data(), dv.data()));
   // dx = dq Wq + dk Wk + dv Wv, summed in fp32 and rounded once.
   const GemmOutput acc{dxAcc.data(), DType::kF32, d, 0};
   MOEWB_RETURN_IF_ERROR(gemm(context, n, d, d, 1.0f, GemmOperand{dq.data(), DType::kBf16, d},
