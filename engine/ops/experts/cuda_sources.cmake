@@ -3,4 +3,5 @@
 target_sources(moewb_engine_ops PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/experts_cuda.cpp
   ${CMAKE_CURRENT_LIST_DIR}/experts_cuda.cu
+  ${CMAKE_CURRENT_LIST_DIR}/experts_mma_cuda.cu
   ${CMAKE_CURRENT_LIST_DIR}/glu_activation_cuda.cu)

@@ -112,6 +112,20 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
   MOEWB_ASSIGN_OR_RETURN(
       DeviceTensor<int32_t> tileStart,
       context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
+  MOEWB_ASSIGN_OR_RETURN(
+      DeviceTensor<int32_t> expertOrder,
+      context.newTensor<int32_t>({shape.experts}, MemoryCategory::kWorkspace));
+  // Folded combine (mma path): the weighted dYPerm rows (rows < R, written by a pre-pass) and the
+  // per-column-tile partial dots of dRowWeight.
+  DeviceTensor<bf16> dYWeighted;
+  DeviceTensor<float> rowWeightPartial;
+  if (weighted) {
+    MOEWB_ASSIGN_OR_RETURN(dYWeighted,
+                           context.newTensor<bf16>({rows, d}, MemoryCategory::kWorkspace));
+    const int64_t columnTiles = (d + kExpertsMmaTileN - 1) / kExpertsMmaTileN;
+    MOEWB_ASSIGN_OR_RETURN(rowWeightPartial, context.newTensor<float>({columnTiles, rows},
+                                                                      MemoryCategory::kWorkspace));
+  }
   ExpertsBackwardArgs args;
   args.dY = dY.data();
   args.x = x.data();
@@ -126,8 +140,11 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
   args.upPre = saved.upPre.data();
   args.hidden = saved.hidden.data();
   args.tileStart = tileStart.data();
+  args.expertOrder = expertOrder.data();
   args.dGate = dGate.data();
   args.dUp = dUp.data();
+  args.dYWeighted = weighted ? dYWeighted.data() : nullptr;
+  args.rowWeightPartial = weighted ? rowWeightPartial.data() : nullptr;
   args.dx = dx.data();
   args.gradGate = grads.gate.data();
   args.gradUp = grads.up.data();

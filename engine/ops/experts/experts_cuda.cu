@@ -1,6 +1,9 @@
-// Grouped GLU experts on the tensor cores (see experts_cuda.h): one WMMA tile kernel per stage,
-// each a single launch over all experts, group sizes read from the device offsets. Allocation and
-// checks are in experts_cuda.cpp.
+// Grouped GLU experts on the tensor cores (see experts_cuda.h): the launchers dispatch to the
+// mma.sync pipeline (experts_mma_cuda.cu: grouped_gemm_v2_cuda.cuh, or round 1's
+// grouped_gemm_cuda.cuh) when D % 8 == 0, F % 8 == 0 and every pointer (the fp32 gradients
+// included) is 16-byte aligned; otherwise to the WMMA fallback here (one tile kernel per stage,
+// scalar loads), each a single launch over all experts, group sizes read from the device offsets.
+// Allocation and checks are in experts_cuda.cpp.
 #include <mma.h>
 
 #include <cstdint>
@@ -604,8 +607,9 @@ bool vectorizable(const ExpertsLaunchShape& shape, std::initializer_list<const v
 Status expertsForwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
                             const ExpertsForwardArgs& args, const GluParams& activation) {
   if (shape.maxRows == 0 || shape.d == 0 || shape.f == 0) return Status::ok();
-  if (vectorizable(shape, {args.x, args.gate, args.up, args.down, args.hidden})) {
-    return forwardImpl<true>(stream, shape, args, activation);
+  if (vectorizable(shape, {args.x, args.gate, args.up, args.down, args.gatePre, args.upPre,
+                           args.hidden, args.y})) {
+    return expertsForwardMmaLaunch(stream, shape, args, activation);
   }
   return forwardImpl<false>(stream, shape, args, activation);
 }
@@ -613,9 +617,12 @@ Status expertsForwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape
 Status expertsBackwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
                              const ExpertsBackwardArgs& args, const GluParams& activation) {
   if (shape.maxRows == 0 || shape.d == 0 || shape.f == 0) return Status::ok();
-  if (vectorizable(shape, {args.dY, args.x, args.gate, args.up, args.down, args.hidden, args.dGate,
-                           args.dUp})) {
-    return backwardImpl<true>(stream, shape, args, activation);
+  if (vectorizable(shape, {args.dY, args.x, args.gate, args.up, args.down, args.gatePre,
+                           args.upPre, args.hidden, args.dGate, args.dUp, args.dx,
+                           args.dYWeighted, args.gradGate, args.gradUp, args.gradDown}) &&
+      (args.rowWeight == nullptr ||
+       (args.dYWeighted != nullptr && args.rowWeightPartial != nullptr))) {
+    return expertsBackwardMmaLaunch(stream, shape, args, activation);
   }
   return backwardImpl<false>(stream, shape, args, activation);
 }

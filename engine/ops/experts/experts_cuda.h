@@ -6,31 +6,45 @@
 // dWd_e += dy^T h, dWg_e += dg^T x, dWu_e += du^T x, ADDED into fp32 gradients (empty experts add
 // nothing).
 //
-// Kernels: one bf16 tensor-core (WMMA 16x16x16, fp32 accumulators) tile kernel per stage, each ONE
-// launch for all experts, reading the group sizes from the device offsets (no host sync, no
-// per-expert launch). Row-tile stages (forward, dh, dx) use a device tile schedule: a one-thread
-// kernel turns offsets into tileStart[E + 1] (64-row tiles per expert, prefix-summed); the grid is
-// sized by the upper bound ceil(N k / 64) + E tiles and every CTA binary-searches its (expert,
+// Kernels: one bf16 tensor-core tile kernel per stage, each ONE launch for all experts, reading the
+// group sizes from the device offsets (no host sync, no per-expert launch). Row-tile stages
+// (forward, dh, dx) use a device tile schedule: a one-thread kernel turns offsets into
+// tileStart[E + 1] (128-row tiles per expert, prefix-summed); the grid is (column tiles, row-tile
+// slots) with the upper bound ceil(N k / 128) + E slots, every CTA binary-searches its (expert,
 // row tile), CTAs past the last tile exit. Weight-gradient stages use a grid (column tile, row
-// tile, expert) whose CTAs loop over their expert's rows and exit at once for empty experts; each
-// gradient element is owned by one CTA (deterministic read-add-write, no atomics).
+// tile, expert rank) whose CTAs loop over their expert's rows (the K dimension) and exit at once
+// for empty experts; a one-block kernel ranks the experts by row count (largest first, so a hot
+// expert's long CTAs are dispatched first); each gradient element is owned by one CTA
+// (deterministic read-add-write, no atomics).
 // Stages: forward gate+up with the GLU in the epilogue (writes g, u, h), forward down (optionally
 // times rowWeight); backward dh with the GLU backward in the epilogue (writes dg, du), dx (both
-// products in one accumulator), three weight-gradient launches, and with the folded combine one
-// more launch that recomputes h Wd^T per row tile and forms dRowWeight = <dy_token, yPerm_r>
-// (each CTA sweeps all D columns, so the dot is accumulated in a fixed order).
+// products in one accumulator, K = 2F), three weight-gradient launches, and with the folded
+// combine a pre-pass forming the weighted dYPerm and two launches for dRowWeight = <dy_token,
+// yPerm_r>: h Wd^T recomputed per (row tile, 128-column tile) with the per-tile dot in the
+// epilogue, then a fixed-order sum over the column tiles.
 //
 // Fusions (DeviceExpertsIo, as in the CPU ExpertsIo):
-//  - gatherIndex: x is [N, D] and row r reads x[gatherIndex[r]] while the tile is loaded (no
-//    xPerm). Bitwise equal to permute + unfused experts.
+//  - gatherIndex: x is [N, D] and row r reads x[gatherIndex[r]] while the tile is loaded (each
+//    thread's cp.async source is the gathered row; no xPerm). Bitwise equal to permute + unfused
+//    experts.
 //  - rowWeight + outputIndex: output row r is bf16(rowWeight[r] * acc) in the epilogue; the
-//    backward reads dy [N, D] through outputIndex and forms bf16(w_r dy) (the unfused combine's
-//    dYPerm, bitwise) while loading tiles, and returns dRowWeight [N k]. Equal to the unfused
-//    combine + experts up to one bf16 rounding of the weighted output rows.
+//    backward forms dYPerm[r] = bf16(w_r dy[token(r)]) (the unfused combine's, bitwise) in a
+//    workspace pre-pass, and returns dRowWeight [N k]. Equal to the unfused combine + experts up
+//    to one bf16 rounding of the weighted output rows.
 // Buffers are sized by the upper bound N k rows; rows >= R are never read or written.
-// Tiles: 64 x 64 outputs per CTA, K step 32, 4 warps of 32 x 32; operand tiles are loaded with
-// scalar bf16 loads (a cp.async / TMA pipeline is the next step for speed).
-// Costs: 6 R D F flops forward, 12 R D F backward (+2 R D F with the folded combine).
+// Tiles, when D % 8 == 0 and F % 8 == 0 (every pointer, gradients included, 16-byte aligned):
+// mma.sync m16n8k16 with fp32 accumulators, 128 x 128 CTA tiles at two CTAs per SM (gate + up:
+// 128 rows x 64 columns of g and of u, one A tile against a B tile of 64 gate over 64 up rows).
+// Mainloop v2 (grouped_gemm_v2_cuda.cuh, the default): 4 warps of 64 x 64, K step 64, a 3-stage
+// 16-byte cp.async pipeline into XOR-swizzled shared memory, ldmatrix (.trans for weights read
+// [K, N] and for the weight gradients' operands), epilogues staged through shared memory with
+// 16-byte stores. Mainloop v1 (grouped_gemm_cuda.cuh, round 1, selectable per stage by kVersion
+// in experts_mma_cuda.cu): 8 warps of 64 x 32, K step 32, 4 stages, padded shared memory; same
+// results bitwise except dRowWeight's reduction order (bench/scratch/grouped_gemm_01.md, round
+// 2). Other D, F (or unaligned pointers) fall back to WMMA 64 x 64 tiles with scalar loads
+// (experts_cuda.cu).
+// Costs: 6 R D F flops forward, 12 R D F backward (+2 R D F with the folded combine, plus the
+// R x D weighted dYPerm and a ceil(D / 128) x N k fp32 workspace).
 #pragma once
 
 #include <cstdint>

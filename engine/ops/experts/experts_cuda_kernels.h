@@ -13,6 +13,9 @@
 
 namespace moewb::engine::cuda {
 
+// Column tile of the mma.sync kernels after gate+up (sizes the dRowWeight partial-sum workspace).
+constexpr int64_t kExpertsMmaTileN = 128;
+
 struct ExpertsLaunchShape {
   int64_t experts = 0;  // E
   int64_t d = 0;        // D (x width)
@@ -49,8 +52,11 @@ struct ExpertsBackwardArgs {
   const bf16* upPre = nullptr;           // [N k, F]
   const bf16* hidden = nullptr;          // [N k, F]
   int32_t* tileStart = nullptr;          // [E + 1] workspace
+  int32_t* expertOrder = nullptr;        // [E] workspace (experts by row count, largest first)
   bf16* dGate = nullptr;                 // [N k, F] workspace
   bf16* dUp = nullptr;                   // [N k, F] workspace
+  bf16* dYWeighted = nullptr;            // [N k, D] workspace (with rowWeight)
+  float* rowWeightPartial = nullptr;     // [ceil(D / kExpertsMmaTileN), N k] workspace
   bf16* dx = nullptr;                    // [N k, D] output
   float* gradGate = nullptr;             // [E, F, D] accumulated
   float* gradUp = nullptr;               // [E, F, D]
@@ -63,5 +69,12 @@ Status expertsForwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape
 
 Status expertsBackwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
                              const ExpertsBackwardArgs& args, const GluParams& activation);
+
+// The mma.sync pipeline (experts_mma_cuda.cu), called by the two launchers above when D % 8 == 0,
+// F % 8 == 0 and every pointer is 16-byte aligned.
+Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
+                               const ExpertsForwardArgs& args, const GluParams& activation);
+Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
+                                const ExpertsBackwardArgs& args, const GluParams& activation);
 
 }  // namespace moewb::engine::cuda

@@ -5,18 +5,24 @@
 // index == permute + experts (bitwise), folded combine == experts + weighted combine (forward
 // to bf16 rounding, backward dx / weight grads equal, dRowWeight == combine's dTopWeight).
 // Shapes: N = 1, 63, 257; E = 1, 8, 64 with empty experts; k = 1, 2, 4, 8; D and F not multiples
-// of the 64-wide tiles.
+// of the 128-wide tiles (nor of the 64-wide K step and gate+up column tile, nor of round 1's 32):
+// D = 72, 136, 264 and F = 40, 96, 136 (the mma.sync path, D % 8 == F % 8 == 0, with several
+// row, column and K tiles), D = 320, F = 192 (whole 64-deep K tiles, half a 128-column tile) and
+// D = 130 (not a multiple of 8: the WMMA fallback). 257 k rows give experts whose rows are not a
+// multiple of 128 and experts of one row.
 #include "ops/experts/experts_cuda.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
-#include "runtime/cuda/gemm.h"
 #include "moe_cuda_test_util.h"
 #include "ops/combine/combine_cuda.h"
 #include "ops/experts/experts.h"
 #include "ops/permute/permute_cuda.h"
+#include "runtime/cuda/gemm.h"
 #include "runtime/thread_pool.h"
 
 namespace moewb::engine::cuda {
@@ -25,7 +31,11 @@ namespace {
 using moetest::describe;
 using moetest::MoeShape;
 
-using ExpertsCudaTest = CudaTest;
+class ExpertsCudaTest : public CudaTest {
+ protected:
+  // Forward and backward against the CPU reference in double, SwiGLU and SiTU-GLU.
+  void matchReference(int64_t d, int64_t f, const std::vector<MoeShape>& shapes, uint64_t seed);
+};
 
 struct HostWeights {
   Tensor<float> gate;  // [E, F, D] bf16-rounded
@@ -86,14 +96,14 @@ void makeProblem(CudaContext& context, const MoeShape& s, int64_t d, uint64_t se
   MOEWB_ASSERT_OK(permuteForwardCuda(context, p.dx, p.dPlan, p.xPerm));
 }
 
-TEST_F(ExpertsCudaTest, ForwardBackwardMatchReference) {
+void ExpertsCudaTest::matchReference(int64_t d, int64_t f, const std::vector<MoeShape>& shapes,
+                                     uint64_t seed) {
   ThreadPool pool(2);
-  uint64_t seed = 8000;
-  const int64_t d = 72, f = 40;
-  for (const MoeShape& s : moetest::moeShapes()) {
+  for (const MoeShape& s : shapes) {
     for (GluKind kind : {GluKind::kSwiGlu, GluKind::kSitu}) {
       const bool situ = kind == GluKind::kSitu;
-      const std::string what = describe(s) + (situ ? " situ" : " swiglu");
+      const std::string what = describe(s) + " D=" + std::to_string(d) + " F=" + std::to_string(f) +
+                               (situ ? " situ" : " swiglu");
       GluParams glu;
       glu.kind = kind;
       Problem p;
@@ -156,60 +166,83 @@ TEST_F(ExpertsCudaTest, ForwardBackwardMatchReference) {
   }
 }
 
+TEST_F(ExpertsCudaTest, ForwardBackwardMatchReference) {
+  matchReference(72, 40, moetest::moeShapes(), 8000);
+}
+
+// Several 128-row, 128-column and 64-deep K tiles, the last of each partial; an expert of 2056
+// rows; 64 experts of ~32 rows; one-row experts among empty ones.
+TEST_F(ExpertsCudaTest, MultiTileShapesMatchReference) {
+  const std::vector<MoeShape> shapes{{257, 1, 8}, {257, 64, 8}, {63, 8, 2}, {1, 64, 1}};
+  matchReference(264, 136, shapes, 8500);
+}
+
+// Whole 64-deep K tiles (D = 5, F = 3 of them: the 3-stage pipeline's steady state, the dx
+// source switch on a tile boundary), 2.5 column tiles of 128 (3 gate+up tiles of 64), experts of
+// ~257 and ~16 rows.
+TEST_F(ExpertsCudaTest, WholeKTileShapesMatchReference) {
+  const std::vector<MoeShape> shapes{{257, 8, 8}, {63, 8, 2}};
+  matchReference(320, 192, shapes, 8700);
+}
+
 // The grouped kernels equal a per-expert loop of cuBLAS GEMMs (host-read offsets; test only).
 TEST_F(ExpertsCudaTest, GroupedEqualsPerExpertGemmLoop) {
   uint64_t seed = 9000;
-  const int64_t d = 130, f = 96;
-  for (const MoeShape& s : moetest::moeShapes()) {
-    const std::string what = describe(s);
-    Problem p;
-    makeProblem(context(), s, d, seed += 10, p);
-    if (HasFatalFailure()) return;
-    const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
-    HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
-    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
-    DeviceExpertsSaved saved;
-    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y,
-                         expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved));
-    Tensor<float> dY = roundedToBf16(randomTensor({maxRows, d}, seed += 10));
-    Tensor<float> zeros({s.e, f, d});
-    MOEWB_ASSIGN_OR_FAIL(auto dDY, toDeviceBf16(context(), dY, MemoryCategory::kActivations));
-    MOEWB_ASSIGN_OR_FAIL(auto gGate, toDevice(context(), zeros, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto gUp, toDevice(context(), zeros, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto gDown, toDevice(context(), zeros, MemoryCategory::kGrads));
-    MOEWB_ASSERT_OK(expertsBackwardCuda(context(), dDY, p.xPerm, p.dPlan.offsets, dw.view(), saved,
-                                        DeviceExpertGrads{gGate, gUp, gDown})
-                        .status());
-    // Oracle: per expert, g = x Wg^T, y = h Wd^T (h from the grouped forward), dWd = dY^T h.
-    MOEWB_ASSIGN_OR_FAIL(auto gOracle, poisonedBf16(context(), {maxRows, f}));
-    MOEWB_ASSIGN_OR_FAIL(auto yOracle, poisonedBf16(context(), {maxRows, d}));
-    MOEWB_ASSIGN_OR_FAIL(auto dWdOracle, toDevice(context(), zeros, MemoryCategory::kGrads));
-    for (int64_t e = 0; e < s.e; ++e) {
-      const int64_t begin = p.plan.offsets[e], count = p.plan.counts[e];
-      if (count == 0) continue;
-      const bf16* xe = p.xPerm.data() + begin * d;
-      const bf16* he = saved.hidden.data() + begin * f;
-      MOEWB_ASSERT_OK(gemm(context(), count, f, d, 1.0f, GemmOperand{xe, DType::kBf16, d, false},
-                           GemmOperand{dw.gate.data() + e * f * d, DType::kBf16, d, true}, 0.0f,
-                           GemmOutput{gOracle.data() + begin * f, DType::kBf16, f}));
-      MOEWB_ASSERT_OK(gemm(context(), count, d, f, 1.0f, GemmOperand{he, DType::kBf16, f, false},
-                           GemmOperand{dw.down.data() + e * d * f, DType::kBf16, f, true}, 0.0f,
-                           GemmOutput{yOracle.data() + begin * d, DType::kBf16, d}));
-      MOEWB_ASSERT_OK(gemm(context(), d, f, count, 1.0f,
-                           GemmOperand{dDY.data() + begin * d, DType::kBf16, d, true},
-                           GemmOperand{he, DType::kBf16, f, false}, 1.0f,
-                           GemmOutput{dWdOracle.data() + e * d * f, DType::kF32, f}));
+  for (const auto& [d, f] : {std::pair<int64_t, int64_t>{130, 96}, {136, 96}, {264, 136}}) {
+    for (const MoeShape& s : moetest::moeShapes()) {
+      const std::string what = describe(s) + " D=" + std::to_string(d) + " F=" + std::to_string(f);
+      Problem p;
+      makeProblem(context(), s, d, seed += 10, p);
+      if (HasFatalFailure()) return;
+      const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
+      HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
+      MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+      DeviceExpertsSaved saved;
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> y,
+          expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved));
+      Tensor<float> dY = roundedToBf16(randomTensor({maxRows, d}, seed += 10));
+      Tensor<float> zeros({s.e, f, d});
+      MOEWB_ASSIGN_OR_FAIL(auto dDY, toDeviceBf16(context(), dY, MemoryCategory::kActivations));
+      MOEWB_ASSIGN_OR_FAIL(auto gGate, toDevice(context(), zeros, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto gUp, toDevice(context(), zeros, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto gDown, toDevice(context(), zeros, MemoryCategory::kGrads));
+      MOEWB_ASSERT_OK(expertsBackwardCuda(context(), dDY, p.xPerm, p.dPlan.offsets, dw.view(),
+                                          saved, DeviceExpertGrads{gGate, gUp, gDown})
+                          .status());
+      // Oracle: per expert, g = x Wg^T, y = h Wd^T (h from the grouped forward), dWd = dY^T h.
+      MOEWB_ASSIGN_OR_FAIL(auto gOracle, poisonedBf16(context(), {maxRows, f}));
+      MOEWB_ASSIGN_OR_FAIL(auto yOracle, poisonedBf16(context(), {maxRows, d}));
+      MOEWB_ASSIGN_OR_FAIL(auto dWdOracle, toDevice(context(), zeros, MemoryCategory::kGrads));
+      for (int64_t e = 0; e < s.e; ++e) {
+        const int64_t begin = p.plan.offsets[e], count = p.plan.counts[e];
+        if (count == 0) continue;
+        const bf16* xe = p.xPerm.data() + begin * d;
+        const bf16* he = saved.hidden.data() + begin * f;
+        MOEWB_ASSERT_OK(gemm(context(), count, f, d, 1.0f, GemmOperand{xe, DType::kBf16, d, false},
+                             GemmOperand{dw.gate.data() + e * f * d, DType::kBf16, d, true}, 0.0f,
+                             GemmOutput{gOracle.data() + begin * f, DType::kBf16, f}));
+        MOEWB_ASSERT_OK(gemm(context(), count, d, f, 1.0f, GemmOperand{he, DType::kBf16, f, false},
+                             GemmOperand{dw.down.data() + e * d * f, DType::kBf16, f, true}, 0.0f,
+                             GemmOutput{yOracle.data() + begin * d, DType::kBf16, d}));
+        MOEWB_ASSERT_OK(gemm(context(), d, f, count, 1.0f,
+                             GemmOperand{dDY.data() + begin * d, DType::kBf16, d, true},
+                             GemmOperand{he, DType::kBf16, f, false}, 1.0f,
+                             GemmOutput{dWdOracle.data() + e * d * f, DType::kF32, f}));
+      }
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotG, toHostFloat(context(), saved.gatePre));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantG, toHostFloat(context(), gOracle));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY, toHostFloat(context(), y));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantY, toHostFloat(context(), yOracle));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDown, toHost(context(), gDown));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantDown, toHost(context(), dWdOracle));
+      // Same bf16 inputs and fp32 accumulation; only the summation order differs.
+      EXPECT_LT(relativeError(moetest::slice(gotG, rows), moetest::slice(wantG, rows)), 5e-3)
+          << what;
+      EXPECT_LT(relativeError(moetest::slice(gotY, rows), moetest::slice(wantY, rows)), 5e-3)
+          << what;
+      EXPECT_LT(relativeError(gotDown, wantDown), 1e-4) << what;
     }
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotG, toHostFloat(context(), saved.gatePre));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantG, toHostFloat(context(), gOracle));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY, toHostFloat(context(), y));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantY, toHostFloat(context(), yOracle));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDown, toHost(context(), gDown));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> wantDown, toHost(context(), dWdOracle));
-    // Same bf16 inputs and fp32 accumulation; only the summation order differs.
-    EXPECT_LT(relativeError(moetest::slice(gotG, rows), moetest::slice(wantG, rows)), 5e-3) << what;
-    EXPECT_LT(relativeError(moetest::slice(gotY, rows), moetest::slice(wantY, rows)), 5e-3) << what;
-    EXPECT_LT(relativeError(gotDown, wantDown), 1e-4) << what;
   }
 }
 
@@ -217,83 +250,87 @@ TEST_F(ExpertsCudaTest, GroupedEqualsPerExpertGemmLoop) {
 // stages.
 TEST_F(ExpertsCudaTest, FusedEqualsUnfused) {
   uint64_t seed = 10000;
-  const int64_t d = 72, f = 40;
-  for (const MoeShape& s : moetest::moeShapes()) {
-    const std::string what = describe(s);
-    Problem p;
-    makeProblem(context(), s, d, seed += 10, p);
-    if (HasFatalFailure()) return;
-    const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
-    HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
-    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
-    const GluParams glu;
-    // Unfused forward, then the fused-permute forward.
-    DeviceExpertsSaved saved1, saved2, saved3;
-    MOEWB_ASSIGN_OR_FAIL(
-        DeviceTensor<bf16> y1,
-        expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved1, glu));
-    DeviceExpertsIo gather;
-    gather.gatherIndex = &p.dPlan.rowToken;
-    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y2, expertsForwardCuda(context(), p.dx, p.dPlan.offsets,
-                                                                   dw.view(), saved2, glu, gather));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY1, toHostFloat(context(), y1));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY2, toHostFloat(context(), y2));
-    for (int64_t i = 0; i < rows * d; ++i) ASSERT_EQ(gotY2[i], gotY1[i]) << what << " at " << i;
-    // Fused combine: rows weighted in the epilogue, then a plain sum.
-    MOEWB_ASSIGN_OR_FAIL(auto rowWeight, poisonedFloat(context(), {maxRows}));
-    MOEWB_ASSERT_OK(slotsToRowsCuda(context(), p.dWeight, p.dPlan, rowWeight));
-    DeviceExpertsIo fused;
-    fused.gatherIndex = &p.dPlan.rowToken;
-    fused.rowWeight = &rowWeight;
-    fused.outputIndex = &p.dPlan.rowToken;
-    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y3, expertsForwardCuda(context(), p.dx, p.dPlan.offsets,
-                                                                   dw.view(), saved3, glu, fused));
-    MOEWB_ASSIGN_OR_FAIL(auto combined1, poisonedBf16(context(), {s.n, d}));
-    MOEWB_ASSIGN_OR_FAIL(auto combined3, poisonedBf16(context(), {s.n, d}));
-    MOEWB_ASSERT_OK(combineForwardCuda(context(), y1, p.dWeight, p.dPlan, combined1));
-    MOEWB_ASSERT_OK(combineSumForwardCuda(context(), y3, p.dPlan, combined3));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC1, toHostFloat(context(), combined1));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC3, toHostFloat(context(), combined3));
-    EXPECT_LT(relativeError(gotC3, gotC1), 1e-2) << what;
-    // Backward: unfused combine + experts + permute vs the fused experts.
-    Tensor<float> dy = roundedToBf16(randomTensor({s.n, d}, seed += 10));
-    Tensor<float> zerosF({s.e, f, d}), zerosD({s.e, d, f});
-    MOEWB_ASSIGN_OR_FAIL(auto dDy, toDeviceBf16(context(), dy, MemoryCategory::kActivations));
-    MOEWB_ASSIGN_OR_FAIL(auto dYPerm, poisonedBf16(context(), {maxRows, d}));
-    MOEWB_ASSIGN_OR_FAIL(auto dTop1, poisonedFloat(context(), {s.n, s.k}));
-    MOEWB_ASSERT_OK(combineBackwardCuda(context(), dDy, y1, p.dWeight, p.dPlan, dYPerm, dTop1));
-    MOEWB_ASSIGN_OR_FAIL(auto g1Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto g1Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto g1Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> dx1,
-                         expertsBackwardCuda(context(), dYPerm, p.xPerm, p.dPlan.offsets, dw.view(),
-                                             saved1, DeviceExpertGrads{g1Gate, g1Up, g1Down}, glu));
-    MOEWB_ASSIGN_OR_FAIL(auto g3Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto g3Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto g3Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
-    MOEWB_ASSIGN_OR_FAIL(auto dRowWeight, poisonedFloat(context(), {maxRows}));
-    MOEWB_ASSIGN_OR_FAIL(
-        DeviceTensor<bf16> dx3,
-        expertsBackwardCuda(context(), dDy, p.dx, p.dPlan.offsets, dw.view(), saved3,
-                            DeviceExpertGrads{g3Gate, g3Up, g3Down}, glu, fused, &dRowWeight));
-    MOEWB_ASSIGN_OR_FAIL(auto dTop3, poisonedFloat(context(), {s.n, s.k}));
-    MOEWB_ASSERT_OK(rowsToSlotsCuda(context(), dRowWeight, p.dPlan, dTop3));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx1, toHostFloat(context(), dx1));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx3, toHostFloat(context(), dx3));
-    EXPECT_LT(relativeError(moetest::slice(gotDx3, rows), moetest::slice(gotDx1, rows)), 1e-5)
-        << what;
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop1, toHost(context(), dTop1));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop3, toHost(context(), dTop3));
-    EXPECT_LT(relativeError(gotTop3, gotTop1), 1e-4) << what;
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> a1, toHost(context(), g1Gate));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> a3, toHost(context(), g3Gate));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> b1, toHost(context(), g1Up));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> b3, toHost(context(), g3Up));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> c1, toHost(context(), g1Down));
-    MOEWB_ASSIGN_OR_FAIL(Tensor<float> c3, toHost(context(), g3Down));
-    EXPECT_LT(relativeError(a3, a1), 1e-5) << what;
-    EXPECT_LT(relativeError(b3, b1), 1e-5) << what;
-    EXPECT_LT(relativeError(c3, c1), 1e-5) << what;
+  for (const auto& [d, f] : {std::pair<int64_t, int64_t>{72, 40}, {264, 136}}) {
+    for (const MoeShape& s : moetest::moeShapes()) {
+      const std::string what = describe(s) + " D=" + std::to_string(d) + " F=" + std::to_string(f);
+      Problem p;
+      makeProblem(context(), s, d, seed += 10, p);
+      if (HasFatalFailure()) return;
+      const int64_t rows = p.plan.rows(), maxRows = s.n * s.k;
+      HostWeights hw = randomWeights(s.e, d, f, false, seed += 10);
+      MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+      const GluParams glu;
+      // Unfused forward, then the fused-permute forward.
+      DeviceExpertsSaved saved1, saved2, saved3;
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> y1,
+          expertsForwardCuda(context(), p.xPerm, p.dPlan.offsets, dw.view(), saved1, glu));
+      DeviceExpertsIo gather;
+      gather.gatherIndex = &p.dPlan.rowToken;
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> y2,
+          expertsForwardCuda(context(), p.dx, p.dPlan.offsets, dw.view(), saved2, glu, gather));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY1, toHostFloat(context(), y1));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotY2, toHostFloat(context(), y2));
+      for (int64_t i = 0; i < rows * d; ++i) ASSERT_EQ(gotY2[i], gotY1[i]) << what << " at " << i;
+      // Fused combine: rows weighted in the epilogue, then a plain sum.
+      MOEWB_ASSIGN_OR_FAIL(auto rowWeight, poisonedFloat(context(), {maxRows}));
+      MOEWB_ASSERT_OK(slotsToRowsCuda(context(), p.dWeight, p.dPlan, rowWeight));
+      DeviceExpertsIo fused;
+      fused.gatherIndex = &p.dPlan.rowToken;
+      fused.rowWeight = &rowWeight;
+      fused.outputIndex = &p.dPlan.rowToken;
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> y3,
+          expertsForwardCuda(context(), p.dx, p.dPlan.offsets, dw.view(), saved3, glu, fused));
+      MOEWB_ASSIGN_OR_FAIL(auto combined1, poisonedBf16(context(), {s.n, d}));
+      MOEWB_ASSIGN_OR_FAIL(auto combined3, poisonedBf16(context(), {s.n, d}));
+      MOEWB_ASSERT_OK(combineForwardCuda(context(), y1, p.dWeight, p.dPlan, combined1));
+      MOEWB_ASSERT_OK(combineSumForwardCuda(context(), y3, p.dPlan, combined3));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC1, toHostFloat(context(), combined1));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotC3, toHostFloat(context(), combined3));
+      EXPECT_LT(relativeError(gotC3, gotC1), 1e-2) << what;
+      // Backward: unfused combine + experts + permute vs the fused experts.
+      Tensor<float> dy = roundedToBf16(randomTensor({s.n, d}, seed += 10));
+      Tensor<float> zerosF({s.e, f, d}), zerosD({s.e, d, f});
+      MOEWB_ASSIGN_OR_FAIL(auto dDy, toDeviceBf16(context(), dy, MemoryCategory::kActivations));
+      MOEWB_ASSIGN_OR_FAIL(auto dYPerm, poisonedBf16(context(), {maxRows, d}));
+      MOEWB_ASSIGN_OR_FAIL(auto dTop1, poisonedFloat(context(), {s.n, s.k}));
+      MOEWB_ASSERT_OK(combineBackwardCuda(context(), dDy, y1, p.dWeight, p.dPlan, dYPerm, dTop1));
+      MOEWB_ASSIGN_OR_FAIL(auto g1Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto g1Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto g1Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> dx1,
+          expertsBackwardCuda(context(), dYPerm, p.xPerm, p.dPlan.offsets, dw.view(), saved1,
+                              DeviceExpertGrads{g1Gate, g1Up, g1Down}, glu));
+      MOEWB_ASSIGN_OR_FAIL(auto g3Gate, toDevice(context(), zerosF, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto g3Up, toDevice(context(), zerosF, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto g3Down, toDevice(context(), zerosD, MemoryCategory::kGrads));
+      MOEWB_ASSIGN_OR_FAIL(auto dRowWeight, poisonedFloat(context(), {maxRows}));
+      MOEWB_ASSIGN_OR_FAIL(
+          DeviceTensor<bf16> dx3,
+          expertsBackwardCuda(context(), dDy, p.dx, p.dPlan.offsets, dw.view(), saved3,
+                              DeviceExpertGrads{g3Gate, g3Up, g3Down}, glu, fused, &dRowWeight));
+      MOEWB_ASSIGN_OR_FAIL(auto dTop3, poisonedFloat(context(), {s.n, s.k}));
+      MOEWB_ASSERT_OK(rowsToSlotsCuda(context(), dRowWeight, p.dPlan, dTop3));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx1, toHostFloat(context(), dx1));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotDx3, toHostFloat(context(), dx3));
+      EXPECT_LT(relativeError(moetest::slice(gotDx3, rows), moetest::slice(gotDx1, rows)), 1e-5)
+          << what;
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop1, toHost(context(), dTop1));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> gotTop3, toHost(context(), dTop3));
+      EXPECT_LT(relativeError(gotTop3, gotTop1), 1e-4) << what;
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> a1, toHost(context(), g1Gate));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> a3, toHost(context(), g3Gate));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> b1, toHost(context(), g1Up));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> b3, toHost(context(), g3Up));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> c1, toHost(context(), g1Down));
+      MOEWB_ASSIGN_OR_FAIL(Tensor<float> c3, toHost(context(), g3Down));
+      EXPECT_LT(relativeError(a3, a1), 1e-5) << what;
+      EXPECT_LT(relativeError(b3, b1), 1e-5) << what;
+      EXPECT_LT(relativeError(c3, c1), 1e-5) << what;
+    }
   }
 }
 
