@@ -101,10 +101,17 @@ Status kdaChunkBackwardCuda(CudaContext& context, const KdaCoreDims& dims, const
   MOEWB_RETURN_IF_ERROR(launchKdaStateBackward(stream, dims, work.view(), saved.aqk.data(), dO,
                                                dFinalState, dStates.data(), dvn.data(),
                                                grads.dInitialState));
+  // The products of the backward reuse W, q ⊙ e^G and k ⊙ e^{G_C - G} (all [R, K], not needed
+  // after the state backward; same stream) for P0..P2.
+  MOEWB_ASSIGN_OR_RETURN(auto p3, context.newTensor<float>({rows, dims.chunk}, ws));
+  MOEWB_ASSIGN_OR_RETURN(auto p4, context.newTensor<float>({rows, dims.chunk}, ws));
+  MOEWB_ASSIGN_OR_RETURN(auto sds, context.newTensor<float>({slots, kd}, ws));
   const KdaChunkBackwardArgs in{q,           k,           v,          dO,        g,
                                 beta,        saved.m.data(), states.data(), dStates.data(),
                                 vn.data(),   dvn.data(),  dqAcc.data(), dkAcc.data(), dG.data(),
-                                grads.dv,    grads.dg,    grads.dbeta};
+                                grads.dv,    grads.dg,    grads.dbeta,  work.w.data(),
+                                work.qg.data(), work.kDec.data(), p3.data(), p4.data(),
+                                sds.data()};
   MOEWB_RETURN_IF_ERROR(launchKdaChunkBackward(stream, dims, in));
   MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dqAcc.data(), grads.dq, qkNumel));
   return castFloatToBf16(stream, dkAcc.data(), grads.dk, qkNumel);

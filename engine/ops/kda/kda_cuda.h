@@ -2,28 +2,51 @@
 // (kda.h) and the gate / short conv / L2 norm (kda_gate.h). The whole mixer layer built on them is
 // model/layers/kda_layer_cuda.h.
 //
-// Core (kernels in kda_chunk_cuda.cu, allocation in kda_chunk_cuda.cpp), chunked WY / UT form of
-// §2.3 with every sum accumulated in fp32:
+// Core (kernels in kda_chunk_kernels.cuh, kda_recurrent_mma.cuh, kda_intra_mma.cuh and
+// kda_bwd_mma.cuh, launched from kda_chunk_cuda.cu, allocation in kda_chunk_cuda.cpp;
+// bench/scratch/kda_chunk_02.cu runs the same kernels), chunked WY / UT form of §2.3 with every
+// sum accumulated in fp32:
 //   intra-chunk kernel   one CTA per (chunk, b, hv), all chunks in parallel: G = cumsum(g), the
 //                        decayed Aqk and L (exp(G_i - G_j), j <= i, never a positive exponent),
-//                        M = (I + L)^{-1} by forward substitution (one column per thread), and
-//                        the WY factors W = M Diag(beta) (k ⊙ e^G), U = M Diag(beta) v, plus
-//                        q ⊙ e^G, k ⊙ e^{G_C - G} and e^{G_C} (fp32 workspace).
-//   recurrent kernel     one CTA per (b, hv, value tile of 32) walking the chunks in order with
-//                        the [K, 32] state slice in shared memory (fp32): Vn = U - W S,
-//                        O = (q ⊙ e^G) S + Aqk Vn, S <- e^{G_C} S + (k ⊙ e^{G_C - G})^T Vn.
+//                        M = (I + L)^{-1} by forward substitution (one column per thread, fp32),
+//                        and the WY factors W = M Diag(beta) (k ⊙ e^G), U = M Diag(beta) v, plus
+//                        q ⊙ e^G, k ⊙ e^{G_C - G} and e^{G_C} (fp32 workspace). When chunk and
+//                        keyDim are multiples of 16 and valueDim of 8: Aqk / L off the diagonal
+//                        16-token blocks and W / U on tensor cores (block J < I factored through
+//                        the first row r of I, exp(G_i - G_r) exp(G_r - G_j), both <= 1), the
+//                        diagonal blocks elementwise; other shapes: fp32 FMA throughout.
+//   recurrent kernel     one CTA (8 warps) per (b, hv, value tile of 32) walking the chunks in
+//                        order with the transposed state slice S^T [32, K] in fp32 shared memory:
+//                        Vn = U - W S, O = (q ⊙ e^G) S + Aqk Vn, S <- e^{G_C} S +
+//                        (k ⊙ e^{G_C - G})^T Vn, the products on tensor cores (below), the state
+//                        update an fp32 FMA per element; the chunk's operands stream in with
+//                        cp.async one stage ahead.
 //   backward             recomputes W, U and the chunk-entry states (forward recurrent kernel),
 //                        runs the reverse state-gradient recurrence per (b, hv, value tile)
-//                        (dVn, dS per chunk), then one CTA per (chunk, b, hv) for the rest of §2.5
-//                        (dAqk, WY / UT backward, pairwise products, reverse cumsum of dG).
-//   Plain fp32 FMA (no tensor cores yet). dq / dk are summed with fp32 atomics: run-to-run
-//   deterministic when HV == H (one CTA per element), not across the value heads of a GVA group.
-//   Limits: keyDim, valueDim <= 128, chunk <= 64 (shared memory, up to ~195 KB per CTA at
-//   K = 128, C = 64; errors are kInvalidArgument). Any T >= 1 (the last chunk may be partial).
-//   Costs per (b, hv) and chunk: forward ~C^2 K exps + (C^2 K + C^3 / 6 + C^2 (K + V) / 2 +
-//   4 C K V) FMAs; the backward about 3x that. Workspace: 5 [B*HV*T', K or V] fp32 rows
-//   (T' = T rounded up to C) and, in the backward, 2 [B*HV, NC, K, V] fp32 (chunk-entry states
-//   and their gradients) plus 3 more [B*HV*T', K or V].
+//                        (dVn, dS per chunk, tensor cores as above), then per (chunk, b, hv) the
+//                        products dO S^T, Vn dS^T, dVn S^T, dO Vn^T, dVn v^T on tensor cores and
+//                        one CTA for the rest of §2.5 (dAqk, WY / UT backward, pairwise products,
+//                        reverse cumsum of dG); for the shapes above its dW (k ⊙ e^G)^T,
+//                        (M Diag(beta))^T dW / dVn and the off-diagonal 16-token blocks of the
+//                        pairwise products run on tensor cores (same block factoring), the
+//                        small C x C steps and diagonal blocks in fp32.
+//   Tensor cores: mma.sync m16n8k16 with each fp32 operand split into bf16 hi + lo and the three
+//   products hi·hi + hi·lo + lo·hi accumulated in fp32 (relative error ~1e-5, the accuracy of the
+//   fp32 kernels for the tests' tolerances); bf16 appears only as MMA operands.
+//   Determinism: every sum has a fixed order; dq / dk are summed with fp32 atomics, each element by
+//   one thread of one CTA when HV == H (bitwise run-to-run deterministic), by the CTAs of the value
+//   heads of a group otherwise (not deterministic across a GVA group).
+//   Limits: keyDim, valueDim <= 128, chunk <= 64 (the model's K = V = 128, C = 64: the per-chunk
+//   kernels hold [C, K] fp32 tiles in shared memory, up to ~200 KB per CTA at K = 128, C = 64,
+//   and the recurrences pad to K = 128, C = 64; errors are kInvalidArgument). Any T >= 1 (the last
+//   chunk may be partial).
+//   Costs per (b, hv) and chunk: forward ~C^2 K exps + (C^2 K + C^3 / 6 + C^2 (K + V) / 2) FMAs
+//   + 4 C K V MMA multiply-adds (x3 for the split), the backward about 3x that; on the
+//   tensor-core intra / per-chunk kernels ~C^2 K / 7 exps (diagonal blocks) and the C^2 K terms
+//   become MMAs. Workspace: 5
+//   [B*HV*T', K or V] fp32 rows (T' = T rounded up to C) and, in the backward, 2 [B*HV, NC, K, V]
+//   fp32 (chunk-entry states and their gradients), 3 more [B*HV*T', K or V], 2 [B*HV*T', C] and
+//   [B*HV*NC, K] (the backward products; three more [B*HV*T', K] reuse the forward workspace).
 // Dtypes: q, k, v, o and dq, dk, dv, dO are bf16 (activations); g, beta, dg, dbeta, states and the
 // saved Aqk / M are fp32. Layouts as in kda.h (token n = b * T + t, heads are column blocks).
 //

@@ -23,7 +23,8 @@ struct KdaWyWorkspace {
   float* eGC = nullptr;   // [B*HV*NC, K] e^{G_C}
 };
 
-// Inputs, workspaces and outputs of the per-chunk backward kernel.
+// Inputs, workspaces and outputs of the per-chunk backward (kda_bwd_products_kernel, then
+// kda_bwd_kernel; same field order as kda_detail::IntraBwdArgs in kda_chunk_kernels.cuh).
 struct KdaChunkBackwardArgs {
   const bf16 *q, *k, *v, *dO;                 // as in kdaChunkBackwardCuda
   const float *g, *beta, *savedM;             // savedM [B*HV, NC*C, C]
@@ -33,6 +34,9 @@ struct KdaChunkBackwardArgs {
   float* dGWork;                              // [R, K] scratch
   bf16* dv;                                   // [N, HV*V]
   float *dg, *dbeta;                          // [N, HV*K], [N, HV]
+  float *p0, *p1, *p2;                        // [R, K] scratch: dO S^T, Vn dS^T, dVn S^T
+  float *p3, *p4;                             // [R, C] scratch: dO Vn^T, dVn v^T
+  float* sds;                                 // [B*HV*NC, K] scratch: rowsum(S ⊙ dS)
 };
 
 // Per (chunk, b, hv): with computeM the decayed Aqk and M = (I + L)^{-1} into savedAqk / savedM,
@@ -56,7 +60,8 @@ Status launchKdaStateBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const float* dFinalState, float* dStatesOut, float* dvnOut,
                               float* dInitialState);
 
-// Per (chunk, b, hv): the rest of the backward (see KdaChunkBackwardArgs).
+// Per (chunk, b, hv): the tensor-core products of the backward (P0..P4, rowsum(S ⊙ dS)), then the
+// rest of the backward (see KdaChunkBackwardArgs).
 Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const KdaChunkBackwardArgs& in);
 

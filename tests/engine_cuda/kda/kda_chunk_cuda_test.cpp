@@ -1,11 +1,20 @@
 // The chunked KDA core on the GPU against the CPU references in double (kdaChunkForward /
 // kdaChunkBackward on the same bf16-rounded inputs, and kdaNaiveForward): B = 2, T in
 // {1, 63, 64, 130} (partial last chunks), 2 heads, head dims 16 and 64, chunks 16 and 64, a
-// nonzero initial state and final-state gradient, plus a GVA case. Outputs are NaN-poisoned.
+// nonzero initial state and final-state gradient, plus a GVA case, one head at the model's dims,
+// and gates at the lower bound (g = -5 every step: a 64-token chunk reaches G = -320, so any
+// exp(-G) would overflow). Outputs are NaN-poisoned. The recurrences, the backward's products
+// and, when chunk / keyDim are multiples of 16 and valueDim of 8, the intra-chunk forward and the
+// per-chunk backward run on tensor cores with split bf16 hi + lo operands (~1e-5 relative), so
+// the tolerances are those of the fp32 kernels; the shapes cover both paths (K = 40, V = 24 run
+// the fp32 intra / per-chunk kernels; K = 48, V = 8, C = 32 with a 13-token last chunk the
+// tensor-core ones). A second run must reproduce the backward bitwise when HV == H.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "ops/kda/kda.h"
@@ -23,8 +32,9 @@ struct CoreInputs {
 };
 
 // q, k L2-normalised per head (q also scaled by K^-1/2, as the layer feeds them), g in (-5, 0)
-// with most values near 0, beta in (0, 1).
-CoreInputs makeInputs(const KdaCoreDims& dims, uint64_t seed, bool withState) {
+// with most values near 0 (or -5 everywhere with lowerBound), beta in (0, 1).
+CoreInputs makeInputs(const KdaCoreDims& dims, uint64_t seed, bool withState,
+                      bool lowerBound = false) {
   const int64_t n = dims.tokens(), h = dims.numHeads, hv = dims.valueHeads();
   const int64_t kd = dims.keyDim, vd = dims.valueDim;
   CoreInputs in;
@@ -45,7 +55,7 @@ CoreInputs makeInputs(const KdaCoreDims& dims, uint64_t seed, bool withState) {
   in.g = randomTensor({n, hv * kd}, seed + 4, 1.0, true);
   for (int64_t i = 0; i < in.g.numel(); ++i) {
     const float u = std::fabs(in.g[i]);
-    in.g[i] = -5.f * u * u * u - 0.01f;
+    in.g[i] = lowerBound ? -5.f : -5.f * u * u * u - 0.01f;
   }
   in.beta = randomTensor({n, hv}, seed + 5, 2.0);
   for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta[i] = 1.f / (1.f + std::exp(-in.beta[i]));
@@ -63,10 +73,11 @@ std::string label(const KdaCoreDims& dims) {
 }
 
 // Runs forward and backward on the GPU and compares with the double references.
-void checkCore(CudaContext& context, const KdaCoreDims& dims, uint64_t seed, bool withState) {
-  SCOPED_TRACE(label(dims));
+void checkCore(CudaContext& context, const KdaCoreDims& dims, uint64_t seed, bool withState,
+               bool lowerBound = false) {
+  SCOPED_TRACE(label(dims) + (lowerBound ? " g=-5" : ""));
   ThreadPool pool(2);
-  const CoreInputs in = makeInputs(dims, seed, withState);
+  const CoreInputs in = makeInputs(dims, seed, withState, lowerBound);
   const int64_t n = dims.tokens(), h = dims.numHeads, hv = dims.valueHeads();
   const int64_t kd = dims.keyDim, vd = dims.valueDim;
   const std::vector<int64_t> stateShape = {dims.batch, hv, kd, vd};
@@ -155,6 +166,66 @@ TEST_F(KdaChunkCudaTest, ForwardAndBackwardMatchDoubleReferences) {
 TEST_F(KdaChunkCudaTest, HeadDim128AndGroupedValueHeads) {
   checkCore(context(), KdaCoreDims{1, 100, 1, 1, 128, 128, 64}, 77, true);
   checkCore(context(), KdaCoreDims{2, 37, 1, 3, 32, 48, 16}, 78, true);  // GVA, K != V
+  checkCore(context(), KdaCoreDims{2, 77, 2, 2, 48, 8, 32}, 79, true);   // C = 32, c = 13
+}
+
+TEST_F(KdaChunkCudaTest, GatesAtTheLowerBound) {
+  checkCore(context(), KdaCoreDims{1, 150, 1, 1, 128, 128, 64}, 91, true, /*lowerBound=*/true);
+  checkCore(context(), KdaCoreDims{2, 45, 2, 2, 40, 24, 16}, 92, true, /*lowerBound=*/true);
+  checkCore(context(), KdaCoreDims{1, 77, 1, 2, 48, 8, 32}, 93, true, /*lowerBound=*/true);
+}
+
+// HV == H: every dq / dk element has one owner thread, every other sum a fixed order, so two
+// backward runs agree bitwise.
+TEST_F(KdaChunkCudaTest, BackwardIsDeterministic) {
+  const KdaCoreDims dims{2, 130, 2, 2, 64, 64, 64};
+  const CoreInputs in = makeInputs(dims, 95, true);
+  const int64_t n = dims.tokens(), h = dims.numHeads, hv = dims.valueHeads();
+  const int64_t kd = dims.keyDim, vd = dims.valueDim;
+  const MemoryCategory act = MemoryCategory::kActivations;
+  MOEWB_ASSIGN_OR_FAIL(auto q, toDeviceBf16(context(), in.q, act));
+  MOEWB_ASSIGN_OR_FAIL(auto k, toDeviceBf16(context(), in.k, act));
+  MOEWB_ASSIGN_OR_FAIL(auto v, toDeviceBf16(context(), in.v, act));
+  MOEWB_ASSIGN_OR_FAIL(auto g, toDevice(context(), in.g, act));
+  MOEWB_ASSIGN_OR_FAIL(auto beta, toDevice(context(), in.beta, act));
+  MOEWB_ASSIGN_OR_FAIL(auto dO, toDeviceBf16(context(), in.dO, act));
+  MOEWB_ASSIGN_OR_FAIL(auto s0, toDevice(context(), in.s0, act));
+  MOEWB_ASSIGN_OR_FAIL(auto dSFinal, toDevice(context(), in.dSFinal, act));
+  MOEWB_ASSIGN_OR_FAIL(auto o, poisonedBf16(context(), {n, hv * vd}));
+  KdaChunkSavedCuda saved;
+  MOEWB_ASSERT_OK(kdaChunkForwardCuda(context(), dims, q.data(), k.data(), v.data(), g.data(),
+                                      beta.data(), s0.data(), o.data(), nullptr, saved));
+  Tensor<float> first[5];
+  for (int run = 0; run < 2; ++run) {
+    MOEWB_ASSIGN_OR_FAIL(auto dq, poisonedBf16(context(), {n, h * kd}));
+    MOEWB_ASSIGN_OR_FAIL(auto dk, poisonedBf16(context(), {n, h * kd}));
+    MOEWB_ASSIGN_OR_FAIL(auto dv, poisonedBf16(context(), {n, hv * vd}));
+    MOEWB_ASSIGN_OR_FAIL(auto dg, poisonedFloat(context(), {n, hv * kd}));
+    MOEWB_ASSIGN_OR_FAIL(auto dbeta, poisonedFloat(context(), {n, hv}));
+    const KdaCoreGradsCuda grads{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(),
+                                 nullptr};
+    MOEWB_ASSERT_OK(kdaChunkBackwardCuda(context(), dims, dO.data(), dSFinal.data(), q.data(),
+                                         k.data(), v.data(), g.data(), beta.data(), s0.data(),
+                                         saved, grads));
+    Tensor<float> got[5];
+    MOEWB_ASSIGN_OR_FAIL(got[0], toHostFloat(context(), dq));
+    MOEWB_ASSIGN_OR_FAIL(got[1], toHostFloat(context(), dk));
+    MOEWB_ASSIGN_OR_FAIL(got[2], toHostFloat(context(), dv));
+    MOEWB_ASSIGN_OR_FAIL(got[3], toHost(context(), dg));
+    MOEWB_ASSIGN_OR_FAIL(got[4], toHost(context(), dbeta));
+    for (int t = 0; t < 5; ++t) {
+      if (run == 0) {
+        first[t] = std::move(got[t]);
+        continue;
+      }
+      ASSERT_EQ(first[t].numel(), got[t].numel());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < got[t].numel(); ++i) {
+        differ += std::memcmp(&first[t][i], &got[t][i], sizeof(float)) != 0 ? 1 : 0;
+      }
+      EXPECT_EQ(differ, 0) << "gradient " << t;
+    }
+  }
 }
 
 TEST_F(KdaChunkCudaTest, RejectsUnsupportedDims) {
