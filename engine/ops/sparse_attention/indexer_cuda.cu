@@ -1,13 +1,22 @@
 // Lightning indexer on the GPU (see sparse_attention_cuda.h, indexer.h): projections with fp32
-// outputs, the key LayerNorm (one warp per token), scores and logits (one CTA per query token,
-// its indexer row in shared memory, one key per thread), the KL objective (one warp per row, the
-// row sum in double by one CTA) and the backward (one warp per (query, head) for dq and the head
-// weights, one warp per key for dk through the transposed selection, a column reduction for the
-// norm's gain and bias). Scores, logits and the backward's ReLU test all call indexerScore /
-// indexerDot, so the ReLU pattern of the backward is bitwise the forward's.
+// outputs, the key LayerNorm (one warp per token), scores and logits, the KL objective (one warp
+// per row, the row sum in double by one CTA) and the backward (dq and the head weights per query,
+// dk per key through the transposed selection, a column reduction for the norm's gain and bias).
+// Two arithmetic paths, chosen per call by indexerUsesTensorCores (HI = 8, dI 64 / 128 with
+// kIndexerTensorCores on):
+//   tensor cores (indexer_mma.cuh): scores per 64x64 tile, logits per query token over gathered
+//     keys, the query-side backward per query token (pre-activations, coef, dw, and dq as an MMA);
+//     all pre-activations use one 3xbf16 mma sequence, ~4e-6 relative to fp64;
+//   scalar (every other shape, and the old path): one CTA per query token, its indexer row in
+//     shared memory, one key per thread; one warp per (query, head) in the backward; all through
+//     indexerScore / indexerDot, fp32 FMA in dI order.
+// Within a path the scores, the logits and the backward's ReLU test compute every pre-activation
+// identically, so logits are bitwise the dense scores and the backward's ReLU pattern is bitwise
+// the forward's. The key side (dk) is the scalar indexer_key_bwd_kernel on both paths.
 #include <cmath>
 
 #include "runtime/cuda/cuda_check.h"
+#include "ops/sparse_attention/indexer_mma.cuh"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"
@@ -21,6 +30,15 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kWarpThreads = kWarpsPerBlock * 32;
 constexpr int kScoreThreads = 128;
 constexpr int kReduceThreads = 256;
+
+// The tensor-core path (indexer_mma.cuh) where the shape allows it; false selects the scalar
+// kernels everywhere (round 1's engine path).
+constexpr bool kIndexerTensorCores = true;
+
+bool indexerUsesTensorCores(const IndexerDims& dims, int64_t width) {
+  return kIndexerTensorCores && indexerTcSupported(dims.numHeads, dims.headDim) &&
+         dims.seqLen < (int64_t(1) << 31) && width < (int64_t(1) << 31);
+}
 
 // qI[j] . kI in fp32, serial over the head width (the same order everywhere).
 __device__ __forceinline__ float indexerDot(const float* q, const float* k, int di) {
@@ -308,6 +326,11 @@ Status indexerScoresCuda(cudaStream_t stream, const IndexerDims& dims, const flo
   MOEWB_RETURN_IF_ERROR(checkIndexerDims(dims));
   const int64_t n = dims.tokens();
   if (n == 0) return Status::ok();
+  if (indexerUsesTensorCores(dims, dims.seqLen)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchIndexerScoresTc(stream, q, k, w, int(dims.batch),
+                                                     int(dims.seqLen), int(dims.headDim), scores));
+    return Status::ok();
+  }
   const float c = float(1.0 / std::sqrt(double(dims.headDim)));
   indexer_scores_fwd_kernel<<<unsigned(n), kScoreThreads, indexerRowBytes(dims), stream>>>(
       q, k, w, dims.seqLen, int(dims.numHeads), int(dims.headDim), c, scores);
@@ -321,6 +344,12 @@ Status indexerLogitsCuda(cudaStream_t stream, const IndexerDims& dims, const flo
   MOEWB_RETURN_IF_ERROR(checkIndexerDims(dims));
   const int64_t n = dims.tokens();
   if (n == 0 || width == 0) return Status::ok();
+  if (indexerUsesTensorCores(dims, width)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchIndexerLogitsTc(stream, q, k, w, selected, n,
+                                                     int(dims.seqLen), int(width),
+                                                     int(dims.headDim), logits));
+    return Status::ok();
+  }
   const float c = float(1.0 / std::sqrt(double(dims.headDim)));
   indexer_logits_fwd_kernel<<<unsigned(n), kScoreThreads, indexerRowBytes(dims), stream>>>(
       q, k, w, selected, dims.seqLen, width, int(dims.numHeads), int(dims.headDim), c, logits);
@@ -360,10 +389,16 @@ Status launchIndexerBackward(cudaStream_t stream, const IndexerDims& dims,
   if (n == 0 || width == 0) return Status::ok();
   const float c = float(1.0 / std::sqrt(double(di)));
   const float headScale = float(1.0 / std::sqrt(double(hi)));
-  indexer_query_bwd_kernel<<<warpBlocks(n * hi), kWarpThreads, 0, stream>>>(
-      b.q, b.k, b.w, selected, dLogits, n, dims.seqLen, width, int(hi), int(di), c, headScale,
-      b.coef, b.dwPre, b.dq);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (indexerUsesTensorCores(dims, width)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchIndexerQueryBwdTc(stream, b.q, b.k, b.w, selected, dLogits,
+                                                       n, int(dims.seqLen), int(width), int(di),
+                                                       b.coef, b.dwPre, b.dq));
+  } else {
+    indexer_query_bwd_kernel<<<warpBlocks(n * hi), kWarpThreads, 0, stream>>>(
+        b.q, b.k, b.w, selected, dLogits, n, dims.seqLen, width, int(hi), int(di), c, headScale,
+        b.coef, b.dwPre, b.dq);
+    MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  }
   indexer_key_bwd_kernel<<<warpBlocks(n), kWarpThreads, 0, stream>>>(
       b.q, b.coef, keyStart, entries, n, width, int(hi), int(di), b.dk);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();

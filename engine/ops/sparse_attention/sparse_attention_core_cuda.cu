@@ -1,19 +1,21 @@
 // Sparse softmax attention with sink over a selection on the GPU (see sparse_attention_cuda.h,
 // sparse_attention_core_ref.cpp), forward and backward, and the indexer target p*.
-// Forward: one warp per (query token, head); lanes split the head dim (up to 8 elements each),
-// the selected keys are walked in slot order (a warp reduction per key), the logits parked in
-// the probs row by the lane that owns slot % 32, then normalised with the sink in the max and the
-// denominator, then o = sum_s p v in slot order.
-// Backward: phase 1 one warp per (query, head): delta, dz (parked in a workspace) and dq; phase 2
-// one warp per (key token, kv head) walking the transposed selection (query order) and the query
-// heads of its group in order: dk, dv without atomics; phase 3 one CTA per head sums the sink
-// terms in row order. Everything is deterministic.
+// Forward (sparse_attention_core_fwd.cuh): tensor cores for dh in {64, 128} (one CTA per query
+// token and 16 heads, gathered 64-key blocks), otherwise one warp per (query token, head).
+// Backward (sparse_attention_core_bwd.cuh): phase 1 per query token (delta, dz parked in a
+// workspace, dq; on tensor cores likewise for dh in {64, 128}); phase 2 dk, dv without atomics,
+// for dh in {64, 128} on tensor cores per (64-key block, query span) with fp32 partials added
+// in span order (kKeyBwdPath), otherwise one warp per (key token, kv head) over the transposed
+// selection; phase 3 one CTA per head sums the sink terms in row order. Everything is
+// deterministic.
 #include <cmath>
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
+#include "ops/sparse_attention/sparse_attention_core_bwd.cuh"
+#include "ops/sparse_attention/sparse_attention_core_fwd.cuh"
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"
 
 namespace moewb::engine::cuda {
@@ -21,193 +23,16 @@ namespace {
 
 using namespace sparse_detail;
 
-constexpr int kWarpsPerBlock = 4;
-constexpr int kWarpThreads = kWarpsPerBlock * 32;
-constexpr int kPerLane = int(kSparseCudaMaxHeadDim / 32);  // head-dim elements per lane
-constexpr int kReduceThreads = 256;
+// Phase 2 (dk, dv) of the backward: kMmaSplit (query spans, sparse_attention_key_bwd_split.cuh);
+// KeyBwdPath::kMma selects round 1's one-CTA-per-key-block kernel.
+constexpr KeyBwdPath kKeyBwdPath = KeyBwdPath::kMmaSplit;
 
-struct CoreShape {
-  int64_t seqLen;  // T
-  int64_t width;   // W
-  int heads;       // H
-  int group;       // H / Hkv
-  int hd;          // dh
-  int64_t qw;      // H dh
-  int64_t kvw;     // Hkv dh
-  float scale;     // dh^-1/2
-};
+constexpr int kWarpsPerBlock = kCoreWarpsPerBlock;
+constexpr int kWarpThreads = kCoreWarpThreads;
 
 CoreShape coreShape(const SparseAttentionDims& dims, int64_t width) {
-  return {dims.seqLen,        width,
-          int(dims.numHeads), int(dims.numHeads / dims.kvHeads),
-          int(dims.headDim),  dims.qWidth(),
-          dims.kvWidth(),     float(1.0 / std::sqrt(double(dims.headDim)))};
-}
-
-// Loads elements lane, lane + 32, ... of a bf16 head vector (0 beyond hd).
-__device__ __forceinline__ void loadHead(const bf16* p, int hd, int lane, float* out) {
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int d = lane + 32 * i;
-    out[i] = d < hd ? __bfloat162float(p[d]) : 0.0f;
-  }
-}
-
-__device__ __forceinline__ float dotHead(const float* a, const bf16* p, int hd, int lane) {
-  float partial = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int d = lane + 32 * i;
-    if (d < hd) partial += a[i] * __bfloat162float(p[d]);
-  }
-  return warpSum(partial);
-}
-
-__device__ __forceinline__ void storeHead(bf16* p, int hd, int lane, const float* in) {
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int d = lane + 32 * i;
-    if (d < hd) p[d] = __float2bfloat16(in[i]);
-  }
-}
-
-__global__ void sparse_attention_fwd_kernel(const bf16* q, const bf16* k, const bf16* v,
-                                            const bf16* sink, const int32_t* selected, int64_t n,
-                                            CoreShape s, float* probs, float* sinkProbs,
-                                            bf16* context) {
-  const int64_t pair = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = int(threadIdx.x) % 32;
-  if (pair >= n * s.heads) return;
-  const int64_t r = pair / s.heads, base = r - r % s.seqLen;
-  const int h = int(pair % s.heads);
-  const int64_t kvOffset = int64_t(h / s.group) * s.hd;
-  const int32_t* sel = selected + r * s.width;
-  float* p = probs + pair * s.width;
-  float qh[kPerLane];
-  loadHead(q + r * s.qw + int64_t(h) * s.hd, s.hd, lane, qh);
-  const float sinkLogit = __bfloat162float(sink[h]);
-  float maxValue = sinkLogit;
-  int64_t count = 0;
-  for (; count < s.width; ++count) {
-    const int32_t key = sel[count];
-    if (key < 0) break;
-    const float z = s.scale * dotHead(qh, k + (base + key) * s.kvw + kvOffset, s.hd, lane);
-    if (count % 32 == lane) p[count] = z;
-    maxValue = fmaxf(maxValue, z);
-  }
-  float sum = 0.0f;
-  for (int64_t slot = lane; slot < count; slot += 32) {
-    const float e = expf(p[slot] - maxValue);
-    p[slot] = e;
-    sum += e;
-  }
-  sum = warpSum(sum);
-  const float sinkWeight = expf(sinkLogit - maxValue);
-  const float inv = 1.0f / (sum + sinkWeight);
-  for (int64_t slot = lane; slot < s.width; slot += 32)
-    p[slot] = slot < count ? p[slot] * inv : 0.0f;
-  __syncwarp();
-  float o[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) o[i] = 0.0f;
-  for (int64_t slot = 0; slot < count; ++slot) {
-    const float ps = p[slot];
-    const bf16* vRow = v + (base + sel[slot]) * s.kvw + kvOffset;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < s.hd) o[i] += ps * __bfloat162float(vRow[d]);
-    }
-  }
-  storeHead(context + r * s.qw + int64_t(h) * s.hd, s.hd, lane, o);
-  if (lane == 0) sinkProbs[pair] = sinkWeight * inv;
-}
-
-// Phase 1: dz [N, H, W] (valid slots), dq and the sink terms -p_sink delta [N, H].
-__global__ void sparse_attention_query_bwd_kernel(const bf16* dContext, const bf16* q,
-                                                  const bf16* k, const bf16* v, const bf16* context,
-                                                  const int32_t* selected, const float* probs,
-                                                  const float* sinkProbs, int64_t n, CoreShape s,
-                                                  float* dz, bf16* dq, float* sinkTerms) {
-  const int64_t pair = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = int(threadIdx.x) % 32;
-  if (pair >= n * s.heads) return;
-  const int64_t r = pair / s.heads, base = r - r % s.seqLen;
-  const int h = int(pair % s.heads);
-  const int64_t kvOffset = int64_t(h / s.group) * s.hd, qOffset = r * s.qw + int64_t(h) * s.hd;
-  const int32_t* sel = selected + r * s.width;
-  float dOut[kPerLane], acc[kPerLane];
-  loadHead(dContext + qOffset, s.hd, lane, dOut);
-  const float delta = dotHead(dOut, context + qOffset, s.hd, lane);
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
-  for (int64_t slot = 0; slot < s.width; ++slot) {
-    const int32_t key = sel[slot];
-    if (key < 0) break;
-    const int64_t kvRow = (base + key) * s.kvw + kvOffset;
-    const float dp = dotHead(dOut, v + kvRow, s.hd, lane);
-    const float dzValue = probs[pair * s.width + slot] * (dp - delta);
-    if (slot % 32 == lane) dz[pair * s.width + slot] = dzValue;
-    const float coef = s.scale * dzValue;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < s.hd) acc[i] += coef * __bfloat162float(k[kvRow + d]);
-    }
-  }
-  storeHead(dq + qOffset, s.hd, lane, acc);
-  if (lane == 0) sinkTerms[pair] = -sinkProbs[pair] * delta;
-}
-
-// Phase 2: dk, dv of key token m, kv head g, over the entries that selected m (query order).
-__global__ void sparse_attention_key_bwd_kernel(const bf16* dContext, const bf16* q,
-                                                const float* probs, const float* dz,
-                                                const int32_t* keyStart, const int32_t* entries,
-                                                int64_t n, int kvHeads, CoreShape s, bf16* dk,
-                                                bf16* dv) {
-  const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = int(threadIdx.x) % 32;
-  if (item >= n * kvHeads) return;
-  const int64_t m = item / kvHeads;
-  const int g = int(item % kvHeads);
-  float dkAcc[kPerLane], dvAcc[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) dkAcc[i] = dvAcc[i] = 0.0f;
-  for (int32_t e = keyStart[m]; e < keyStart[m + 1]; ++e) {
-    const int64_t entry = entries[e], r = entry / s.width, slot = entry % s.width;
-    for (int h = g * s.group; h < (g + 1) * s.group; ++h) {
-      const int64_t row = (r * s.heads + h) * s.width + slot;
-      const float dzValue = s.scale * dz[row], pValue = probs[row];
-      const int64_t qOffset = r * s.qw + int64_t(h) * s.hd;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int d = lane + 32 * i;
-        if (d < s.hd) {
-          dkAcc[i] += dzValue * __bfloat162float(q[qOffset + d]);
-          dvAcc[i] += pValue * __bfloat162float(dContext[qOffset + d]);
-        }
-      }
-    }
-  }
-  const int64_t out = m * s.kvw + int64_t(g) * s.hd;
-  storeHead(dk + out, s.hd, lane, dkAcc);
-  storeHead(dv + out, s.hd, lane, dvAcc);
-}
-
-// Phase 3: dSink[h] += sum over rows of sinkTerms[r, h]. One CTA per head.
-__global__ void sparse_attention_sink_bwd_kernel(const float* sinkTerms, int64_t n, int heads,
-                                                 float* dSink) {
-  __shared__ float partial[kReduceThreads];
-  const int h = blockIdx.x;
-  float sum = 0.0f;
-  for (int64_t r = threadIdx.x; r < n; r += kReduceThreads) sum += sinkTerms[r * heads + h];
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = kReduceThreads / 2; stride > 0; stride >>= 1) {
-    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) dSink[h] += partial[0];
+  return makeCoreShape(dims.seqLen, width, int(dims.numHeads), int(dims.kvHeads),
+                       int(dims.headDim));
 }
 
 // p*[r, slot] = sum_h probs[r, h, slot] / (sum over valid slots), 0 on padding. One warp per row.
@@ -285,30 +110,46 @@ Status sparseAttentionCoreForwardCuda(cudaStream_t stream, const SparseAttention
   MOEWB_RETURN_IF_ERROR(checkCoreDims(dims));
   const int64_t n = dims.tokens();
   if (n == 0) return Status::ok();
-  sparse_attention_fwd_kernel<<<warpBlocks(n * dims.numHeads), kWarpThreads, 0, stream>>>(
-      q, k, v, sink, selected, n, coreShape(dims, width), probs, sinkProbs, context);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (width >= (int64_t(1) << 31)) {
+    return invalidArgument("sparse attention selection width " + std::to_string(width) +
+                           " is beyond the CUDA kernels' int32 slots");
+  }
+  const CoreShape shape = coreShape(dims, width);
+  if (sparseFwdMmaSupported(shape.hd)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchSparseFwdMma(stream, q, k, v, sink, selected,
+                                                  int(dims.batch), shape, probs, sinkProbs,
+                                                  context));
+  } else {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchSparseFwdWarp(stream, q, k, v, sink, selected, n, shape,
+                                                   probs, sinkProbs, context));
+  }
   return Status::ok();
+}
+
+int64_t sparseKeyBwdPartialFloats(const SparseAttentionDims& dims) {
+  const bool tc = dims.headDim == 64 || dims.headDim == 128;
+  if (kKeyBwdPath != KeyBwdPath::kMmaSplit || !tc || dims.tokens() == 0) return 0;
+  return keyBwdPartialFloats(dims.tokens(), dims.seqLen, dims.kvHeads * dims.headDim);
 }
 
 Status launchSparseCoreBackward(cudaStream_t stream, const SparseAttentionDims& dims,
                                 const bf16* dContext, const SparseCoreSavedView& saved,
                                 const int32_t* keyStart, const int32_t* entries, float* dz,
-                                float* sinkTerms, bf16* dq, bf16* dk, bf16* dv, float* dSink) {
+                                float* sinkTerms, float* keyPartials, bf16* dq, bf16* dk,
+                                bf16* dv, float* dSink) {
   MOEWB_RETURN_IF_ERROR(checkCoreDims(dims));
-  const int64_t n = dims.tokens(), heads = dims.numHeads;
-  if (n == 0) return Status::ok();
-  const CoreShape shape = coreShape(dims, saved.width);
-  sparse_attention_query_bwd_kernel<<<warpBlocks(n * heads), kWarpThreads, 0, stream>>>(
-      dContext, saved.q, saved.k, saved.v, saved.context, saved.selected, saved.probs,
-      saved.sinkProbs, n, shape, dz, dq, sinkTerms);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  sparse_attention_key_bwd_kernel<<<warpBlocks(n * dims.kvHeads), kWarpThreads, 0, stream>>>(
-      dContext, saved.q, saved.probs, dz, keyStart, entries, n, int(dims.kvHeads), shape, dk, dv);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  sparse_attention_sink_bwd_kernel<<<unsigned(heads), kReduceThreads, 0, stream>>>(
-      sinkTerms, n, int(heads), dSink);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (dims.tokens() == 0) return Status::ok();
+  if (saved.width >= (int64_t(1) << 31)) {
+    return invalidArgument("sparse attention selection width " + std::to_string(saved.width) +
+                           " is beyond the CUDA kernels' int32 slots");
+  }
+  const CoreBwdArgs args{dContext,       saved.q,     saved.k,         saved.v,   saved.context,
+                         saved.selected, saved.probs, saved.sinkProbs, keyStart,  entries,
+                         dz,             sinkTerms,   dq,              dk,        dv,
+                         dSink,          keyPartials};
+  MOEWB_CUDA_RETURN_IF_ERROR(launchSparseBwd(stream, int(dims.batch),
+                                             coreShape(dims, saved.width), args, true,
+                                             kKeyBwdPath));
   return Status::ok();
 }
 

@@ -2,13 +2,22 @@
 // GPU, forward and backward, in four parts:
 //   indexer_cuda.cu                 lightning indexer: projections (fp32 outputs), key LayerNorm,
 //                                   scores I[t, s], logits of a selection, KL objective, backward.
+//                                   HI = 8, dI in {64, 128}: scores, logits and the query-side
+//                                   backward on tensor cores (indexer_mma.cuh, 3xbf16 products);
+//                                   other shapes scalar fp32.
 //   selection_cuda.cu               causal selection, per-row top-k of the scores (radix select,
 //                                   ties toward the lower position exactly as topKRow), and the
 //                                   transposed selection (stable radix sort by key).
-//   sparse_attention_core_cuda.cu   softmax attention with sink over a selection (one warp per
-//                                   (query, head)), its backward (dq per query; dk/dv gathered per
-//                                   key through the transposed selection, no float atomics), the
-//                                   sink gradient and the indexer target p*.
+//   sparse_attention_core_cuda.cu   softmax attention with sink over a selection, its backward
+//                                   (dq per query; dk/dv gathered per key through the transposed
+//                                   selection, no float atomics), the sink gradient and the indexer
+//                                   target p*. Kernels in sparse_attention_core_{fwd,bwd}.cuh: for
+//                                   dh in {64, 128} on tensor cores: forward and dq per query token
+//                                   (one CTA per token and 16 heads of a kv head, heads on M of
+//                                   mma.sync, gathered 64-key blocks of K and V), dk/dv per
+//                                   (64-key block, query span) with fp32 partials added in span
+//                                   order; other dh one warp per (query, head) and per key
+//                                   (transposed selection).
 //   sparse_attention_layer_cuda.cpp the whole layer: projections through linear_cuda.h, gate, core,
 //                                   output projection, indexer objective; backward.
 // The .cu files hold kernels and raw launchers (sparse_attention_cuda_kernels.h); the entry points
@@ -17,10 +26,11 @@
 //
 // Precision: x, q, k, v, gate, context, gated, y and their gradients are bf16. Softmax statistics
 // (probs, sinkProbs), the indexer's activations (qI, kI, kHat, rstd, wI), its scores/logits, its
-// probabilities, p* and the KL are fp32: the top-k is discontinuous, so the scores are kept as
-// exact as the reference's (fp32 accumulation of bf16 inputs) to pick the same keys; the indexer
-// is small (HI dI + dI + HI columns per token). Every reduction accumulates in fp32 (the KL sum
-// over rows in double) and runs in a fixed order: results are bitwise reproducible.
+// probabilities, p* and the KL are fp32: the top-k is discontinuous, so the scores are kept
+// near-exact to pick the reference's keys (fp32 FMA, or bf16 hi/lo split products on tensor
+// cores: ~4e-6 relative to fp64); the indexer is small (HI dI + dI + HI columns per token).
+// Every reduction accumulates in fp32 (the KL sum over rows in double) and runs in a fixed
+// order: results are bitwise reproducible.
 // Layouts as in the reference: token n = b T + t; heads are column blocks; a selection is int32
 // [N, W], each row ascending key positions s <= t followed by -1 padding (selection.h), W = T in
 // the dense warm-up stage, min(topK, T) in the sparse one.
@@ -29,6 +39,8 @@
 // Nothing here synchronises with the host; every launcher queues work on `stream` / the
 // context's stream and returns the launch or allocation error. Scratch comes from the context's
 // allocator (kWorkspace), saved state is kActivations.
+// Core precision on tensor cores: logits are bf16 products summed in fp32 (probs ~1e-6
+// relative); P and dz are rounded to bf16 as MMA operands (context, dq, dk, dv ~2e-3 relative).
 // Costs (N tokens, W keys per query): scores N T HI dI FMAs (scalar fp32, no tensor cores yet);
 // top-k 8 passes over each row's t + 1 scores; core forward 2 N H W dh, backward ~4 N H W dh;
 // the transposed selection one radix sort of N W (key, entry) pairs.
@@ -157,8 +169,11 @@ struct SparseCoreSavedView {
 };
 
 // sparseAttentionCoreBackward: dq [N, H*dh], dk, dv [N, Hkv*dh] bf16 (overwritten) from dContext
-// [N, H*dh]; ADDS the sink gradient into dSink [H] (fp32). dk/dv per key over the (query, slot)
-// pairs of `byKey` in query order, each kv head summing its query heads in order.
+// [N, H*dh]; ADDS the sink gradient into dSink [H] (fp32). dk/dv per key in a fixed order: for
+// dh 64 / 128 per query span (max(1024, ceil(T / 8)) tokens) in query order, the spans' fp32
+// partials added in span order (workspace 2 parts N Hkv dh floats; `byKey` unused); otherwise
+// over the (query, slot) pairs of `byKey` in query order, each kv head summing its query heads
+// in order.
 Status sparseAttentionCoreBackwardCuda(CudaContext& context, const SparseAttentionDims& dims,
                                        const bf16* dContext, const SparseCoreSavedView& saved,
                                        const SelectionTransposeCuda& byKey, bf16* dq, bf16* dk,

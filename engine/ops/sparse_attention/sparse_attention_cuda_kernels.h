@@ -60,10 +60,16 @@ Status launchTransposeSelection(cudaStream_t stream, const int32_t* selected, in
                                 int64_t width, int64_t seqLen, const TransposeBuffers& b,
                                 int32_t* keyStart, int32_t* entries);
 
-// Core backward on caller scratch dz [N, H, W] and sinkTerms [N, H].
+// fp32 scratch of the core backward's key side (partial dk, dv per query span; 0 when the
+// engine's key-side path needs none for these dims).
+int64_t sparseKeyBwdPartialFloats(const SparseAttentionDims& dims);
+
+// Core backward on caller scratch dz [N, H, W], sinkTerms [N, H] and keyPartials
+// [sparseKeyBwdPartialFloats(dims)] (may be null when that is 0).
 Status launchSparseCoreBackward(cudaStream_t stream, const SparseAttentionDims& dims,
                                 const bf16* dContext, const SparseCoreSavedView& saved,
                                 const int32_t* keyStart, const int32_t* entries, float* dz,
-                                float* sinkTerms, bf16* dq, bf16* dk, bf16* dv, float* dSink);
+                                float* sinkTerms, float* keyPartials, bf16* dq, bf16* dk,
+                                bf16* dv, float* dSink);
 
 }  // namespace moewb::engine::cuda

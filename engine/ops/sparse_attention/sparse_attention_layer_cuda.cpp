@@ -2,11 +2,15 @@
 // sparse_attention_ref.cpp step for step: projections through linear_cuda.h (bf16, fp32
 // accumulation), indexer, selection (causal in the dense warm-up stage, top-k of the indexer scores
 // in the sparse stage), core, gate, output projection, and the indexer objective with its loss kept
-// on the device.
+// on the device. The dense stage's core runs on the flash kernels of dense_stage_cuda.h when
+// denseStageFlashApplies(dims) (saved.probs then holds lse [B, H, T] and p* is recomputed from it);
+// otherwise, and always in the sparse stage, through the gathered core over the selection.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ops/linear/linear_cuda.h"
+#include "ops/sparse_attention/dense_stage_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 
 namespace moewb::engine::cuda {
@@ -38,9 +42,15 @@ Status indexerObjectiveForward(CudaContext& context, const SparseAttentionDims& 
   MOEWB_RETURN_IF_ERROR(indexerLogitsCuda(context.stream(), indexerDims, saved.indexer.q.data(),
                                           saved.indexer.k.data(), saved.indexer.w.data(),
                                           saved.selected.data(), width, logits.data()));
-  MOEWB_RETURN_IF_ERROR(indexerTargetFromProbsCuda(context.stream(), saved.probs.data(),
-                                                   saved.selected.data(), n, dims.numHeads, width,
-                                                   saved.indexerTarget.data()));
+  if (denseStageFlashApplies(dims)) {  // saved.probs holds lse [B, H, T]
+    MOEWB_RETURN_IF_ERROR(denseStageTargetCuda(context.stream(), dims, saved.q.data(),
+                                               saved.k.data(), saved.probs.data(),
+                                               saved.indexerTarget.data()));
+  } else {
+    MOEWB_RETURN_IF_ERROR(indexerTargetFromProbsCuda(context.stream(), saved.probs.data(),
+                                                     saved.selected.data(), n, dims.numHeads,
+                                                     width, saved.indexerTarget.data()));
+  }
   MOEWB_RETURN_IF_ERROR(indexerKlForwardCuda(context, logits.data(), saved.indexerTarget.data(),
                                              saved.selected.data(), n, width,
                                              saved.indexerProbs.data(), klSum.data()));
@@ -75,13 +85,18 @@ Status sparseAttentionForwardCuda(CudaContext& context, const SparseAttentionDim
   const int64_t n = dims.tokens(), d = dims.dModel, qw = dims.qWidth(), kvw = dims.kvWidth();
   const int64_t width = dims.selectionWidth();
   const auto act = MemoryCategory::kActivations;
+  const bool flashPath = denseStageFlashApplies(dims);
   MOEWB_ASSIGN_OR_RETURN(saved.q, context.newTensor<bf16>({n, qw}, act));
   MOEWB_ASSIGN_OR_RETURN(saved.k, context.newTensor<bf16>({n, kvw}, act));
   MOEWB_ASSIGN_OR_RETURN(saved.v, context.newTensor<bf16>({n, kvw}, act));
   MOEWB_ASSIGN_OR_RETURN(saved.gate, context.newTensor<bf16>({n, qw}, act));
   MOEWB_ASSIGN_OR_RETURN(saved.context, context.newTensor<bf16>({n, qw}, act));
   MOEWB_ASSIGN_OR_RETURN(saved.gated, context.newTensor<bf16>({n, qw}, act));
-  MOEWB_ASSIGN_OR_RETURN(saved.probs, context.newTensor<float>({n, dims.numHeads, width}, act));
+  // probs [N, H, W], or lse [B, H, T] on the dense stage's flash path.
+  const std::vector<int64_t> probsShape =
+      flashPath ? std::vector<int64_t>{dims.batch, dims.numHeads, dims.seqLen}
+                : std::vector<int64_t>{n, dims.numHeads, width};
+  MOEWB_ASSIGN_OR_RETURN(saved.probs, context.newTensor<float>(probsShape, act));
   MOEWB_ASSIGN_OR_RETURN(saved.sinkProbs, context.newTensor<float>({n, dims.numHeads}, act));
   MOEWB_RETURN_IF_ERROR(linearForwardCuda(context, x, weights.wq, saved.q.data(), n, d, qw));
   MOEWB_RETURN_IF_ERROR(linearForwardCuda(context, x, weights.wk, saved.k.data(), n, d, kvw));
@@ -90,10 +105,17 @@ Status sparseAttentionForwardCuda(CudaContext& context, const SparseAttentionDim
   MOEWB_RETURN_IF_ERROR(
       indexerForwardCuda(context, dims.indexerDims(), x, weights.indexer(), saved.indexer));
   MOEWB_RETURN_IF_ERROR(selectKeys(context, dims, saved));
-  MOEWB_RETURN_IF_ERROR(sparseAttentionCoreForwardCuda(
-      context.stream(), dims, saved.q.data(), saved.k.data(), saved.v.data(), weights.sink,
-      saved.selected.data(), width, saved.probs.data(), saved.sinkProbs.data(),
-      saved.context.data()));
+  if (flashPath) {
+    MOEWB_RETURN_IF_ERROR(denseStageForwardCuda(context.stream(), dims, saved.q.data(),
+                                                saved.k.data(), saved.v.data(), weights.sink,
+                                                saved.probs.data(), saved.sinkProbs.data(),
+                                                saved.context.data()));
+  } else {
+    MOEWB_RETURN_IF_ERROR(sparseAttentionCoreForwardCuda(
+        context.stream(), dims, saved.q.data(), saved.k.data(), saved.v.data(), weights.sink,
+        saved.selected.data(), width, saved.probs.data(), saved.sinkProbs.data(),
+        saved.context.data()));
+  }
   MOEWB_RETURN_IF_ERROR(sparseGateForwardCuda(context.stream(), saved.gate.data(),
                                               saved.context.data(), n * qw, saved.gate.data(),
                                               saved.gated.data()));
@@ -123,14 +145,33 @@ Status sparseAttentionBackwardCuda(CudaContext& context, const SparseAttentionDi
   MOEWB_RETURN_IF_ERROR(sparseGateBackwardCuda(context.stream(), dGated.data(),
                                                saved.context.data(), saved.gate.data(), n * qw,
                                                dGatePre.data(), dContext.data()));
+  // The transposed selection: read by the gathered core's dk/dv and by the indexer backward.
+  const bool flashPath = denseStageFlashApplies(dims);
+  const bool indexerGrads = dims.indexerLossCoef != 0 && n > 0;
   SelectionTransposeCuda byKey;
-  MOEWB_RETURN_IF_ERROR(
-      transposeSelectionCuda(context, saved.selected.data(), n, width, dims.seqLen, byKey));
-  const SparseCoreSavedView core{saved.q.data(),       saved.k.data(),        saved.v.data(),
-                                 saved.context.data(), saved.selected.data(), width,
-                                 saved.probs.data(),   saved.sinkProbs.data()};
-  MOEWB_RETURN_IF_ERROR(sparseAttentionCoreBackwardCuda(
-      context, dims, dContext.data(), core, byKey, dq.data(), dk.data(), dv.data(), grads.sink));
+  if (!flashPath || indexerGrads) {
+    MOEWB_RETURN_IF_ERROR(
+        transposeSelectionCuda(context, saved.selected.data(), n, width, dims.seqLen, byKey));
+  }
+  if (flashPath) {
+    if (saved.probs.numel() != dims.batch * dims.numHeads * dims.seqLen) {
+      return invalidArgument("sparse attention backward: saved state is not the dense stage's");
+    }
+    MOEWB_ASSIGN_OR_RETURN(
+        DeviceTensor<float> workspace,
+        context.newTensor<float>({denseStageBackwardWorkspaceFloats(dims)}, ws));
+    MOEWB_RETURN_IF_ERROR(denseStageBackwardCuda(
+        context.stream(), dims, dContext.data(), saved.q.data(), saved.k.data(), saved.v.data(),
+        saved.context.data(), saved.probs.data(), saved.sinkProbs.data(), workspace.data(),
+        dq.data(), dk.data(), dv.data(), grads.sink));
+  } else {
+    const SparseCoreSavedView core{saved.q.data(),       saved.k.data(),        saved.v.data(),
+                                   saved.context.data(), saved.selected.data(), width,
+                                   saved.probs.data(),   saved.sinkProbs.data()};
+    MOEWB_RETURN_IF_ERROR(sparseAttentionCoreBackwardCuda(context, dims, dContext.data(), core,
+                                                          byKey, dq.data(), dk.data(), dv.data(),
+                                                          grads.sink));
+  }
   MOEWB_RETURN_IF_ERROR(
       linearBackwardDataCuda(context, dq.data(), weights.wq, dx, n, d, qw, accumulateDx));
   MOEWB_RETURN_IF_ERROR(
@@ -144,7 +185,7 @@ Status sparseAttentionBackwardCuda(CudaContext& context, const SparseAttentionDi
   MOEWB_RETURN_IF_ERROR(linearBackwardWeightCuda(context, dv.data(), x, grads.wv, n, d, kvw));
   MOEWB_RETURN_IF_ERROR(
       linearBackwardWeightCuda(context, dGatePre.data(), x, grads.wgate, n, d, qw));
-  if (dims.indexerLossCoef != 0 && n > 0) {
+  if (indexerGrads) {
     MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> dLogits, context.newTensor<float>({n, width}, ws));
     MOEWB_RETURN_IF_ERROR(indexerKlBackwardCuda(
         context.stream(), saved.indexerProbs.data(), saved.indexerTarget.data(),
