@@ -122,38 +122,48 @@ TEST_F(GpuCaptureModesTest, StepWindowRecordsKernelsOfItsStepsOnly) {
   std::filesystem::remove(path);
 }
 
-// CUPTI is detached after each window (cupti_detach.h) and attached again at the next: every
-// window records the same work as the first, with the driver calls (cuBLAS launches) attributed,
-// and nothing between windows.
+// CUPTI is detached after a window followed by a long gap (cupti_detach.h) and attached again at
+// the next: every window records the same work as the one before, with the driver calls
+// (cuBLAS launches) attributed, and nothing between windows. Windows close together keep CUPTI
+// attached (re-attaching costs more than it saves there).
 TEST_F(GpuCaptureModesTest, WindowsDetachCuptiAndAttachItAgain) {
-  const std::string path = tempTrace("every3");
+  const std::string path = tempTrace("every60");
   CaptureModeArgs args;
   args.gpuTrace = true;
-  args.traceEvery = 3;
-  train(path, args, nullptr, 9);
+  args.traceEvery = 60;
+  train(path, args, nullptr, 130);
   const std::string kernels = "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k ";
-  // Step 0 also holds first-use work (allocations, library set-up); steps 3 and 6 are alike.
+  // Step 0 also holds first-use work (allocations, library set-up); steps 60 and 120 are alike.
   EXPECT_GT(queryInt(path, kernels + "WHERE k.step = 0"), 0);
-  const int64_t second = queryInt(path, kernels + "WHERE k.step = 3");
+  const int64_t second = queryInt(path, kernels + "WHERE k.step = 60");
   EXPECT_GT(second, 0);
-  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step = 6"), second);
+  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step = 120"), second);
   // Nothing from the steps between windows (kernels before step 0, the model's set-up, carry
   // step -1: the first window is open from the start).
-  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step >= 0 AND k.step NOT IN (0, 3, 6)"), 0);
+  EXPECT_EQ(queryInt(path, kernels + "WHERE k.step >= 0 AND k.step NOT IN (0, 60, 120)"), 0);
   for (const char* table : {"CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_RUNTIME"}) {
     const std::string calls = std::string("SELECT count(*) FROM ") + table + " WHERE step = ";
-    EXPECT_GT(queryInt(path, calls + "3"), 0) << table;
-    EXPECT_EQ(queryInt(path, calls + "6"), queryInt(path, calls + "3")) << table;
+    EXPECT_GT(queryInt(path, calls + "60"), 0) << table;
+    EXPECT_EQ(queryInt(path, calls + "120"), queryInt(path, calls + "60")) << table;
   }
   const std::string ranges =
       "SELECT count(*) FROM slice s JOIN string c ON c.id = s.category WHERE c.text = 'nvtx' "
       "AND s.step = ";
-  EXPECT_GT(queryInt(path, ranges + "3"), 0);
-  EXPECT_EQ(queryInt(path, ranges + "6"), queryInt(path, ranges + "3"));
+  EXPECT_GT(queryInt(path, ranges + "60"), 0);
+  EXPECT_EQ(queryInt(path, ranges + "120"), queryInt(path, ranges + "60"));
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_detaches'"), 3);
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'gpu_records_unattributed'"), 0);
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_dropped_records'"), 0);
   std::filesystem::remove(path);
+
+  // Windows 3 steps apart: CUPTI stays attached.
+  const std::string close = tempTrace("every3");
+  args.traceEvery = 3;
+  train(close, args, nullptr, 9);
+  EXPECT_EQ(queryInt(close, "SELECT value FROM stats WHERE name = 'cupti_detaches'"), 0);
+  EXPECT_EQ(queryInt(close, kernels + "WHERE k.step = 6"),
+            queryInt(close, kernels + "WHERE k.step = 3"));
+  std::filesystem::remove(close);
 }
 
 TEST_F(GpuCaptureModesTest, FlightRecorderWritesTheStepsBeforeItsTrigger) {

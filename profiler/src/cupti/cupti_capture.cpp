@@ -31,6 +31,20 @@ namespace cupti {
 
 namespace {
 
+// Detaching and attaching again costs tens of milliseconds (CUPTI's set-up), so a window is
+// followed by a detach only when the next window is at least this many steps away (or there is
+// none): `--trace-every 10` on a 5 ms step ran 90% slower when every window re-attached
+// (bench/RESULTS.md), while the cost CUPTI leaves attached is per step.
+constexpr int64_t kDetachMinGapSteps = 50;
+
+// True when no step in (step, step + kDetachMinGapSteps] is captured.
+bool longGapAfter(const CaptureMode& mode, int64_t step) {
+  for (int64_t s = step + 1; s <= step + kDetachMinGapSteps; ++s) {
+    if (mode.capturesStep(s)) return false;
+  }
+  return true;
+}
+
 // Each GpuTraceKind and the CUPTI activity kind it enables.
 constexpr std::pair<GpuTraceKind, CUpti_ActivityKind> kActivityKinds[] = {
     {GpuTraceKind::kKernel, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
@@ -92,12 +106,15 @@ CuptiCapture::CuptiCapture(storage::TraceWriter* writer, const GpuCaptureOptions
   // step per window on the H200); enabling the driver calls one callback id at a time does not,
   // but records nothing when first switched on in the middle of a run (a --trace-steps 10:15
   // window lost every cuBLAS launch's attribution, even with the ids switched on and off at the
-  // start). Detaching CUPTI after each window removes that cost with everything else, so then the
-  // kind is used; without detaching, windowed modes that capture step 0 record driver calls by
-  // callback id, the others through the kind.
+  // start). Detaching CUPTI after each window removes that cost with everything else, so when
+  // every window is followed by a detach (windows at least kDetachMinGapSteps apart) the kind is
+  // used; otherwise windowed modes that capture step 0 record driver calls by callback id, the
+  // others through the kind.
   const bool windowed = !options.mode.isEveryStep() && !options.mode.isFlightRecorder();
+  const bool detachesAfterEveryWindow =
+      options.detachBetweenWindows && options.mode.everySteps > kDetachMinGapSteps;
   const bool driverByCallback = options.kinds.has(GpuTraceKind::kDriver) && windowed &&
-                                options.mode.capturesStep(0) && !options.detachBetweenWindows;
+                                options.mode.capturesStep(0) && !detachesAfterEveryWindow;
   for (const auto& [kind, activity] : kActivityKinds) {
     if (kind == GpuTraceKind::kDriver && driverByCallback) continue;
     if (options.kinds.has(kind)) m_kinds.push_back(activity);
@@ -332,7 +349,7 @@ void CuptiCapture::onStep(const engine::StepEvent& event) {
     // loses no record of this step and misses none of the next.
     const bool next = mode.capturesStep(event.step + 1);
     if (Status s = setKindsEnabled(next); !s.isOk()) recordError(s);
-    if (!next && m_options.detachBetweenWindows) {
+    if (!next && m_options.detachBetweenWindows && longGapAfter(mode, event.step)) {
       if (Status s = detachBetweenWindows(); !s.isOk()) recordError(s);
     }
   }

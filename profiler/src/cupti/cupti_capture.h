@@ -12,9 +12,10 @@
 // (setKindsEnabled, under a mutex); only captured steps' host events reach the builder. The
 // flight recorder puts a FlightRecorderWriter between the builder and the writer; the parser
 // thread writes the held steps a firing asks for and drops the rest (gpu/flight_recorder.h).
-// Detaching: when a capture window closes (not in every-step or flight-recorder modes) the
-// trainer thread flushes and parses what is left, then detaches CUPTI (cupti_detach.h) so the
-// steps between windows run without CUPTI's hooks; the next window attaches it again. Every CUPTI
+// Detaching: when a capture window closes (not in every-step or flight-recorder modes) and the
+// next window is at least 50 steps away or there is none, the trainer thread flushes and parses
+// what is left, then detaches CUPTI (cupti_detach.h) so the steps between windows run without
+// CUPTI's hooks; the next window attaches it again. Every CUPTI
 // call of the parser thread and of the detach runs under m_cuptiMutex, and nothing calls CUPTI
 // while detached (a call would attach it again).
 // Buffers: at most options.maxBuffers exist; a request beyond that gets no buffer, so CUPTI drops

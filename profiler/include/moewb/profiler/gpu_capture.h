@@ -44,9 +44,10 @@ struct GpuCaptureOptions {
   int32_t flushIntervalMs = 0;    // 0: flush CUPTI and write a step's GPU rows after every step;
                                   // > 0: at most every that many ms (fewer flushes; rows of
                                   // several steps at once, later)
-  bool detachBetweenWindows = true;  // windowed modes: detach CUPTI after each window so the
-                                     // steps between windows run untraced (re-attached at the
-                                     // next window); false keeps it attached with kinds off
+  bool detachBetweenWindows = true;  // windowed modes: detach CUPTI after a window followed by
+                                     // >= 50 uncaptured steps (or the last), so those steps run
+                                     // untraced (re-attached at the next window); false keeps
+                                     // it attached with kinds off
 };
 
 class GpuCapture : public engine::EventSink {
