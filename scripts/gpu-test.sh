@@ -2,10 +2,12 @@
 # Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
 # test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
 # $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [parallel]
-# [multigpu] [scaling] [bench] [overhead] [-- gtest filter]. `parallel` runs on one GPU (virtual
+# [multigpu] [scaling] [bench] [overhead] [h200] [-- gtest filter]. `parallel` runs on one GPU (virtual
 # ranks, NCCL with one rank); `multigpu` needs 2+ GPUs (NCCL across processes, a killed rank,
 # all-to-all and EP MoE layer benchmarks next to the PyTorch EP anchor); `overhead` measures
-# tracing overhead alone (the training step, CUPTI's floor per kernel, the PyTorch profiler).
+# tracing overhead alone (the training step, CUPTI's floor per kernel, the PyTorch profiler);
+# `h200` trains samples/configs/h200.toml for a few steps in both sparse-attention stages and
+# prints tokens/s, MFU and the phase breakdown from our own trace.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -168,7 +170,20 @@ for step in "${steps[@]}"; do
         "$here/bin/cupti_floor_cuda_bench"
         (cd "$here/anchors" && python3 profiler_overhead.py)
       } 2>&1 | tee "$out/overhead.jsonl" ;;
-    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench, overhead)"
+    h200)
+      # The realistic one-GPU config: the dense warm-up stage (steps < sparse.warmup_steps) and
+      # the sparse stage, each a few steps with the host trace; `moewb run` prints tokens/s and
+      # MFU, `moewb info` the phases.
+      m="$here/bin/moewb"
+      { for stage in dense sparse; do
+          extra=(); [[ $stage == sparse ]] && extra=(--set sparse.warmup_steps=0)
+          "$m" run -c "$here/configs/h200.toml" --steps "${H200_STEPS:-8}" "${extra[@]}" \
+            -o "$work/h200-$stage.sqlite" -f
+          "$m" info "$work/h200-$stage.sqlite" --no-config --top 30
+        done
+      } >"$out/h200.log" 2>&1 || status=1
+      grep -E "tokens/s|MFU|steps |speed" "$out/h200.log" ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench, overhead, h200)"
        status=2 ;;
   esac
 done
