@@ -65,10 +65,17 @@ void printGpuSummary(storage::TraceReader& reader, int top) {
   const storage::KernelSummary& k = *kernels;
   // A captured foreign program (moewb capture) has no steps: no share of step time to print.
   const bool hasSteps = k.stepTotalNs > 0;
+  auto idle = storage::gpuIdleSummary(reader);
   std::printf("\nGPU kernels  %lld launches, total %s, mean %s", (long long)k.kernelCount,
               formatDurationNs(k.kernelTotalNs).c_str(),
               formatDurationNs(int64_t(k.meanNs())).c_str());
   if (hasSteps) std::printf(", %.1f%% of step time", 100.0 * k.shareOfSteps(k.kernelTotalNs));
+  if (hasSteps && idle.isOk() && idle->steps > 0) {
+    // Launches per step: what CUDA graphs and fusion cut (set-up kernels before the first step
+    // are counted too, so this is an upper bound for short traces).
+    std::printf("; %.0f per step over %lld captured steps",
+                double(k.kernelCount) / double(idle->steps), (long long)idle->steps);
+  }
   std::printf("\n");
   std::printf("  %-48s %8s %12s %12s %7s\n", "kernel", "count", "total", "mean", "share");
   for (const storage::PhaseTotal& t : k.topKernels) {
@@ -76,7 +83,6 @@ void printGpuSummary(storage::TraceReader& reader, int top) {
                 (long long)t.count, formatDurationNs(t.totalNs).c_str(),
                 formatDurationNs(int64_t(t.meanNs())).c_str(), 100.0 * k.shareOfSteps(t.totalNs));
   }
-  auto idle = storage::gpuIdleSummary(reader);
   if (!idle.isOk()) {
     std::printf("\nGPU idle: %s\n", idle.status().message().c_str());
     return;
