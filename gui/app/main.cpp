@@ -106,10 +106,18 @@ int main(int argc, char** argv) {
   if (!o.screenshot.isEmpty()) window.setErrorDialogsEnabled(false);
   window.show();
 
-  bool ok = true;
+  // The trace loads on a worker while the window is already up; the screenshot (without --run)
+  // waits for the load to end.
+  const bool shotAfterOpen = !o.file.isEmpty() && o.runConfig.isEmpty() && !o.screenshot.isEmpty();
   if (!o.file.isEmpty()) {
-    ok = window.openFile(o.file).isOk();
-    if (ok && !o.windowSpec.isEmpty()) applyWindow(&window, o.windowSpec);
+    QObject::connect(
+        &window, &moewb::gui::MainWindow::openFinished, &window,
+        [&window, o, shotAfterOpen](bool opened) {
+          if (opened && !o.windowSpec.isEmpty()) applyWindow(&window, o.windowSpec);
+          if (shotAfterOpen) screenshotAndQuit(&window, o.screenshot, opened, o.windowSpec);
+        },
+        Qt::SingleShotConnection);
+    window.beginOpen(o.file);
   }
   if (!o.runConfig.isEmpty()) {
     const bool started = window.startRun(o.runConfig, o.runOut, o.runSteps).isOk();
@@ -121,8 +129,8 @@ int main(int argc, char** argv) {
     } else if (!o.screenshot.isEmpty()) {
       screenshotAndQuit(&window, o.screenshot, false, o.windowSpec);
     }
-  } else if (!o.screenshot.isEmpty()) {
-    screenshotAndQuit(&window, o.screenshot, ok, o.windowSpec);
+  } else if (!o.screenshot.isEmpty() && !shotAfterOpen) {
+    screenshotAndQuit(&window, o.screenshot, true, o.windowSpec);
   }
   return app.exec();
 }

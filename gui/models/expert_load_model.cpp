@@ -140,6 +140,11 @@ void ExpertLoadModel::setStep(int64_t step) {
   emit stepsChanged();
 }
 
+std::pair<int64_t, int64_t> ExpertLoadModel::stepRange() const {
+  if (m_grids.empty()) return {0, 0};
+  return {m_grids.begin()->first, m_grids.rbegin()->first};
+}
+
 std::vector<int64_t> ExpertLoadModel::steps() const {
   std::vector<int64_t> out;
   out.reserve(m_grids.size());

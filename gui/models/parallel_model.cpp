@@ -22,7 +22,7 @@ void ParallelModel::setDocument(TraceDocument* document) {
 }
 
 Status ParallelModel::fail(const Status& status) {
-  emit failed(QString::fromStdString(status.toString()));
+  emit failed(userMessage(status));
   return status;
 }
 

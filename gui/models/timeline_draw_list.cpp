@@ -79,8 +79,23 @@ DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g, doub
       }
       int64_t runEnd = 0;
       const size_t next = foldRun(lane, i, last, minNs, &runEnd);
-      list.items.push_back(
+      const DrawItem& item = list.items.emplace_back(
           makeItem(g, int32_t(laneIndex), i, next - i, s.startNs, runEnd, minWidthPx));
+      if (item.isFolded()) {
+        std::vector<DominantSpan> spans = dominantSpans(lane, int32_t(laneIndex), i, next - i, g);
+        if (!spans.empty()) {
+          // The item may be wider than its columns (widened to minWidthPx): cover it.
+          spans.front().x0 = std::min(spans.front().x0, std::floor(item.x0));
+          spans.back().x1 = std::max(spans.back().x1, std::ceil(item.x1));
+          // Spans of neighbouring runs may share an edge column; keep x ascending.
+          if (!list.dominant.empty() && list.dominant.back().lane == int32_t(laneIndex)) {
+            spans.front().x0 = std::max(spans.front().x0, list.dominant.back().x1);
+          }
+          for (const DominantSpan& span : spans) {
+            if (span.x1 > span.x0) list.dominant.push_back(span);
+          }
+        }
+      }
       i = next;
     }
   }

@@ -128,4 +128,34 @@ std::string formatTickLabel(int64_t offsetNs, int64_t stepNs) {
   return buf;
 }
 
+namespace {
+// Significant digits of the number in a label ("0.0250 ms" -> 3, "31797.0001 s" -> 9).
+int significantDigits(const std::string& label) {
+  int digits = 0;
+  bool leading = true;
+  for (char c : label) {
+    if (c < '0' || c > '9') continue;
+    if (leading && c == '0') continue;
+    leading = false;
+    ++digits;
+  }
+  return digits;
+}
+}  // namespace
+
+RulerLabels rulerLabels(const std::vector<int64_t>& ticks, int64_t originNs, int64_t stepNs) {
+  RulerLabels out;
+  int widest = 0;
+  for (int64_t t : ticks) {
+    out.labels.push_back(formatTickLabel(t - originNs, stepNs));
+    widest = std::max(widest, significantDigits(out.labels.back()));
+  }
+  if (widest <= kMaxRulerDigits || ticks.size() < 2) return out;
+  out.relative = true;
+  for (size_t i = 1; i < ticks.size(); ++i) {
+    out.labels[i] = "+" + formatTickLabel(ticks[i] - ticks.front(), stepNs);
+  }
+  return out;
+}
+
 }  // namespace moewb::gui

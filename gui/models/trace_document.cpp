@@ -1,9 +1,12 @@
 // TraceDocument: opening a trace and loading it into the models, then incremental refreshes.
 #include "moewb/gui/trace_document.h"
 
+#include <QElapsedTimer>
+#include <QTimer>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace moewb::gui {
 
@@ -22,37 +25,186 @@ const char* MemorySample::categoryName(int category) {
 }
 
 int MemorySample::categoryOf(const std::string& name) {
+  static const std::string kCounterNames[kCategoryCount] = {
+      "memory.weights_bytes", "memory.grads_bytes", "memory.optimizer_bytes",
+      "memory.activations_bytes"};
   for (int c = 0; c < kCategoryCount; ++c) {
-    if (name == std::string("memory.") + categoryName(c) + "_bytes") return c;
+    if (name == kCounterNames[c]) return c;
   }
   return -1;
 }
 
-TraceDocument::TraceDocument(QObject* parent) : QObject(parent), m_memoryCursorNs(kNoTime) {}
+TraceDocument::TraceDocument(QObject* parent) : QObject(parent), m_memoryCursorNs(kNoTime) {
+  m_drainTimer = new QTimer(this);
+  m_drainTimer->setInterval(kDrainIntervalMs);
+  connect(m_drainTimer, &QTimer::timeout, this, &TraceDocument::drainLoad);
+}
 
-TraceDocument::~TraceDocument() = default;
+TraceDocument::~TraceDocument() {
+  stopWorker();
+}
 
 Status TraceDocument::fail(const Status& status) {
-  emit failed(QString::fromStdString(status.toString()));
+  emit failed(userMessage(status));
   return status;
 }
 
+TimeRange TraceDocument::timeBounds() const {
+  TimeRange bounds = m_timeline.bounds();
+  if (!isLoading() || m_fileBounds.isEmpty()) return bounds;
+  if (bounds.isEmpty()) return m_fileBounds;
+  return {std::min(bounds.startNs, m_fileBounds.startNs),
+          std::max(bounds.endNs, m_fileBounds.endNs)};
+}
+
 Status TraceDocument::open(const QString& path) {
-  auto reader = storage::TraceReader::open(path.toStdString());
-  if (!reader.isOk()) return fail(reader.status());
-  close();
-  m_reader = std::move(reader).value();
-  m_path = path;
-  Status status = loadAll();
-  if (!status.isOk()) {
-    close();
-    return fail(status.withContext(path.toStdString()));
+  stopWorker();
+  const std::atomic<bool> never{false};
+  bool held = false;
+  auto reader = loadTrace(
+      path.toStdString(),
+      [&](TraceChunk&& chunk) {
+        held = held || chunk.header != nullptr;
+        applyChunk(std::move(chunk), path);
+        return true;
+      },
+      never, m_loadOptions);
+  if (!reader.isOk()) {
+    m_loadStatus = held ? reader.status().withContext(path.toStdString()) : reader.status();
+    if (held) close();
+    return fail(m_loadStatus);
   }
+  m_reader = std::move(reader).value();
+  m_loadStatus = Status::ok();
   emit opened(path);
   return Status::ok();
 }
 
+void TraceDocument::beginOpen(const QString& path) {
+  stopWorker();
+  m_loadStatus = Status::ok();
+  m_loadingPath = path;
+  m_loadingHeld = false;
+  m_channel = std::make_unique<TraceLoadChannel>();
+  TraceLoadChannel* channel = m_channel.get();
+  const TraceLoadOptions options = m_loadOptions;
+  const std::string file = path.toStdString();
+  m_worker = std::thread([channel, options, file] {
+    channel->finish(loadTrace(
+        file, [channel](TraceChunk&& chunk) { return channel->push(std::move(chunk)); },
+        channel->cancelFlag(), options));
+  });
+  m_drainTimer->start();
+}
+
+void TraceDocument::stopWorker() {
+  m_drainTimer->stop();
+  m_pendingSteps = m_pendingSlices = m_pendingLoads = 0;
+  m_sinceRefresh.invalidate();
+  if (m_channel) m_channel->cancel();
+  if (m_worker.joinable()) m_worker.join();
+  m_channel.reset();
+  m_fileBounds = {};
+}
+
+void TraceDocument::cancelLoad() {
+  if (!isLoading()) return;
+  const QString path = m_loadingPath;
+  stopWorker();
+  close();
+  m_loadStatus = cancelled("loading " + path.toStdString() + " was cancelled");
+  emit loadCanceled(path);
+}
+
+void TraceDocument::drainLoad() {
+  if (!m_channel) return;
+  // Apply chunks for at most kDrainBudgetMs, so input and paints go on between drains.
+  QElapsedTimer budget;
+  budget.start();
+  const bool finished = m_channel->done();  // before taking: every chunk is queued by then
+  double progress = -1;
+  bool more = false;
+  while (!finished) {
+    if (budget.elapsed() >= kDrainBudgetMs) {
+      more = true;
+      break;
+    }
+    std::optional<TraceChunk> chunk = m_channel->takeOne();
+    if (!chunk) break;
+    if (chunk->header) m_pendingSteps += int(chunk->header->steps.size());
+    m_pendingLoads += int(chunk->expertLoads.size());
+    progress = chunk->progress;
+    const bool header = chunk->header != nullptr;
+    applyChunk(std::move(*chunk), m_loadingPath);
+    if (header) m_loadingHeld = true;
+    m_pendingSlices += m_lastNewSlices;
+    m_lastNewSlices = 0;
+  }
+  if (!finished) {
+    // The views redraw at most every kRefreshIntervalMs while the data streams in.
+    if (m_loadingHeld && (m_pendingSteps || m_pendingSlices || m_pendingLoads) &&
+        (!m_sinceRefresh.isValid() || m_sinceRefresh.elapsed() >= kRefreshIntervalMs)) {
+      m_sinceRefresh.start();
+      emit refreshed(std::exchange(m_pendingSteps, 0), std::exchange(m_pendingSlices, 0),
+                     std::exchange(m_pendingLoads, 0));
+    }
+    if (progress >= 0) emit loadProgress(progress);
+    // More waiting: come back as soon as the events queued meanwhile were handled.
+    if (more) QTimer::singleShot(0, this, &TraceDocument::drainLoad);
+    return;
+  }
+  auto result = m_channel->takeResult();
+  const QString path = m_loadingPath;
+  const bool held = m_loadingHeld;
+  stopWorker();
+  if (!result.isOk()) {
+    m_loadStatus = held ? result.status().withContext(path.toStdString()) : result.status();
+    if (held) close();
+    (void)fail(m_loadStatus);
+    return;
+  }
+  m_reader = std::move(result).value();
+  emit loadProgress(1.0);
+  emit opened(path);
+}
+
+void TraceDocument::applyChunk(TraceChunk&& chunk, const QString& path) {
+  if (chunk.header) applyHeader(std::move(chunk.header), path);
+  if (!chunk.counters.empty()) applyMemory(chunk.counters);
+  if (!chunk.expertLoads.empty() || chunk.expertLoadsToStep >= 0) {
+    if (chunk.expertLoadsToStep >= 0) {
+      m_lastExpertStep = std::max(m_lastExpertStep, chunk.expertLoadsToStep);
+    } else {
+      for (const auto& r : chunk.expertLoads) m_lastExpertStep = std::max(m_lastExpertStep, r.step);
+    }
+    m_expertLoad.appendRows(chunk.expertLoads);
+  }
+  if (!chunk.slices.empty()) m_lastNewSlices = applySlices(chunk.slices);
+}
+
+void TraceDocument::applyHeader(std::unique_ptr<TraceHeader> header, const QString& path) {
+  const bool loading = isLoading();
+  // close() would stop this load's worker: empty the models without it.
+  if (loading) {
+    std::unique_ptr<TraceLoadChannel> channel = std::move(m_channel);
+    close();
+    m_channel = std::move(channel);
+  } else {
+    close();
+  }
+  m_path = path;
+  if (header->bounds.endNs > header->bounds.startNs) {
+    m_fileBounds = {header->bounds.startNs, header->bounds.endNs};
+  }
+  applyRunInfo(*header);
+  for (const auto& r : header->steps) m_stepsEndNs = std::max(m_stepsEndNs, r.endNs);
+  m_steps.appendRows(header->steps);
+  m_configChanges.syncRows(std::move(header->configChanges));
+  emit opening(path);
+}
+
 void TraceDocument::close() {
+  if (isLoading()) stopWorker();
   const bool wasOpen = isOpen();
   m_reader.reset();
   m_path.clear();
@@ -73,17 +225,24 @@ void TraceDocument::close() {
   m_lastExpertStep = -1;
   m_lastNewSlices = 0;
   m_memory.clear();
+  ++m_memoryRevision;
   m_memoryCursorNs = kNoTime;
   std::fill(std::begin(m_memoryByOrder), std::end(m_memoryByOrder), 0);
   if (wasOpen) emit closed();
 }
 
 Status TraceDocument::loadRunInfo() {
-  MOEWB_ASSIGN_OR_RETURN(auto runs, m_reader->runs());
-  if (!runs.empty()) m_run = runs.front();
-  MOEWB_ASSIGN_OR_RETURN(m_stats, m_reader->stats());
-  MOEWB_ASSIGN_OR_RETURN(m_meta, m_reader->meta());
-  MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
+  TraceHeader header;
+  MOEWB_RETURN_IF_ERROR(readRunInfo(*m_reader, &header));
+  applyRunInfo(header);
+  return Status::ok();
+}
+
+void TraceDocument::applyRunInfo(TraceHeader& header) {
+  if (header.run) m_run = header.run;
+  m_stats = std::move(header.stats);
+  m_meta = std::move(header.meta);
+  const std::vector<storage::TrackRow>& tracks = header.tracks;
   m_memoryTracks.clear();
   m_gpuLaneTracks.clear();
   m_hostTracks.clear();
@@ -106,7 +265,6 @@ Status TraceDocument::loadRunInfo() {
                      return aStream != bStream ? bStream : a.id < b.id;
                    });
   if (tracks.size() != m_timeline.tracks().size()) m_timeline.setTracks(tracks);
-  return Status::ok();
 }
 
 Result<std::vector<storage::MemorySeries>> TraceDocument::memorySeries(TimeRange window,
@@ -143,18 +301,8 @@ Status TraceDocument::selectGpuSlice(SliceId slice) {
   return Status::ok();
 }
 
-Status TraceDocument::loadAll() {
-  MOEWB_RETURN_IF_ERROR(loadRunInfo());
-  int steps = 0, loads = 0, changes = 0, memory = 0;
-  MOEWB_RETURN_IF_ERROR(loadNewSteps(&steps));
-  MOEWB_RETURN_IF_ERROR(loadNewSlices(kNoTime));
-  MOEWB_RETURN_IF_ERROR(loadConfigChanges(&changes));
-  MOEWB_RETURN_IF_ERROR(loadNewMemory(&memory));
-  return loadNewExpertLoads(&loads);
-}
-
 Status TraceDocument::refresh() {
-  if (!isOpen()) return Status::ok();
+  if (!m_reader || isLoading()) return Status::ok();
   const std::string oldStatus = m_run ? m_run->status : std::string();
   // Slices before the end of the last committed step held are complete; read from there on.
   const int64_t sliceCursor = m_steps.rows().empty() ? m_timeline.bounds().endNs : m_stepsEndNs;
@@ -206,16 +354,27 @@ Status TraceDocument::loadNewSlices(int64_t fromNs) {
                        return a.startNs < b.startNs;
                      });
   }
+  m_lastNewSlices = applySlices(rows);
+  return Status::ok();
+}
+
+// Adds `rows` to the timeline and, those it did not hold yet, to the phase summary; moves the
+// new rows only when some were duplicates (a refresh re-reading an overlapping window).
+int TraceDocument::applySlices(std::vector<storage::SliceRow>& rows) {
   std::vector<bool> accepted;
-  m_lastNewSlices = int(m_timeline.addSlices(rows, &accepted));
-  if (m_lastNewSlices == 0) return Status::ok();
+  const int added = int(m_timeline.addSlices(rows, &accepted));
+  if (added == 0) return 0;
+  if (size_t(added) == rows.size()) {
+    m_phases.addSlices(rows);
+    return added;
+  }
   std::vector<storage::SliceRow> fresh;
-  fresh.reserve(size_t(m_lastNewSlices));
+  fresh.reserve(size_t(added));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (accepted[i]) fresh.push_back(std::move(rows[i]));
   }
   m_phases.addSlices(fresh);
-  return Status::ok();
+  return added;
 }
 
 Status TraceDocument::loadNewExpertLoads(int* added) {
@@ -249,6 +408,13 @@ Status TraceDocument::loadNewMemory(int* added) {
   const int64_t endNs = steps.empty() ? std::numeric_limits<int64_t>::max() : m_stepsEndNs + 1;
   if (endNs <= m_memoryCursorNs) return Status::ok();
   MOEWB_ASSIGN_OR_RETURN(auto rows, m_reader->counters({m_memoryCursorNs, endNs}));
+  *added = applyMemory(rows);
+  return Status::ok();
+}
+
+int TraceDocument::applyMemory(const std::vector<storage::CounterRow>& rows) {
+  const auto& steps = m_steps.rows();
+  int added = 0;
   for (const storage::CounterRow& r : rows) {
     m_memoryCursorNs = std::max(m_memoryCursorNs, r.tsNs + 1);
     const int category = MemorySample::categoryOf(r.name);
@@ -273,10 +439,11 @@ Status TraceDocument::loadNewMemory(int* added) {
     }
     if (std::isnan(at->bytes[category])) {
       at->bytes[category] = r.value;
-      ++*added;
+      ++added;
     }
   }
-  return Status::ok();
+  if (added) ++m_memoryRevision;
+  return added;
 }
 
 }  // namespace moewb::gui

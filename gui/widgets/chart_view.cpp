@@ -66,13 +66,30 @@ void ChartView::setSeries(std::vector<ChartSeries> series) {
   const std::vector<QRectF> legend = legendItems();
   m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
   if (!hasPoints()) m_hasHover = false;
+  updateDecimation();
   update();
 }
 
 void ChartView::setYFromZero(bool on) {
   m_yFromZero = on;
   recomputeAxes();
+  updateDecimation();
   update();
+}
+
+void ChartView::updateDecimation() {
+  const int columns = std::max(1, int(std::ceil(plotRect().width())));
+  m_columns.assign(m_series.size(), {});
+  for (size_t i = 0; i < m_series.size(); ++i) {
+    // Up to two points per column are drawn as they are (markers and all).
+    if (m_series[i].points.size() <= size_t(2 * columns)) continue;
+    m_columns[i] = decimateSeries(m_series[i].points, m_x.min, m_x.max, columns);
+  }
+}
+
+const std::vector<ChartColumn>& ChartView::decimated(size_t index) const {
+  static const std::vector<ChartColumn> kNone;
+  return index < m_columns.size() ? m_columns[index] : kNone;
 }
 
 void ChartView::setEmptyText(const QString& text) {
@@ -108,7 +125,8 @@ void ChartView::recomputeAxes() {
     y1 = std::max(y1, 0.0);
   }
   m_x = niceAxis(x0, x1 > x0 ? x1 : x0 + 1, 6);
-  m_y = niceAxis(y0, y1, 4);
+  // Fewer y ticks on a short chart, so their labels never overlap.
+  m_y = niceAxis(y0, y1, std::clamp(int(plotRect().height() / 24), 1, 4));
 }
 
 void ChartView::setMarkers(std::vector<ChartMarker> markers) {
@@ -136,7 +154,8 @@ QSize ChartView::sizeHint() const {
   return {420, 200};
 }
 QSize ChartView::minimumSizeHint() const {
-  return {220, 130};
+  // Five charts share a column: small enough that the window fits 1280x720.
+  return {180, 72};
 }
 
 QRectF ChartView::plotRect() const {
@@ -278,8 +297,25 @@ void ChartView::paintSeries(QPainter& p, const QRectF& plot) const {
   p.save();
   p.setClipRect(plot.adjusted(-3, -3, 3, 3));
   p.setRenderHint(QPainter::Antialiasing, true);
-  for (const ChartSeries& s : m_series) {
+  for (size_t index = 0; index < m_series.size(); ++index) {
+    const ChartSeries& s = m_series[index];
     if (s.points.empty()) continue;
+    const std::vector<ChartColumn>& columns = decimated(index);
+    if (!columns.empty()) {
+      // Per column: in at its first point, the min..max stroke, out from its last point.
+      QPainterPath path(toScreen(columns.front().first));
+      for (const ChartColumn& c : columns) {
+        const double x = plot.left() + double(c.column) + 0.5;
+        path.lineTo(toScreen(c.first));
+        path.lineTo(QPointF(x, toScreen({0, c.yMin}).y()));
+        path.lineTo(QPointF(x, toScreen({0, c.yMax}).y()));
+        path.lineTo(toScreen(c.last));
+      }
+      p.setPen(seriesPen(s, 1.5));
+      p.setBrush(Qt::NoBrush);
+      p.drawPath(path);
+      continue;
+    }
     QPainterPath path(toScreen(s.points.front()));
     for (size_t i = 1; i < s.points.size(); ++i) path.lineTo(toScreen(s.points[i]));
     p.setPen(seriesPen(s, 2));
@@ -351,21 +387,33 @@ void ChartView::paintHover(QPainter& p, const QRectF& plot) const {
   }
 }
 
-void ChartView::mouseMoveEvent(QMouseEvent* event) {
-  bool found = false;
-  double bestX = 0;
-  double bestDist = 1e30;
-  const double x = event->position().x();
+std::optional<double> ChartView::nearestX(double px) const {
+  const QRectF r = plotRect();
+  const double value = m_x.min + (px - r.left()) / r.width() * (m_x.max - m_x.min);
+  std::optional<double> best;
+  double bestDist = 0;
   for (const ChartSeries& s : m_series) {
-    for (const QPointF& pt : s.points) {
-      const double d = std::fabs(toScreen(pt).x() - x);
-      if (d < bestDist) {
-        bestDist = d;
-        bestX = pt.x();
-        found = true;
-      }
+    const int i = nearestPointIndex(s.points, value);
+    if (i < 0) continue;
+    const double x = s.points[size_t(i)].x();
+    const double d = std::fabs(x - value);
+    if (!best || d < bestDist) {
+      best = x;
+      bestDist = d;
     }
   }
+  return best;
+}
+
+std::optional<double> ChartView::hoverX() const {
+  return m_hasHover ? std::optional<double>(m_hoverX) : std::nullopt;
+}
+
+void ChartView::mouseMoveEvent(QMouseEvent* event) {
+  const double x = event->position().x();
+  const std::optional<double> nearest = nearestX(x);
+  bool found = nearest.has_value();
+  const double bestX = nearest.value_or(0);
   if (!plotRect().adjusted(-8, 0, 8, 0).contains(event->position())) found = false;
   const int marker = markerAt(x);
   if (found != m_hasHover || (found && bestX != m_hoverX) || marker != m_hoverMarker) {
@@ -380,6 +428,8 @@ void ChartView::mouseMoveEvent(QMouseEvent* event) {
 void ChartView::resizeEvent(QResizeEvent* event) {
   const std::vector<QRectF> legend = legendItems();
   m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
+  recomputeAxes();
+  updateDecimation();
   QWidget::resizeEvent(event);
 }
 

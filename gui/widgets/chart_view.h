@@ -2,16 +2,21 @@
 // (niceAxis), axis titles, one or more line series (point markers when sparse; a legend in rows
 // under the title when there are several), vertical event markers (config changes: a dashed line
 // with a flag and a tooltip) and a hover readout of the nearest x (every series' value there).
-// Used for loss, step time and the memory account per step. Painting is O(points + markers);
-// GUI thread only. Qt Charts is deliberately not a dependency.
+// Used for loss, step time, grad norm, learning rate and the memory account per step. A series
+// with more points than the plot has pixel columns is drawn from its per-column min/max
+// (chart_decimation.h, computed once per data change or resize), so painting costs O(pixels +
+// markers) however many steps the run has; hovering finds the nearest point by binary search
+// (O(log n) per series). GUI thread only. Qt Charts is deliberately not a dependency.
 #pragma once
 
 #include <QPointF>
 #include <QWidget>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "moewb/gui/chart_axis.h"
+#include "moewb/gui/chart_decimation.h"
 
 class QPainter;
 
@@ -60,6 +65,14 @@ class ChartView : public QWidget {
   const std::vector<ChartMarker>& markers() const { return m_markers; }
   // Index of the marker drawn within a few pixels of widget x `px`, or -1.
   int markerAt(double px) const;
+  // The x (in series units) of the point nearest to widget x `px` over all series, if any
+  // series has points; what a hover at `px` reads out. O(series * log points).
+  std::optional<double> nearestX(double px) const;
+  // The hovered point's x, if the mouse is over the plot.
+  std::optional<double> hoverX() const;
+  // Per-pixel columns of series `index` as last drawn (empty for a sparse series that is drawn
+  // point by point).
+  const std::vector<ChartColumn>& decimated(size_t index) const;
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
@@ -83,6 +96,8 @@ class ChartView : public QWidget {
   // two or more series are named.
   std::vector<QRectF> legendItems() const;
   void recomputeAxes();
+  // Recomputes the per-column min/max of every dense series for the current plot width.
+  void updateDecimation();
   bool hasPoints() const;
 
   QString m_title;
@@ -92,6 +107,7 @@ class ChartView : public QWidget {
   std::function<QString(double)> m_format;
   QString m_emptyText;
   std::vector<ChartSeries> m_series;
+  std::vector<std::vector<ChartColumn>> m_columns;  // per series; empty when drawn point by point
   std::vector<ChartMarker> m_markers;
   AxisTicks m_x;
   AxisTicks m_y;

@@ -77,10 +77,11 @@ void HeatmapPanel::onModeChanged(int index) {
 
 void HeatmapPanel::syncControls() {
   m_syncing = true;
-  const std::vector<int64_t> steps = m_model ? m_model->steps() : std::vector<int64_t>{};
-  const bool any = !steps.empty();
-  const int first = any ? int(steps.front()) : 0;
-  const int last = any ? int(steps.back()) : 0;
+  // O(1): this runs for every chunk of expert loads while a trace streams in.
+  const bool any = m_model && m_model->hasSteps();
+  const auto [firstStep, lastStep] = any ? m_model->stepRange() : std::pair<int64_t, int64_t>{};
+  const int first = int(firstStep);
+  const int last = int(lastStep);
   m_slider->setRange(first, last);
   m_spin->setRange(first, last);
   const bool stepMode = m_model && m_model->mode() == ExpertLoadModel::Mode::kStep;

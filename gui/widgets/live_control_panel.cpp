@@ -97,8 +97,8 @@ void LiveControlPanel::buildLayout() {
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  // All rows visible for today's keys; a longer list scrolls.
-  scroll->setMinimumHeight(std::min(gridHost->sizeHint().height(), 320));
+  // A few rows at least (the list scrolls), so the window fits 1280x720 with every dock.
+  scroll->setMinimumHeight(std::min(gridHost->sizeHint().height(), 120));
   controls->addWidget(scroll, 1);
 
   auto* applyRow = new QHBoxLayout;

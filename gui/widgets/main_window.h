@@ -1,5 +1,5 @@
 // MainWindow: the workbench window. Centre: the timeline above the expert heat map and the loss,
-// step-time and memory charts, all marking the trace's config changes; docks: Live control (steers
+// step-time, memory, grad-norm and learning-rate charts, all marking the trace's config changes; docks: Live control (steers
 // a run started here: pause / resume / step / stop and live config patches), the step table, the
 // phase summary and the config changes, and for traces of parallel runs (world size > 1) the
 // Parallelism dock (all-to-all traffic matrix, tokens per rank, collectives by wait; picking a
@@ -7,8 +7,11 @@
 // file, steps, last loss and tokens/s.
 // Actions: File>Open, Run>Start run (config + output file; the run trains on a worker thread and
 // the window follows the growing trace every 500 ms), Run>Stop, View>Fit/Zoom and the docks.
-// Errors (unreadable trace, bad config) go to a message box and the status bar; live-control
-// replies (a refused patch) go to the panel and the status bar.
+// Opening a trace never blocks the window: the document loads it on a worker thread while a
+// progress bar with a Cancel button shows in the status bar (Cancel leaves an empty window).
+// Errors (unreadable trace, bad config) go to a message box and the status bar in plain words
+// (userMessage: no status-code names, no source locations); live-control replies (a refused
+// patch) go to the panel and the status bar.
 // Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh).
 #pragma once
 
@@ -23,6 +26,8 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QModelIndex;
+class QProgressBar;
+class QPushButton;
 class QTableView;
 class QTimer;
 
@@ -43,8 +48,13 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  // Opens a trace. An error is shown in a (non-modal) message box unless dialogs are disabled,
-  // and in the status bar; the previous document stays open. Returns the reader's Status.
+  // Starts loading a trace on the document's worker and returns at once; the status bar shows
+  // the progress and a Cancel button until it ends. An error is shown in a (non-modal) message
+  // box unless dialogs are disabled, and in the status bar; the previous document stays open
+  // when the file is not a readable trace. File>Open and the command line use this.
+  void beginOpen(const QString& path);
+  // beginOpen, then waits (running the event loop, so the window paints and Cancel works) until
+  // the load ended; returns its Status (kCancelled after Cancel). For tests and scripts.
   Status openFile(const QString& path);
   // Starts a training run writing `outPath` and follows it live. Errors as for openFile.
   Status startRun(const QString& configPath, const QString& outPath, qint64 steps = -1);
@@ -59,6 +69,8 @@ class MainWindow : public QMainWindow {
   ChartView* lossChart() const { return m_lossChart; }
   ChartView* stepTimeChart() const { return m_stepTimeChart; }
   ChartView* memoryChart() const { return m_memoryChart; }
+  ChartView* gradNormChart() const { return m_gradNormChart; }
+  ChartView* lrChart() const { return m_lrChart; }
   RunController* runController() const { return m_runner; }
   LiveControlPanel* liveControlPanel() const { return m_livePanel; }
   QTableView* configChangeTable() const { return m_changeTable; }
@@ -68,6 +80,9 @@ class MainWindow : public QMainWindow {
   QDockWidget* parallelDock() const { return m_parallelDock; }
   ParallelPanel* parallelPanel() const { return m_parallelPanel; }
   ParallelModel* parallelModel() const { return m_parallel; }
+  // The status bar's load progress (0..1000) and its Cancel button, visible while a load runs.
+  QProgressBar* loadProgressBar() const { return m_loadBar; }
+  QPushButton* cancelLoadButton() const { return m_cancelLoad; }
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
   // The status bar's run field: "run: completed", "run: running (last heartbeat 1 s ago)", ...
@@ -76,6 +91,8 @@ class MainWindow : public QMainWindow {
  signals:
   // A run started from this window ended (after the final refresh).
   void runFinished(bool ok, const QString& message);
+  // A load started by beginOpen ended: loaded, failed or cancelled.
+  void openFinished(bool ok);
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -102,6 +119,7 @@ class MainWindow : public QMainWindow {
   void updateStatus();
   void updateActions();
   void showError(const QString& title, const QString& message);
+  void onLoadEnded();
   QString defaultConfigDir() const;
 
   TraceDocument m_document;
@@ -111,6 +129,8 @@ class MainWindow : public QMainWindow {
   ChartView* m_lossChart = nullptr;
   ChartView* m_stepTimeChart = nullptr;
   ChartView* m_memoryChart = nullptr;
+  ChartView* m_gradNormChart = nullptr;
+  ChartView* m_lrChart = nullptr;
   QTableView* m_stepTable = nullptr;
   QTableView* m_phaseTable = nullptr;
   QTableView* m_changeTable = nullptr;
@@ -119,6 +139,9 @@ class MainWindow : public QMainWindow {
   ParallelModel* m_parallel = nullptr;
   ParallelPanel* m_parallelPanel = nullptr;
   QDockWidget* m_parallelDock = nullptr;
+  QDockWidget* m_liveDock = nullptr;
+  uint64_t m_memoryChartRevision = ~uint64_t(0);  // document memoryRevision() drawn
+  bool m_memoryChartHasSteps = false;  // hidden until a run started here is live
   bool m_parallelTrace = false;       // the open trace has world size > 1 (dock shown once for it)
   std::vector<QDockWidget*> m_docks;  // in View menu order
   QTimer* m_liveTimer = nullptr;
@@ -131,6 +154,9 @@ class MainWindow : public QMainWindow {
   QLabel* m_lossLabel = nullptr;
   QLabel* m_rateLabel = nullptr;
   QLabel* m_runLabel = nullptr;
+  QProgressBar* m_loadBar = nullptr;
+  QPushButton* m_cancelLoad = nullptr;
+  bool m_openPending = false;  // a load started by beginOpen has not ended yet
   QString m_livePath;  // trace being written by our run, opened once it exists
   QString m_lastError;
   bool m_errorDialogs = true;

@@ -4,6 +4,7 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QStatusBar>
@@ -41,15 +42,17 @@ Status MainWindow::startRun(const QString& configPath, const QString& outPath, q
   const QFileInfo outInfo(outPath);
   if (!QDir().mkpath(outInfo.absolutePath())) {
     Status status = invalidArgument("cannot create the folder of " + outPath.toStdString());
-    showError(tr("Cannot start run"), QString::fromStdString(status.toString()));
+    showError(tr("Cannot start run"), userMessage(status));
     return status;
   }
   Status status = m_runner->start(configPath, outInfo.absoluteFilePath(), steps);
   if (!status.isOk()) {
-    showError(tr("Cannot start run"), QString::fromStdString(status.toString()));
+    showError(tr("Cannot start run"), userMessage(status));
     return status;
   }
   m_livePath = outInfo.absoluteFilePath();
+  m_liveDock->show();
+  m_liveDock->raise();
   m_liveTimer->start();
   updateActions();
   statusBar()->showMessage(tr("Running %1 for %2 steps into %3")
@@ -70,6 +73,7 @@ void MainWindow::liveTick() {
     // The run's trace replaces whatever was open as soon as the file is readable. Failures are
     // expected while the writer is still creating it, so they are not reported here.
     if (!QFileInfo::exists(m_livePath)) return;
+    if (m_document.isLoading()) m_document.cancelLoad();  // ends a File>Open still loading
     if (m_document.open(m_livePath).isOk()) onDocumentChanged();
     return;
   }
@@ -77,7 +81,7 @@ void MainWindow::liveTick() {
   if (!status.isOk()) {
     m_liveTimer->stop();
     m_liveAction->setChecked(false);
-    showError(tr("Live refresh stopped"), QString::fromStdString(status.toString()));
+    showError(tr("Live refresh stopped"), userMessage(status));
     return;
   }
   updateStatus();  // the heartbeat's age moves on even when no rows came

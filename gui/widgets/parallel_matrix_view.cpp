@@ -33,7 +33,7 @@ QSize ParallelMatrixView::sizeHint() const {
 }
 
 QSize ParallelMatrixView::minimumSizeHint() const {
-  return {kLeftPx + kLegendPx + 160, 140};
+  return {kLeftPx + kLegendPx + 160, 90};
 }
 
 QRect ParallelMatrixView::gridRect() const {

@@ -12,6 +12,7 @@
 
 #include "moewb/base/units.h"
 #include "moewb/gui/parallel_model.h"
+#include "moewb/gui/trace_loader.h"
 #include "parallel_matrix_view.h"
 
 namespace moewb::gui {
@@ -103,7 +104,7 @@ ParallelPanel::ParallelPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(split, 1);
 
   auto report = [this](const Status& status) {
-    if (!status.isOk()) emit message(QString::fromStdString(status.toString()));
+    if (!status.isOk()) emit message(userMessage(status));
   };
   connect(m_step, &QComboBox::currentIndexChanged, this, [this, report](int index) {
     if (m_syncing || !m_model || index < 0) return;
@@ -198,7 +199,7 @@ void ParallelPanel::showCollective(const storage::MatchedCollective& match) {
   if (!m_model) return;
   if (m_model->collectiveStep() != match.step) {
     const Status status = m_model->setStep(match.step);
-    if (!status.isOk()) emit message(QString::fromStdString(status.toString()));
+    if (!status.isOk()) emit message(userMessage(status));
   }
   const int row = m_model->collectiveModel()->rowOf(match);
   if (row < 0) {

@@ -26,12 +26,21 @@ void TimelineView::setDocument(TraceDocument* document) {
   if (m_document) disconnect(m_document, nullptr, this, nullptr);
   m_document = document;
   if (m_document) {
-    connect(m_document, &TraceDocument::opened, this, [this] {
+    auto reset = [this] {
       m_fit = true;
       m_selectedStep.reset();
       m_selectedGpuSlice.reset();
       m_highlights.clear();
       onDataChanged();
+    };
+    // A streamed load starts fitted to the whole file and keeps the user's zoom from then on.
+    connect(m_document, &TraceDocument::opening, this, reset);
+    connect(m_document, &TraceDocument::opened, this, [this, reset] {
+      if (m_fit) {
+        reset();
+      } else {
+        onDataChanged();
+      }
     });
     connect(m_document, &TraceDocument::refreshed, this, &TimelineView::onDataChanged);
     connect(m_document, &TraceDocument::closed, this, &TimelineView::onDataChanged);
@@ -48,7 +57,7 @@ void TimelineView::setDocument(TraceDocument* document) {
 }
 
 TimeRange TimelineView::dataBounds() const {
-  return m_document ? m_document->timeline().bounds() : TimeRange{};
+  return m_document ? m_document->timeBounds() : TimeRange{};
 }
 
 double TimelineView::plotWidth() const {
@@ -278,6 +287,8 @@ TimelineView::Hit TimelineView::hitAt(const QPoint& pos) const {
   if (!m_document || pos.x() < kGutterPx) return hit;
   const int lane = laneAtY(pos.y());
   if (lane < 0) return hit;
+  hit.lane = lane;
+  hit.x = plotX(pos.x());
   hit.item = hitTest(m_drawList, lane, plotX(pos.x()));
   if (hit.item) {
     const TimelineLane& l = m_document->timeline().lanes()[size_t(lane)];

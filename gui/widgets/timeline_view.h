@@ -19,6 +19,8 @@
 // kernel, or the API call that launched it, selects it and emits gpuSliceActivated (the main
 // window shows its launch details and the expert load of its step and layer) and stepActivated
 // for its step.
+// Zoomed out, runs of slices narrower than 3 px are painted per pixel column in the colour of the
+// name with the most busy time there (dominantSpans), more opaque the busier the column.
 // Clicking a host slice also emits sliceActivated (track, start): the main window uses it to find
 // a collective's peers, which setHighlightedSlices then outlines on every rank's comm track.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
@@ -137,6 +139,8 @@ class TimelineView : public QWidget {
   struct Hit {
     const DrawItem* item = nullptr;
     const TimelineSlice* slice = nullptr;
+    int lane = -1;  // lane under the point
+    double x = 0;   // plot x of the point
   };
 
   void onDataChanged();

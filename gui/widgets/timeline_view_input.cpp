@@ -174,11 +174,16 @@ QString TimelineView::tooltipText(const Hit& hit) const {
   const int64_t originNs = data.bounds().startNs;
   auto dur = [](int64_t ns) { return QString::fromStdString(formatDurationNs(ns)); };
   if (hit.item->isFolded()) {
-    return tr("<b>%1 slices</b> folded (each narrower than 3 px)<br>span %2, from +%3"
-              "<br><i>zoom in to separate them</i>")
-        .arg(hit.item->count)
-        .arg(dur(hit.item->endNs - hit.item->startNs))
-        .arg(dur(hit.item->startNs - originNs));
+    QString text = tr("<b>%1 slices</b> folded (each narrower than 3 px)<br>span %2, from +%3")
+                       .arg(hit.item->count)
+                       .arg(dur(hit.item->endNs - hit.item->startNs))
+                       .arg(dur(hit.item->startNs - originNs));
+    if (const DominantSpan* span = dominantAt(m_drawList, hit.lane, hit.x)) {
+      text += tr("<br>here mostly <b>%1</b> (%2% busy)")
+                  .arg(QString::fromStdString(data.name(span->nameId)).toHtmlEscaped())
+                  .arg(std::lround(span->busyFraction * 100));
+    }
+    return text + tr("<br><i>zoom in to separate them</i>");
   }
   const TimelineSlice& s = *hit.slice;
   QString text = tr("<b>%1</b><br>duration %2<br>start +%3")

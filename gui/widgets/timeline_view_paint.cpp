@@ -4,6 +4,9 @@
 #include <QPainter>
 #include <QPainterPath>
 #include <QPolygonF>
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "moewb/base/units.h"
 #include "moewb/gui/chart_axis.h"
@@ -224,16 +227,19 @@ void TimelineView::paintLanes(QPainter& p) const {
 void TimelineView::paintItems(QPainter& p) const {
   const TimelineData& data = m_document->timeline();
   const QFontMetrics fm(font());
-  QColor folded = foldedColor();
+  // Folded runs: each span of columns in its dominant name's colour, the busier the more opaque.
+  for (const DominantSpan& span : m_drawList.dominant) {
+    if (size_t(span.lane) >= m_rows.size()) continue;
+    const int top = m_rows[size_t(span.lane)].top;
+    QColor color = phaseColor(data.name(span.nameId));
+    color.setAlpha(int(std::lround(110 + 145 * std::clamp(span.busyFraction, 0.0, 1.0))));
+    p.fillRect(QRectF(kGutterPx + span.x0, top + 2, span.x1 - span.x0, kLaneHeightPx - 4), color);
+  }
   for (const DrawItem& item : m_drawList.items) {
     if (size_t(item.lane) >= m_rows.size()) continue;
     const int top = m_rows[size_t(item.lane)].top;
     const QRectF r(kGutterPx + item.x0, top + 2, item.x1 - item.x0, kLaneHeightPx - 4);
-    if (item.isFolded()) {
-      p.fillRect(r, folded.darker(160));
-      p.fillRect(r, QBrush(folded, Qt::BDiagPattern));
-      continue;
-    }
+    if (item.isFolded()) continue;
     const TimelineLane& lane = data.lanes()[size_t(item.lane)];
     const TimelineSlice& s = lane.slices[size_t(item.sliceIndex)];
     const std::string& name = data.name(s.nameId);
@@ -302,13 +308,21 @@ void TimelineView::paintRuler(QPainter& p) const {
       p.drawLine(x, kRulerPx - 5, x, kRulerPx - 1);
     }
   }
-  for (int64_t t : tickTimes(m_geometry, originNs, stepNs)) {
-    const int x = kGutterPx + int(std::lround(m_geometry.xOf(t)));
+  const std::vector<int64_t> ticks = tickTimes(m_geometry, originNs, stepNs);
+  const RulerLabels labels = rulerLabels(ticks, originNs, stepNs);
+  const QFontMetrics fm(font());
+  int labelsEnd = std::numeric_limits<int>::min();  // right edge of the last label drawn
+  for (size_t i = 0; i < ticks.size(); ++i) {
+    const int x = kGutterPx + int(std::lround(m_geometry.xOf(ticks[i])));
     p.setPen(theme::axisLine());
     p.drawLine(x, kRulerPx - 11, x, kRulerPx - 1);
+    // A long first label of a relative ruler ("31797.0001 s") may cover the next tick's place.
+    const QString label = QString::fromStdString(labels.labels[i]);
+    const int labelPx = fm.horizontalAdvance(label) + 2;
+    if (x + 4 < labelsEnd + 8) continue;
     p.setPen(theme::text());
-    p.drawText(QRect(x + 4, 2, int(kMinTickPx), kRulerPx - 8), Qt::AlignLeft | Qt::AlignVCenter,
-               QString::fromStdString(formatTickLabel(t - originNs, stepNs)));
+    p.drawText(QRect(x + 4, 2, labelPx, kRulerPx - 8), Qt::AlignLeft | Qt::AlignVCenter, label);
+    labelsEnd = x + 4 + labelPx;
   }
   p.fillRect(QRect(0, 0, kGutterPx, kRulerPx - 1), theme::window());
   p.setPen(theme::dimText());

@@ -14,6 +14,7 @@
 #include <QAbstractTableModel>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "moewb/storage/rows.h"
@@ -42,8 +43,11 @@ class ExpertLoadModel : public QAbstractTableModel {
   // Chooses the step shown in kStep mode (a step without rows shows zeros).
   void setStep(int64_t step);
   int64_t step() const { return m_step; }
-  // Steps that have rows, ascending.
+  // Steps that have rows, ascending. O(steps).
   std::vector<int64_t> steps() const;
+  // The first and last step that have rows; {0, 0} with hasSteps() false when none. O(1).
+  std::pair<int64_t, int64_t> stepRange() const;
+  bool hasSteps() const { return !m_grids.empty(); }
 
   // The value and normalised load of a cell in the current mode (0 outside the grid).
   double value(int layer, int expert) const;

@@ -10,9 +10,13 @@
 // buildDrawList turns the data and a TimelineGeometry into the items a view paints: one item per
 // visible slice at least minWidthPx wide, and runs of narrower neighbouring slices folded into one
 // merged item (Tracy's approach), so the number of items is bounded by the pixels, not the slices.
+// Folded runs are not drawn as anonymous grey: per pixel column of a run, dominantSpans picks the
+// slice name with the most busy time there (Perfetto / Nsight Systems colour zoomed-out bands
+// so), and adjacent columns with the same name merge into one span painted in that name's colour.
 // It runs outside the paint path (when the window or data change). Cost: O(lanes * (log n +
-// items)). Thread-safety: a TimelineData is a plain value; build draw lists from a const reference
-// while nobody mutates it.
+// items)) plus, for folded runs, O(columns * (log n + kMaxSlicesPerColumn)): a column holding
+// more slices than that is judged on an evenly spaced sample of them. Thread-safety: a
+// TimelineData is a plain value; build draw lists from a const reference while nobody mutates it.
 #pragma once
 
 #include <cstdint>
@@ -65,11 +69,24 @@ struct DrawItem {
   bool isFolded() const { return count > 1; }
 };
 
+// Pixel columns of a folded run whose dominant slice name is the same.
+struct DominantSpan {
+  int32_t lane = 0;          // index into TimelineData::lanes()
+  double x0 = 0;             // left edge, px from the window start (a column boundary)
+  double x1 = 0;             // right edge, px (x1 - x0 >= 1)
+  int32_t nameId = 0;        // the name with the most busy time in each of these columns
+  double busyFraction = 0;   // mean share of the columns' time covered by the run's slices, 0..1
+};
+
 struct DrawList {
   TimelineGeometry geometry;    // the window the items were built for
   uint64_t dataRevision = 0;    // TimelineData::revision() at build time
   std::vector<DrawItem> items;  // grouped by lane (ascending), by x0 within a lane
+  std::vector<DominantSpan> dominant;  // of the folded items, in item order
 };
+
+// A column holding more slices than this is judged on an evenly spaced sample of them.
+inline constexpr size_t kMaxSlicesPerColumn = 64;
 
 class TimelineData {
  public:
@@ -121,6 +138,17 @@ class TimelineData {
 // its own item widened to 1 px. Items of each lane are ordered by x.
 DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g,
                        double minWidthPx = 3.0);
+
+// Per pixel column of g covered by lane.slices[first, first + count): the name with the most busy
+// time in the column (ties: the smaller name id); adjacent columns with the same name merged.
+// Spans are tagged with `laneIndex`, ordered by x; columns without busy time give none. Slices
+// of zero duration count as 1 ns. O(columns * (log n + maxPerColumn)).
+std::vector<DominantSpan> dominantSpans(const TimelineLane& lane, int32_t laneIndex, size_t first,
+                                        size_t count, const TimelineGeometry& g,
+                                        size_t maxPerColumn = kMaxSlicesPerColumn);
+
+// The dominant span of `list` under (lane, x), or nullptr. O(log spans).
+const DominantSpan* dominantAt(const DrawList& list, int32_t lane, double x);
 
 // The draw item of `list` under (lane, x), or nullptr. O(log items).
 const DrawItem* hitTest(const DrawList& list, int32_t lane, double x);

@@ -72,4 +72,18 @@ std::vector<int64_t> tickTimes(const TimelineGeometry& g, int64_t originNs, int6
 // enough decimals to tell neighbouring ticks apart: "0", "250 us", "1.5 ms", "2 s".
 std::string formatTickLabel(int64_t offsetNs, int64_t stepNs);
 
+// Labels longer than this many significant digits make the ruler switch to relative labels.
+inline constexpr int kMaxRulerDigits = 4;
+
+// The ruler's labels of `ticks` (tickTimes(g, originNs, stepNs)), in the unit that fits the zoom:
+// formatTickLabel(t - originNs, stepNs) while every label needs at most kMaxRulerDigits
+// significant digits; otherwise (zoomed in far from the origin, where labels would read
+// "31797.0001 s") the first tick keeps its full label and the others are relative to it in the
+// step's unit ("+100 us", "+200 us"), and `relative` is set. O(ticks).
+struct RulerLabels {
+  std::vector<std::string> labels;  // one per tick
+  bool relative = false;            // labels after the first are offsets from the first tick
+};
+RulerLabels rulerLabels(const std::vector<int64_t>& ticks, int64_t originNs, int64_t stepNs);
+
 }  // namespace moewb::gui

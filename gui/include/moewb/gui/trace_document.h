@@ -1,24 +1,31 @@
 // TraceDocument: one open trace file and everything the views show about it.
 //
-// open() opens the file with storage::TraceReader and loads the first run's steps, every host
-// slice, the expert loads and the tracks into the models and the timeline store. GPU capture
-// slices (tracks of kind stream and cuda_api) are not loaded: the timeline asks for the stream
-// lanes of its window (gpuLanes, downsampled by the reader), and selectGpuSlice fills the GPU
-// details model from the file. refresh() reads only
-// what is new since the last load, for a trace that a run is still writing (WAL): steps after the
-// last step held, slices from the end of the last committed step on (duplicates are skipped) and
-// expert loads of newly committed steps and the memory counters up to the last committed step;
-// the models grow with insert signals, so views keep their state. A refresh costs O(new rows) plus
+// beginOpen() loads a file on a worker thread (trace_loader.h) and returns at once: the worker
+// opens the file and streams the first run's steps, the expert loads, every host slice and the
+// tracks in bounded chunks; the GUI thread applies them every kDrainIntervalMs, at most
+// kDrainBudgetMs at a time (emitting opening() once the file proved readable, then refreshed()
+// at most every kRefreshIntervalMs and loadProgress() as the data grows, and opened() when everything is in), so the views fill in
+// while the user can still act; cancelLoad() stops it and closes the document. open() does the
+// same load synchronously. No load holds a whole table in flight: peak memory is what the models
+// keep plus a few chunks. GPU capture slices (tracks of kind stream and cuda_api) are not loaded:
+// the timeline asks for the stream lanes of its window (gpuLanes, downsampled by the reader), and
+// selectGpuSlice fills the GPU details model from the file. refresh() reads only what is new
+// since the last load, for a trace that a run is still writing (WAL): steps after the last step
+// held, slices from the end of the last committed step on (duplicates are skipped) and expert
+// loads of newly committed steps and the memory counters up to the last committed step; the
+// models grow with insert signals, so views keep their state. A refresh costs O(new rows) plus
 // the reader's indexed queries. Errors come back as Status (the reader's message names the file)
-// and through failed(); the document is left as it was. GUI thread only (the reader's connection
-// belongs to this thread).
+// and through failed() (in plain words: userMessage); the document is left as it was. GUI thread
+// only (the worker's reader becomes this thread's once the load has finished).
 #pragma once
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "moewb/base/status.h"
 #include "moewb/gui/config_change_model.h"
@@ -27,7 +34,10 @@
 #include "moewb/gui/phase_summary_model.h"
 #include "moewb/gui/step_table_model.h"
 #include "moewb/gui/timeline_data.h"
+#include "moewb/gui/trace_loader.h"
 #include "moewb/storage/trace_reader.h"
+
+class QTimer;
 
 namespace moewb::gui {
 
@@ -51,21 +61,47 @@ class TraceDocument : public QObject {
   explicit TraceDocument(QObject* parent = nullptr);
   ~TraceDocument() override;
 
-  // Opens `path` and loads it. Errors: the reader's Status (not found, not a trace, corrupt,
-  // newer schema), which leaves the current document as it was, or a failed query, which leaves
-  // the document closed; failed() is emitted for both.
+  // How often the GUI thread takes the worker's chunks while a load runs.
+  static constexpr int kDrainIntervalMs = 40;
+  // GUI-thread time one drain may spend applying chunks before it lets other events run.
+  static constexpr int kDrainBudgetMs = 12;
+  // While a load runs, refreshed() comes at most this often (the views redraw on it).
+  static constexpr int kRefreshIntervalMs = 150;
+
+  // Opens `path` and loads it before returning (a running load is cancelled first). Errors: the
+  // reader's Status (not found, not a trace, corrupt, newer schema), which leaves the current
+  // document as it was, or a failed query, which leaves the document closed; failed() is emitted
+  // for both.
   Status open(const QString& path);
-  // Closes the file and empties every model.
+  // Starts loading `path` on a worker thread and returns at once (a running load is cancelled
+  // first). The current document stays until the file proved to be a readable trace: then it is
+  // replaced (opening()), the data streams in (refreshed(), loadProgress()) and opened() ends
+  // the load. Errors as for open(), reported through failed() and lastLoadStatus().
+  void beginOpen(const QString& path);
+  // Stops a running load: the worker ends at its next row, the file is closed and every model
+  // emptied; emits loadCanceled(). No-op when no load runs.
+  void cancelLoad();
+  // Whether a load started by beginOpen() is running.
+  bool isLoading() const { return m_channel != nullptr; }
+  // The outcome of the last open()/beginOpen() (ok while one runs); kCancelled after a cancel.
+  const Status& lastLoadStatus() const { return m_loadStatus; }
+  // Chunk sizes and the test hook of later loads.
+  void setLoadOptions(const TraceLoadOptions& options) { m_loadOptions = options; }
+  // Closes the file and empties every model (a running load is cancelled, without
+  // loadCanceled()).
   void close();
-  // Loads what was committed since the last open/refresh. No-op when nothing is open.
+  // Loads what was committed since the last open/refresh. No-op when nothing is open or while a
+  // load runs.
   Status refresh();
 
-  bool isOpen() const { return m_reader != nullptr; }
+  // True from opening() on, also while the data still streams in.
+  bool isOpen() const { return !m_path.isEmpty(); }
   QString path() const { return m_path; }
   // The run shown (the first run of the file), if the file has one.
   const std::optional<storage::RunRow>& run() const { return m_run; }
-  // Time span of all slices loaded so far.
-  TimeRange timeBounds() const { return m_timeline.bounds(); }
+  // Time span of all slices loaded so far; while a load runs, also that of the whole file (so a
+  // view fitted to it keeps its scale while the slices stream in).
+  TimeRange timeBounds() const;
   // Data-quality counters of the file (`stats` table) as of the last open/refresh.
   const std::vector<storage::StatRow>& stats() const { return m_stats; }
   // The file's meta table as of the last open/refresh (the writer's heartbeat among it:
@@ -100,9 +136,18 @@ class TraceDocument : public QObject {
   // are mapped to the step row whose [start, end] holds their timestamp (by order of arrival
   // when the run has no step rows); with several ranks the first sample of a step is kept.
   const std::vector<MemorySample>& memory() const { return m_memory; }
+  // Changes whenever memory() changes (views skip rebuilding their series otherwise).
+  uint64_t memoryRevision() const { return m_memoryRevision; }
 
  signals:
-  // A file was opened and loaded.
+  // A load reached the point where the file is known to be a readable trace: the previous
+  // document was closed and `path` is the document now; its data streams in.
+  void opening(const QString& path);
+  // Fraction of a running load done (0..1); reaches 1 just before opened().
+  void loadProgress(double fraction);
+  // A running load was cancelled; the document is closed.
+  void loadCanceled(const QString& path);
+  // A file was opened and loaded completely.
   void opened(const QString& path);
   // A refresh added data (the counts may all be 0 when only the run status or the config changes
   // changed; configChangeModel() signals its own inserts).
@@ -112,7 +157,6 @@ class TraceDocument : public QObject {
   void failed(const QString& message);
 
  private:
-  Status loadAll();
   Status loadNewSlices(int64_t fromNs);
   Status loadNewSteps(int* added);
   Status loadNewExpertLoads(int* added);
@@ -120,9 +164,31 @@ class TraceDocument : public QObject {
   Status loadNewMemory(int* added);
   Status loadRunInfo();
   Status fail(const Status& status);
+  // Applying what a load read (GUI thread).
+  void applyRunInfo(TraceHeader& header);
+  void applyHeader(std::unique_ptr<TraceHeader> header, const QString& path);
+  void applyChunk(TraceChunk&& chunk, const QString& path);
+  int applySlices(std::vector<storage::SliceRow>& rows);
+  int applyMemory(const std::vector<storage::CounterRow>& rows);
+  // Takes the worker's chunks; ends the load when the worker is done.
+  void drainLoad();
+  // Joins the worker thread and drops the channel.
+  void stopWorker();
 
-  std::unique_ptr<storage::TraceReader> m_reader;
+  std::unique_ptr<storage::TraceReader> m_reader;  // null while a load runs
   QString m_path;
+  std::unique_ptr<TraceLoadChannel> m_channel;  // set while beginOpen's load runs
+  std::thread m_worker;
+  QTimer* m_drainTimer = nullptr;
+  QString m_loadingPath;       // the file beginOpen is loading
+  bool m_loadingHeld = false;  // its header was applied (the document is that file now)
+  TimeRange m_fileBounds;      // the loading file's slice span (reader timeBounds)
+  TraceLoadOptions m_loadOptions;
+  Status m_loadStatus;
+  QElapsedTimer m_sinceRefresh;  // since the last refreshed() of the running load
+  int m_pendingSteps = 0;        // rows applied since then
+  int m_pendingSlices = 0;
+  int m_pendingLoads = 0;
   std::optional<storage::RunRow> m_run;
   std::vector<storage::StatRow> m_stats;
   std::map<std::string, std::string> m_meta;
@@ -140,6 +206,7 @@ class TraceDocument : public QObject {
   int64_t m_lastExpertStep = -1;  // highest step whose expert loads are held
   int m_lastNewSlices = 0;        // slices added by the last loadNewSlices
   std::vector<MemorySample> m_memory;
+  uint64_t m_memoryRevision = 0;
   int64_t m_memoryCursorNs;                                    // counters before this time are held
   int64_t m_memoryByOrder[MemorySample::kCategoryCount] = {};  // samples seen, without steps
 };
