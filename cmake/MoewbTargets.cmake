@@ -2,12 +2,24 @@
 # (-Wno-restrict: GCC 12 reports false overlaps inside std::string at -O3, GCC bug 105329.)
 function(moewb_strict target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-restrict>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Wno-missing-field-initializers>)
-  if(MOEWB_SANITIZE)
+  # A UBSan finding stops the program (-fno-sanitize-recover) so that a test or a fuzzer fails
+  # on it instead of printing and passing.
+  set(sanitize "")
+  if(MOEWB_FUZZ)
+    set(sanitize -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link;-g>")
+  elseif(MOEWB_SANITIZE STREQUAL "thread")
+    set(sanitize -fsanitize=thread)
+  elseif(MOEWB_SANITIZE)
+    set(sanitize -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+  endif()
+  if(sanitize)
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
-    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+      "$<$<COMPILE_LANGUAGE:CXX>:${sanitize};-fno-omit-frame-pointer>")
+    target_link_options(${target} PRIVATE ${sanitize})
   endif()
 endfunction()
 

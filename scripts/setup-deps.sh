@@ -9,6 +9,7 @@ packages=(
   libsqlite3-dev sqlite3 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev libgl-dev
+  clang libclang-rt-dev  # libFuzzer for the fuzz harnesses (-DMOEWB_FUZZ=ON, docs/TESTING.md)
 )
 
 missing=()

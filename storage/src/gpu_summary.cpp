@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "moewb/storage/gpu_rows.h"
+#include "sqlite_trace_reader.h"
 
 namespace moewb::storage {
 
@@ -34,7 +35,9 @@ void countGap(GpuIdleSummary& summary, int64_t step, int64_t startNs, int64_t du
 // that may overlap the step (advanced past intervals that end before it).
 void addStep(GpuIdleSummary& summary, const SliceRow& step, const std::vector<Interval>& work,
              size_t& first) {
-  const int64_t stepStart = step.startNs, stepEnd = step.startNs + step.durNs;
+  // Times and sums come from the file: ends and totals saturate instead of overflowing (the
+  // reader counts clamps in its stats; a summary of a hostile file only has to stay defined).
+  const int64_t stepStart = step.startNs, stepEnd = detail::saturatingAdd(step.startNs, step.durNs);
   while (first < work.size() && work[first].endNs <= stepStart && work[first].startNs < stepStart)
     ++first;
   int64_t cursor = stepStart;  // end of the busy union so far
@@ -54,9 +57,9 @@ void addStep(GpuIdleSummary& summary, const SliceRow& step, const std::vector<In
   if (!any) return;
   countGap(summary, step.step, cursor, stepEnd - cursor);
   summary.steps++;
-  summary.stepNs += step.durNs;
-  summary.busyNs += busy;
-  summary.idleNs += step.durNs - busy;
+  summary.stepNs = detail::saturatingAdd(summary.stepNs, step.durNs);
+  summary.busyNs = detail::saturatingAdd(summary.busyNs, busy);
+  summary.idleNs = detail::saturatingAdd(summary.idleNs, step.durNs - busy);
 }
 
 }  // namespace
@@ -66,10 +69,12 @@ Result<KernelSummary> kernelSummary(TraceReader& reader, int top) {
   MOEWB_ASSIGN_OR_RETURN(std::vector<PhaseTotal> kernels, reader.phaseTotals(kCategoryKernel));
   MOEWB_ASSIGN_OR_RETURN(std::vector<PhaseTotal> steps, reader.phaseTotals(kCategoryStep));
   for (const PhaseTotal& k : kernels) {
-    summary.kernelCount += k.count;
-    summary.kernelTotalNs += k.totalNs;
+    summary.kernelCount = detail::saturatingAdd(summary.kernelCount, k.count);
+    summary.kernelTotalNs = detail::saturatingAdd(summary.kernelTotalNs, k.totalNs);
   }
-  for (const PhaseTotal& s : steps) summary.stepTotalNs += s.totalNs;
+  for (const PhaseTotal& s : steps) {
+    summary.stepTotalNs = detail::saturatingAdd(summary.stepTotalNs, s.totalNs);
+  }
   if (top >= 0 && kernels.size() > size_t(top)) kernels.resize(size_t(top));
   summary.topKernels = std::move(kernels);
   return summary;
@@ -82,7 +87,7 @@ Result<GpuIdleSummary> gpuIdleSummary(TraceReader& reader) {
     if (s.category == kCategoryStep) {
       steps.push_back(s);
     } else if (isGpuWorkCategory(s.category) && s.durNs > 0) {
-      work.push_back({s.startNs, s.startNs + s.durNs});
+      work.push_back({s.startNs, detail::saturatingAdd(s.startNs, s.durNs)});
     }
     return true;
   }));

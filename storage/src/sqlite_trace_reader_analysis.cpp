@@ -84,7 +84,8 @@ Result<std::map<int32_t, RatioAccumulator>> readStepRatios(Database& db) {
 }
 
 // Per layer: the expert with the most tokens over all steps (ties: the lower id) and the total.
-Result<std::map<int32_t, HottestExpert>> readHottestExperts(Database& db) {
+// `clamped` counts layer totals that overflowed int64 (token counts come from the file).
+Result<std::map<int32_t, HottestExpert>> readHottestExperts(Database& db, int64_t* clamped) {
   std::map<int32_t, HottestExpert> hottest;
   MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, kLayerExpertTotalsSql));
   while (true) {
@@ -92,7 +93,7 @@ Result<std::map<int32_t, HottestExpert>> readHottestExperts(Database& db) {
     if (!hasRow) break;
     HottestExpert& hot = hottest[query.columnInt32(0)];
     const int64_t tokens = query.columnInt(2);
-    hot.layerTotal += tokens;
+    hot.layerTotal = saturatingAdd(hot.layerTotal, tokens, clamped);
     if (tokens > hot.tokens) {  // rows come in expert order, so ties keep the lower id
       hot.tokens = tokens;
       hot.expert = query.columnInt32(1);
@@ -107,7 +108,9 @@ Result<std::vector<LayerImbalance>> SqliteTraceReader::layerImbalance() {
   return inReadTransaction<std::vector<LayerImbalance>>(
       [&]() -> Result<std::vector<LayerImbalance>> {
         MOEWB_ASSIGN_OR_RETURN(const auto ratios, readStepRatios(m_db));
-        MOEWB_ASSIGN_OR_RETURN(auto hottest, readHottestExperts(m_db));
+        int64_t clamped = 0;
+        MOEWB_ASSIGN_OR_RETURN(auto hottest, readHottestExperts(m_db, &clamped));
+        countClamped(clamped);
         std::vector<LayerImbalance> out;
         for (const auto& [layer, acc] : ratios) {
           LayerImbalance row;

@@ -148,7 +148,8 @@ class LaneFolder {
   LaneFolder(std::vector<GpuLaneItem>* out, double bucketNs) : m_out(out), m_bucketNs(bucketNs) {}
   void add(GpuLaneItem item) {
     const bool narrow = double(item.durNs()) < m_bucketNs;
-    if (m_open && narrow && double(item.startNs - m_fold.endNs) < m_bucketNs) {
+    // The gap in double: start and end come from the file, and their difference can leave int64.
+    if (m_open && narrow && double(item.startNs) - double(m_fold.endNs) < m_bucketNs) {
       m_fold.count++;
       m_fold.endNs = std::max(m_fold.endNs, item.endNs);
       if (m_fold.category != item.category) m_fold.category = "mixed";
@@ -220,6 +221,7 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
     MOEWB_RETURN_IF_ERROR(query.bindAll(lowestStartToScan(window.startNs, maxDurNs), window.endNs,
                                         window.startNs, lane.track.id.value));
     LaneFolder folder(&lane.items, bucketNs);
+    int64_t clamped = 0;
     for (;;) {
       MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
       if (!hasRow) break;
@@ -227,7 +229,7 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
       item.id = SliceId(query.columnInt(0));
       item.track = lane.track.id;
       item.startNs = query.columnInt(1);
-      item.endNs = item.startNs + query.columnInt(2);
+      item.endNs = saturatingAdd(item.startNs, query.columnInt(2), &clamped);
       item.name = query.columnText(3);
       item.category = query.columnText(4);
       item.step = query.columnInt(5);
@@ -237,6 +239,7 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
       folder.add(std::move(item));
     }
     folder.flush();
+    countClamped(clamped);
   }
   return lanes;
 }
@@ -363,14 +366,16 @@ Result<std::optional<LayerLoad>> SqliteTraceReader::layerLoad(int64_t step, int3
     load.dropped[size_t(expert)] = q.columnInt(2);
   }
   if (!any) return std::optional<LayerLoad>{};
+  int64_t clamped = 0;  // token counts come from the file: the total saturates
   for (size_t e = 0; e < load.tokens.size(); ++e) {
-    load.totalTokens += load.tokens[e];
+    load.totalTokens = saturatingAdd(load.totalTokens, load.tokens[e], &clamped);
     if (load.tokens[e] > load.tokens[size_t(load.hottestExpert)]) load.hottestExpert = int32_t(e);
   }
   if (load.totalTokens > 0) {
     const double mean = double(load.totalTokens) / double(load.tokens.size());
     load.maxOverMean = double(load.tokens[size_t(load.hottestExpert)]) / mean;
   }
+  countClamped(clamped);
   return std::optional<LayerLoad>(std::move(load));
 }
 

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "schema.h"
+#include "sqlite_trace_reader.h"
 #include "trace_merge_internal.h"
 #include "trace_open.h"
 
@@ -103,10 +104,13 @@ void planShifts(const std::vector<MergeSource>& sources, MergeResult& result) {
       input.sharedCollectives = alignment.sharedCollectives;
     }
     if (overlap && source.gpuCorrelationMax != 0) {
+      // Correlation ids come from the files: the shifts saturate instead of overflowing.
       if (nextFreeCorrelation != 0) {
-        input.gpuCorrelationOffset = nextFreeCorrelation - source.gpuCorrelationMin;
+        input.gpuCorrelationOffset =
+            detail::saturatingSub(nextFreeCorrelation, source.gpuCorrelationMin);
       }
-      nextFreeCorrelation = source.gpuCorrelationMax + input.gpuCorrelationOffset + 1;
+      nextFreeCorrelation = detail::saturatingAdd(
+          detail::saturatingAdd(source.gpuCorrelationMax, input.gpuCorrelationOffset), 1);
     }
     result.inputs.push_back(std::move(input));
   }

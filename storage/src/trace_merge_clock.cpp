@@ -4,6 +4,7 @@
 // Cost: O(n log n) in the number of collectives of `other`.
 #include <algorithm>
 
+#include "sqlite_trace_reader.h"
 #include "trace_merge_internal.h"
 
 namespace moewb::storage {
@@ -39,12 +40,15 @@ ClockAlignment alignClock(const MergeSource& reference, const MergeSource& other
   std::vector<int64_t> differencesNs;
   for (const auto& [key, endNs] : other.collectiveEnds) {
     auto it = reference.collectiveEnds.find(key);
-    if (it != reference.collectiveEnds.end()) differencesNs.push_back(it->second - endNs);
+    // Times from the files: a difference beyond int64 saturates.
+    if (it != reference.collectiveEnds.end()) {
+      differencesNs.push_back(detail::saturatingSub(it->second, endNs));
+    }
   }
   ClockAlignment alignment;
   if (differencesNs.empty()) {
     alignment.method = ClockAlignmentMethod::kRunStart;
-    alignment.offsetNs = reference.run.startNs - other.run.startNs;
+    alignment.offsetNs = detail::saturatingSub(reference.run.startNs, other.run.startNs);
     return alignment;
   }
   alignment.method = ClockAlignmentMethod::kCollectives;

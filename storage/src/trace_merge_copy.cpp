@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "moewb/storage/gpu_rows.h"
+#include "sqlite_trace_reader.h"
 #include "trace_merge_internal.h"
 
 namespace moewb::storage::detail {
@@ -185,7 +186,16 @@ Result<int64_t> idOffset(Database& out, const char* table) {
   MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(out, sql));
   MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
   if (!hasRow || query.columnIsNull(0) || query.columnIsNull(1)) return int64_t(0);
-  return query.columnInt(0) + 1 - query.columnInt(1);
+  // Ids come from the files: an offset beyond int64 is refused, not wrapped.
+  int64_t offset = 0;
+  if (__builtin_sub_overflow(query.columnInt(0), query.columnInt(1), &offset) ||
+      __builtin_add_overflow(offset, 1, &offset)) {
+    return dataLoss(
+        fmt::format("the ids of table {} lie too far apart to merge (largest {} in "
+                    "the output, smallest {} in the input)",
+                    table, query.columnInt(0), query.columnInt(1)));
+  }
+  return offset;
 }
 
 }  // namespace

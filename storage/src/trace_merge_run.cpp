@@ -13,6 +13,7 @@
 #include "moewb/storage/run_liveness.h"
 #include "moewb/storage/trace_reader.h"
 #include "schema.h"
+#include "sqlite_trace_reader.h"
 #include "trace_merge_internal.h"
 
 #ifndef MOEWB_TOOL_VERSION
@@ -40,8 +41,8 @@ RunRow mergedRun(const std::vector<MergeSource>& sources, const MergeResult& mer
   for (size_t i = 0; i < sources.size(); ++i) {
     const RunRow& r = sources[i].run;
     const int64_t offsetNs = merged.inputs[i].clockOffsetNs;
-    run.startNs = std::min(run.startNs, r.startNs + offsetNs);
-    if (r.endNs != 0) run.endNs = std::max(run.endNs, r.endNs + offsetNs);
+    run.startNs = std::min(run.startNs, detail::saturatingAdd(r.startNs, offsetNs));
+    if (r.endNs != 0) run.endNs = std::max(run.endNs, detail::saturatingAdd(r.endNs, offsetNs));
     if (statusRank(r.status) > statusRank(run.status)) run.status = r.status;
   }
   if (run.status == "running") run.endNs = 0;
