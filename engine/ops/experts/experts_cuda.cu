@@ -39,19 +39,6 @@ using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
 using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// 8 bf16 moved as one 16-byte access.
-struct alignas(16) Bf16x8 {
-  bf16 v[8];
-};
-
-__device__ __forceinline__ Bf16x8 loadWeight8(const bf16* w, int64_t at, bool inBounds) {
-  if (inBounds) return *reinterpret_cast<const Bf16x8*>(w + at);
-  Bf16x8 v;
-#pragma unroll
-  for (int q = 0; q < 8; ++q) v.v[q] = __float2bfloat16(0.0f);
-  return v;
-}
-
 // A matrix of rows read through an optional index and scaled by an optional per-row weight
 // (rounded back to bf16, exactly like a materialised scaled copy).
 struct RowSource {
@@ -65,25 +52,6 @@ struct RowSource {
     const bf16 v = data[src * ld + c];
     if (scale == nullptr) return v;
     return __float2bfloat16(scale[r] * __bfloat162float(v));
-  }
-
-  // Elements (r, c .. c+7) as one 16-byte load (ld % 8 == 0, c % 8 == 0, data 16-byte aligned);
-  // zeros when !inBounds.
-  __device__ __forceinline__ Bf16x8 at8(int64_t r, int64_t c, bool inBounds) const {
-    Bf16x8 v;
-    if (!inBounds) {
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v.v[q] = __float2bfloat16(0.0f);
-      return v;
-    }
-    const int64_t src = index != nullptr ? int64_t(index[r]) : r;
-    v = *reinterpret_cast<const Bf16x8*>(data + src * ld + c);
-    if (scale != nullptr) {
-      const float w = scale[r];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v.v[q] = __float2bfloat16(w * __bfloat162float(v.v[q]));
-    }
-    return v;
   }
 };
 
@@ -107,110 +75,55 @@ __device__ __forceinline__ bf16 zeroBf16() {
   return __float2bfloat16(0.0f);
 }
 
-// Tile loaders. kVec: every contiguous extent (D, F) is a multiple of 8 and every base pointer is
-// 16-byte aligned, so 8 consecutive elements are loaded as one 16-byte access (a vector is then
-// either wholly inside or wholly outside the matrix); else one bf16 per access.
-constexpr int kVecA = kTileK / 8;  // vectors per A-tile row (M x K tiles)
-constexpr int kVecN = kTileN / 8;  // vectors per B-tile row (K x N tiles)
-constexpr int kVecM = kTileM / 8;  // vectors per transposed A row (weight gradients)
-
+// Tile loaders: one bf16 per access, so any D, F and alignment work (the shapes the mma.sync
+// kernels of experts_mma_cuda.cu do not take).
 // A[m][k] = src(rowBegin + m, k0 + k) for rows < rowEnd and k < kEnd, else 0.
-template <bool kVec>
 __device__ void loadRowsMK(bf16* tile, const RowSource& src, int64_t rowBegin, int64_t rowEnd,
                            int64_t k0, int64_t kEnd) {
-  if constexpr (kVec) {
-    for (int i = threadIdx.x; i < kTileM * kVecA; i += kThreads) {
-      const int m = i / kVecA, k = (i % kVecA) * 8;
-      const int64_t r = rowBegin + m, col = k0 + k;
-      *reinterpret_cast<Bf16x8*>(tile + m * kLdA + k) = src.at8(r, col, r < rowEnd && col < kEnd);
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTileM * kTileK; i += kThreads) {
-      const int m = i / kTileK, k = i % kTileK;
-      const int64_t r = rowBegin + m, col = k0 + k;
-      tile[m * kLdA + k] = r < rowEnd && col < kEnd ? src.at(r, col) : zeroBf16();
-    }
+  for (int i = threadIdx.x; i < kTileM * kTileK; i += kThreads) {
+    const int m = i / kTileK, k = i % kTileK;
+    const int64_t r = rowBegin + m, col = k0 + k;
+    tile[m * kLdA + k] = r < rowEnd && col < kEnd ? src.at(r, col) : zeroBf16();
   }
 }
 
 // B[k][n] = w[(n0 + n) ld + k0 + k] (weight stored [N, K]: y = x W^T).
-template <bool kVec>
 __device__ void loadWeightNK(bf16* tile, const bf16* w, int64_t ld, int64_t n0, int64_t nEnd,
                              int64_t k0, int64_t kEnd) {
-  if constexpr (kVec) {
-    for (int i = threadIdx.x; i < kTileN * kVecA; i += kThreads) {
-      const int n = i / kVecA, k = (i % kVecA) * 8;
-      const int64_t row = n0 + n, col = k0 + k;
-      const Bf16x8 v = loadWeight8(w, row * ld + col, row < nEnd && col < kEnd);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) tile[(k + q) * kLdB + n] = v.v[q];
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTileN * kTileK; i += kThreads) {
-      const int n = i / kTileK, k = i % kTileK;
-      const int64_t row = n0 + n, col = k0 + k;
-      tile[k * kLdB + n] = row < nEnd && col < kEnd ? w[row * ld + col] : zeroBf16();
-    }
+  for (int i = threadIdx.x; i < kTileN * kTileK; i += kThreads) {
+    const int n = i / kTileK, k = i % kTileK;
+    const int64_t row = n0 + n, col = k0 + k;
+    tile[k * kLdB + n] = row < nEnd && col < kEnd ? w[row * ld + col] : zeroBf16();
   }
 }
 
 // B[k][n] = w[(k0 + k) ld + n0 + n] (weight stored [K, N]: dx = dy W).
-template <bool kVec>
 __device__ void loadWeightKN(bf16* tile, const bf16* w, int64_t ld, int64_t k0, int64_t kEnd,
                              int64_t n0, int64_t nEnd) {
-  if constexpr (kVec) {
-    for (int i = threadIdx.x; i < kTileK * kVecN; i += kThreads) {
-      const int k = i / kVecN, n = (i % kVecN) * 8;
-      const int64_t row = k0 + k, col = n0 + n;
-      *reinterpret_cast<Bf16x8*>(tile + k * kLdB + n) =
-          loadWeight8(w, row * ld + col, row < kEnd && col < nEnd);
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTileK * kTileN; i += kThreads) {
-      const int k = i / kTileN, n = i % kTileN;
-      const int64_t row = k0 + k, col = n0 + n;
-      tile[k * kLdB + n] = row < kEnd && col < nEnd ? w[row * ld + col] : zeroBf16();
-    }
+  for (int i = threadIdx.x; i < kTileK * kTileN; i += kThreads) {
+    const int k = i / kTileN, n = i % kTileN;
+    const int64_t row = k0 + k, col = n0 + n;
+    tile[k * kLdB + n] = row < kEnd && col < nEnd ? w[row * ld + col] : zeroBf16();
   }
 }
 
 // Weight gradients: A[m][k] = src(rowBegin + r0 + k, m0 + m) (the transposed row block).
-template <bool kVec>
 __device__ void loadRowsKM(bf16* tile, const RowSource& src, int64_t rowBegin, int64_t rowEnd,
                            int64_t r0, int64_t m0, int64_t mEnd) {
-  if constexpr (kVec) {
-    for (int i = threadIdx.x; i < kTileK * kVecM; i += kThreads) {
-      const int k = i / kVecM, m = (i % kVecM) * 8;
-      const int64_t r = rowBegin + r0 + k, col = m0 + m;
-      const Bf16x8 v = src.at8(r, col, r < rowEnd && col < mEnd);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) tile[(m + q) * kLdA + k] = v.v[q];
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTileK * kTileM; i += kThreads) {
-      const int k = i / kTileM, m = i % kTileM;
-      const int64_t r = rowBegin + r0 + k, col = m0 + m;
-      tile[m * kLdA + k] = r < rowEnd && col < mEnd ? src.at(r, col) : zeroBf16();
-    }
+  for (int i = threadIdx.x; i < kTileK * kTileM; i += kThreads) {
+    const int k = i / kTileM, m = i % kTileM;
+    const int64_t r = rowBegin + r0 + k, col = m0 + m;
+    tile[m * kLdA + k] = r < rowEnd && col < mEnd ? src.at(r, col) : zeroBf16();
   }
 }
 
 // Weight gradients: B[k][n] = src(rowBegin + r0 + k, n0 + n).
-template <bool kVec>
 __device__ void loadRowsKN(bf16* tile, const RowSource& src, int64_t rowBegin, int64_t rowEnd,
                            int64_t r0, int64_t n0, int64_t nEnd) {
-  if constexpr (kVec) {
-    for (int i = threadIdx.x; i < kTileK * kVecN; i += kThreads) {
-      const int k = i / kVecN, n = (i % kVecN) * 8;
-      const int64_t r = rowBegin + r0 + k, col = n0 + n;
-      *reinterpret_cast<Bf16x8*>(tile + k * kLdB + n) = src.at8(r, col, r < rowEnd && col < nEnd);
-    }
-  } else {
-    for (int i = threadIdx.x; i < kTileK * kTileN; i += kThreads) {
-      const int k = i / kTileN, n = i % kTileN;
-      const int64_t r = rowBegin + r0 + k, col = n0 + n;
-      tile[k * kLdB + n] = r < rowEnd && col < nEnd ? src.at(r, col) : zeroBf16();
-    }
+  for (int i = threadIdx.x; i < kTileK * kTileN; i += kThreads) {
+    const int k = i / kTileN, n = i % kTileN;
+    const int64_t r = rowBegin + r0 + k, col = n0 + n;
+    tile[k * kLdB + n] = r < rowEnd && col < nEnd ? src.at(r, col) : zeroBf16();
   }
 }
 
@@ -302,7 +215,6 @@ __global__ void experts_schedule_kernel(const int32_t* offsets, int numExperts,
 }
 
 // g = x Wg^T, u = x Wu^T, h = glu(g, u) for one (row tile, F column tile).
-template <bool kVec>
 __global__ void experts_fwd_kernel(RowSource x, const bf16* gate, const bf16* up, int64_t d,
                                    int64_t f, const int32_t* offsets, const int32_t* tileStart,
                                    int numExperts, GluDeviceParams glu, bf16* gatePre, bf16* upPre,
@@ -317,9 +229,9 @@ __global__ void experts_fwd_kernel(RowSource x, const bf16* gate, const bf16* up
   FragC acc[2][2][2];
   zeroAcc<2>(acc);
   for (int64_t k0 = 0; k0 < d; k0 += kTileK) {
-    loadRowsMK<kVec>(s.a, x, tile.begin, tile.end, k0, d);
-    loadWeightNK<kVec>(s.b[0], wg, d, n0, f, k0, d);
-    loadWeightNK<kVec>(s.b[1], wu, d, n0, f, k0, d);
+    loadRowsMK(s.a, x, tile.begin, tile.end, k0, d);
+    loadWeightNK(s.b[0], wg, d, n0, f, k0, d);
+    loadWeightNK(s.b[1], wu, d, n0, f, k0, d);
     __syncthreads();
     mmaStep<2>(s, acc);
     __syncthreads();
@@ -338,7 +250,6 @@ __global__ void experts_fwd_kernel(RowSource x, const bf16* gate, const bf16* up
 }
 
 // y = h Wd^T (times rowWeight[r]) for one (row tile, D column tile).
-template <bool kVec>
 __global__ void experts_fwd_down_kernel(RowSource h, const bf16* down, int64_t d, int64_t f,
                                         const int32_t* offsets, const int32_t* tileStart,
                                         int numExperts, const float* rowWeight, bf16* y) {
@@ -351,8 +262,8 @@ __global__ void experts_fwd_down_kernel(RowSource h, const bf16* down, int64_t d
   FragC acc[1][2][2];
   zeroAcc<1>(acc);
   for (int64_t k0 = 0; k0 < f; k0 += kTileK) {
-    loadRowsMK<kVec>(s.a, h, tile.begin, tile.end, k0, f);
-    loadWeightNK<kVec>(s.b[0], wd, f, n0, d, k0, f);
+    loadRowsMK(s.a, h, tile.begin, tile.end, k0, f);
+    loadWeightNK(s.b[0], wd, f, n0, d, k0, f);
     __syncthreads();
     mmaStep<1>(s, acc);
     __syncthreads();
@@ -369,7 +280,6 @@ __global__ void experts_fwd_down_kernel(RowSource h, const bf16* down, int64_t d
 }
 
 // dh = dY Wd, then (dg, du) = glu backward at the saved (g, u); one (row tile, F column tile).
-template <bool kVec>
 __global__ void experts_bwd_dh_kernel(RowSource dY, const bf16* down, int64_t d, int64_t f,
                                       const int32_t* offsets, const int32_t* tileStart,
                                       int numExperts, GluDeviceParams glu, const bf16* gatePre,
@@ -383,8 +293,8 @@ __global__ void experts_bwd_dh_kernel(RowSource dY, const bf16* down, int64_t d,
   FragC acc[1][2][2];
   zeroAcc<1>(acc);
   for (int64_t k0 = 0; k0 < d; k0 += kTileK) {
-    loadRowsMK<kVec>(s.a, dY, tile.begin, tile.end, k0, d);
-    loadWeightKN<kVec>(s.b[0], wd, f, k0, d, n0, f);
+    loadRowsMK(s.a, dY, tile.begin, tile.end, k0, d);
+    loadWeightKN(s.b[0], wd, f, k0, d, n0, f);
     __syncthreads();
     mmaStep<1>(s, acc);
     __syncthreads();
@@ -405,7 +315,6 @@ __global__ void experts_bwd_dh_kernel(RowSource dY, const bf16* down, int64_t d,
 }
 
 // dx = dg Wg + du Wu (one accumulator) for one (row tile, D column tile).
-template <bool kVec>
 __global__ void experts_bwd_dx_kernel(RowSource dGate, RowSource dUp, const bf16* gate,
                                       const bf16* up, int64_t d, int64_t f, const int32_t* offsets,
                                       const int32_t* tileStart, int numExperts, bf16* dx) {
@@ -422,8 +331,8 @@ __global__ void experts_bwd_dx_kernel(RowSource dGate, RowSource dUp, const bf16
     src.ld = f;
     const bf16* w = (part == 0 ? gate : up) + int64_t(tile.expert) * f * d;
     for (int64_t k0 = 0; k0 < f; k0 += kTileK) {
-      loadRowsMK<kVec>(s.a, src, tile.begin, tile.end, k0, f);
-      loadWeightKN<kVec>(s.b[0], w, d, k0, f, n0, d);
+      loadRowsMK(s.a, src, tile.begin, tile.end, k0, f);
+      loadWeightKN(s.b[0], w, d, k0, f, n0, d);
       __syncthreads();
       mmaStep<1>(s, acc);
       __syncthreads();
@@ -441,7 +350,6 @@ __global__ void experts_bwd_dx_kernel(RowSource dGate, RowSource dUp, const bf16
 
 // dRowWeight[r] = <dy[token(r)], bf16(h_r Wd^T)>: each CTA sweeps every D column tile of its row
 // tile, so the dot runs in a fixed order.
-template <bool kVec>
 __global__ void experts_bwd_rowweight_kernel(RowSource h, const bf16* down, int64_t d, int64_t f,
                                              const int32_t* offsets, const int32_t* tileStart,
                                              int numExperts, const bf16* dy,
@@ -460,8 +368,8 @@ __global__ void experts_bwd_rowweight_kernel(RowSource h, const bf16* down, int6
     FragC acc[1][2][2];
     zeroAcc<1>(acc);
     for (int64_t k0 = 0; k0 < f; k0 += kTileK) {
-      loadRowsMK<kVec>(s.a, h, tile.begin, tile.end, k0, f);
-      loadWeightNK<kVec>(s.b[0], wd, f, n0, d, k0, f);
+      loadRowsMK(s.a, h, tile.begin, tile.end, k0, f);
+      loadWeightNK(s.b[0], wd, f, n0, d, k0, f);
       __syncthreads();
       mmaStep<1>(s, acc);
       __syncthreads();
@@ -480,7 +388,6 @@ __global__ void experts_bwd_rowweight_kernel(RowSource h, const bf16* down, int6
 }
 
 // grad[e] += A_e^T B_e over expert e's rows: grid (N tiles, M tiles, experts).
-template <bool kVec>
 __global__ void experts_wgrad_kernel(RowSource a, RowSource b, int64_t mSize, int64_t nSize,
                                      const int32_t* offsets, float* grad) {
   __shared__ __align__(128) unsigned char raw[kSmemBytes];
@@ -492,8 +399,8 @@ __global__ void experts_wgrad_kernel(RowSource a, RowSource b, int64_t mSize, in
   FragC acc[1][2][2];
   zeroAcc<1>(acc);
   for (int64_t r0 = 0; r0 < rowEnd - rowBegin; r0 += kTileK) {
-    loadRowsKM<kVec>(s.a, a, rowBegin, rowEnd, r0, m0, mSize);
-    loadRowsKN<kVec>(s.b[0], b, rowBegin, rowEnd, r0, n0, nSize);
+    loadRowsKM(s.a, a, rowBegin, rowEnd, r0, m0, mSize);
+    loadRowsKN(s.b[0], b, rowBegin, rowEnd, r0, n0, nSize);
     __syncthreads();
     mmaStep<1>(s, acc);
     __syncthreads();
@@ -526,26 +433,24 @@ Status launchSchedule(cudaStream_t stream, const int32_t* offsets, int64_t exper
   return Status::ok();
 }
 
-template <bool kVec>
 Status forwardImpl(cudaStream_t stream, const ExpertsLaunchShape& shape,
                    const ExpertsForwardArgs& args, const GluParams& activation) {
   const int64_t d = shape.d, f = shape.f;
   MOEWB_RETURN_IF_ERROR(launchSchedule(stream, args.offsets, shape.experts, args.tileStart));
   const int numExperts = int(shape.experts);
   const RowSource xs{args.x, d, args.gatherIndex, nullptr};
-  experts_fwd_kernel<kVec><<<dim3(rowTileSlots(shape), tilesFor(f, kTileN)), kThreads, 0, stream>>>(
+  experts_fwd_kernel<<<dim3(rowTileSlots(shape), tilesFor(f, kTileN)), kThreads, 0, stream>>>(
       xs, args.gate, args.up, d, f, args.offsets, args.tileStart, numExperts,
       gluDeviceParams(activation), args.gatePre, args.upPre, args.hidden);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   const RowSource hs{args.hidden, f, nullptr, nullptr};
-  experts_fwd_down_kernel<kVec>
+  experts_fwd_down_kernel
       <<<dim3(rowTileSlots(shape), tilesFor(d, kTileN)), kThreads, 0, stream>>>(
           hs, args.down, d, f, args.offsets, args.tileStart, numExperts, args.rowWeight, args.y);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }
 
-template <bool kVec>
 Status backwardImpl(cudaStream_t stream, const ExpertsLaunchShape& shape,
                     const ExpertsBackwardArgs& args, const GluParams& activation) {
   const int64_t d = shape.d, f = shape.f;
@@ -560,29 +465,29 @@ Status backwardImpl(cudaStream_t stream, const ExpertsLaunchShape& shape,
   const RowSource dus{args.dUp, f, nullptr, nullptr};
   const unsigned slots = rowTileSlots(shape);
   if (weighted) {
-    experts_bwd_rowweight_kernel<kVec>
+    experts_bwd_rowweight_kernel
         <<<slots, kThreads, 0, stream>>>(hs, args.down, d, f, args.offsets, args.tileStart,
                                          numExperts, args.dY, args.outputIndex, args.dRowWeight);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  experts_bwd_dh_kernel<kVec><<<dim3(slots, tilesFor(f, kTileN)), kThreads, 0, stream>>>(
+  experts_bwd_dh_kernel<<<dim3(slots, tilesFor(f, kTileN)), kThreads, 0, stream>>>(
       dYOut, args.down, d, f, args.offsets, args.tileStart, numExperts, gluDeviceParams(activation),
       args.gatePre, args.upPre, args.dGate, args.dUp);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  experts_bwd_dx_kernel<kVec><<<dim3(slots, tilesFor(d, kTileN)), kThreads, 0, stream>>>(
+  experts_bwd_dx_kernel<<<dim3(slots, tilesFor(d, kTileN)), kThreads, 0, stream>>>(
       dgs, dus, args.gate, args.up, d, f, args.offsets, args.tileStart, numExperts, args.dx);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   const unsigned experts = unsigned(shape.experts);
   // dWd [E, D, F] += dYOut^T h;  dWg / dWu [E, F, D] += dg^T x / du^T x.
-  experts_wgrad_kernel<kVec>
+  experts_wgrad_kernel
       <<<dim3(tilesFor(f, kTileN), tilesFor(d, kTileM), experts), kThreads, 0, stream>>>(
           dYOut, hs, d, f, args.offsets, args.gradDown);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  experts_wgrad_kernel<kVec>
+  experts_wgrad_kernel
       <<<dim3(tilesFor(d, kTileN), tilesFor(f, kTileM), experts), kThreads, 0, stream>>>(
           dgs, xs, f, d, args.offsets, args.gradGate);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  experts_wgrad_kernel<kVec>
+  experts_wgrad_kernel
       <<<dim3(tilesFor(d, kTileN), tilesFor(f, kTileM), experts), kThreads, 0, stream>>>(
           dus, xs, f, d, args.offsets, args.gradUp);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -611,7 +516,7 @@ Status expertsForwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape
                            args.hidden, args.y})) {
     return expertsForwardMmaLaunch(stream, shape, args, activation);
   }
-  return forwardImpl<false>(stream, shape, args, activation);
+  return forwardImpl(stream, shape, args, activation);
 }
 
 Status expertsBackwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
@@ -624,7 +529,7 @@ Status expertsBackwardLaunch(cudaStream_t stream, const ExpertsLaunchShape& shap
        (args.dYWeighted != nullptr && args.rowWeightPartial != nullptr))) {
     return expertsBackwardMmaLaunch(stream, shape, args, activation);
   }
-  return backwardImpl<false>(stream, shape, args, activation);
+  return backwardImpl(stream, shape, args, activation);
 }
 
 }  // namespace moewb::engine::cuda
