@@ -13,12 +13,13 @@ op_benches=(attention_cuda_bench loss_cuda_bench kda_cuda_bench sparse_attention
             moe_glue_cuda_bench ep_moe_layer_cuda_bench all_to_all_cuda_bench)
 cmake --build build-gpu -j "$(nproc)" --target engine_cuda_tests profiler_cuda_tests moewb moe_layer_cuda_bench \
   moewb_inject capture_target capture_cuda_tests \
-  train_step_cuda_bench trace_overhead_cuda_bench cupti_floor_cuda_bench "${op_benches[@]}"
+  train_step_cuda_bench swap_cuda_bench trace_overhead_cuda_bench cupti_floor_cuda_bench "${op_benches[@]}"
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/configs
 binaries=(build-gpu/tests/engine_cuda/engine_cuda_tests build-gpu/tests/profiler_cuda/profiler_cuda_tests
           build-gpu/cli/moewb build-gpu/cli/libmoewb_inject.so
           build-gpu/tests/profiler_cuda/capture_target build-gpu/tests/profiler_cuda/capture_cuda_tests
           build-gpu/bench/moe_layer_cuda_bench build-gpu/bench/train_step_cuda_bench
+          build-gpu/bench/swap_cuda_bench
           build-gpu/bench/trace_overhead_cuda_bench build-gpu/bench/cupti_floor_cuda_bench
           "${op_benches[@]/#/build-gpu/bench/}")
 for binary in "${binaries[@]}"; do

@@ -2,12 +2,14 @@
 # Runs on the GPU machine from the folder scripts/gpu-bundle.sh packed (.gpu/): the gpu-labelled
 # test suite, optionally compute-sanitizer memcheck over it, and the GPU benchmarks. Logs go to
 # $OUT (or ./gpu-out). Usage: .gpu/gpu-test.sh [tests] [memcheck] [cli] [capture] [parallel]
-# [multigpu] [scaling] [bench] [overhead] [h200] [-- gtest filter]. `parallel` runs on one GPU (virtual
+# [multigpu] [scaling] [bench] [overhead] [h200] [swap] [-- gtest filter]. `parallel` runs on one GPU (virtual
 # ranks, NCCL with one rank); `multigpu` needs 2+ GPUs (NCCL across processes, a killed rank,
 # all-to-all and EP MoE layer benchmarks next to the PyTorch EP anchor); `overhead` measures
 # tracing overhead alone (the training step, CUPTI's floor per kernel, the PyTorch profiler);
 # `h200` trains samples/configs/h200.toml for a few steps in both sparse-attention stages and
-# prints tokens/s, MFU and the phase breakdown from our own trace.
+# prints tokens/s, MFU and the phase breakdown from our own trace. `swap` runs the swap tests
+# (bitwise equality with swap on, events, auto mode), racecheck on the smallest swap case and
+# the swap benchmark on h200.toml (off / auto at a forcing HBM target / manual).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -183,7 +185,30 @@ for step in "${steps[@]}"; do
         done
       } >"$out/h200.log" 2>&1 || status=1
       grep -E "tokens/s|MFU|steps |speed" "$out/h200.log" ;;
-    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench, overhead, h200)"
+    swap)
+      # Issue 16. SWAP_PARTS picks parts (default all three) so they can run in separate device
+      # calls when one would pass the time limit.
+      parts="${SWAP_PARTS:-tests racecheck bench}"
+      if [[ " $parts " == *" tests "* ]]; then
+        swapTests='PinnedHostPoolTest.*:CachingAllocatorShadowTest.*:SwapCudaTest.*'
+        "$here/bin/engine_cuda_tests" --gtest_filter="$swapTests" >"$out/swap-tests.log" 2>&1 ||
+          status=1
+        grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |tests? ran|^step |^no-swap|target" \
+          "$out/swap-tests.log" | tail -40
+      fi
+      if [[ " $parts " == *" racecheck "* ]]; then
+        timeout "${SWAP_RACECHECK_S:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+          "$here/bin/engine_cuda_tests" \
+          --gtest_filter='SwapCudaTest.TwoStepsWithSwapAreBitwiseThoseWithout' \
+          >"$out/racecheck.log" 2>&1 || status=1
+        tail -5 "$out/racecheck.log"
+      fi
+      if [[ " $parts " == *" bench "* ]]; then
+        "$here/bin/swap_cuda_bench" "$here/configs/h200.toml" --steps "${SWAP_STEPS:-6}" \
+          >"$out/swap-bench.log" 2>&1 || status=1
+        cat "$out/swap-bench.log"
+      fi ;;
+    *) echo "unknown step $step (accepted: tests, memcheck, cli, capture, parallel, multigpu, scaling, bench, overhead, h200, swap)"
        status=2 ;;
   esac
 done

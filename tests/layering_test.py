@@ -53,6 +53,7 @@ ENGINE_LAYERS = {
 PUBLIC_HEADER_LAYER = {
     "event_sink.h": "runtime",
     "config.h": "config",
+    "swap.h": "config",  # validateConfig checks swap.ops; the planner is in model/swap/
     "model_flops.h": "model",
     "trainer.h": "train",
 }

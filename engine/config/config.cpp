@@ -3,14 +3,18 @@
 // once per override.
 #include "moewb/engine/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include "config/config_keys.h"
 #include "config/parallel_config.h"
+#include "moewb/engine/swap.h"
 
 namespace moewb::engine {
 namespace {
@@ -169,6 +173,54 @@ Status relationError(const std::string& key, const std::string& what) {
   return invalidArgument(key + ": " + what);
 }
 
+std::string gbText(double gb) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", gb);
+  return buf;
+}
+
+// Cross-key rules of [swap]. swap.prefetch_layers >= model.num_layers is accepted on purpose: it
+// issues every reload at the turn, which is a valid (if memory-hungry) schedule.
+Status validateSwap(const RunConfig& config) {
+  const SwapSection& swap = config.swap;
+  std::string accepted;
+  for (const auto& name : swapOpNames()) accepted += (accepted.empty() ? "" : ", ") + name;
+  size_t begin = 0;
+  const bool listed = swap.ops.find_first_not_of(" \t") != std::string::npos;
+  while (listed && begin <= swap.ops.size()) {
+    size_t end = swap.ops.find(',', begin);
+    if (end == std::string::npos) end = swap.ops.size();
+    std::string entry = swap.ops.substr(begin, end - begin);
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    const auto& names = swapOpNames();
+    if (std::find(names.begin(), names.end(), entry) == names.end()) {
+      return relationError("swap.ops", "\"" + entry + "\" in \"" + swap.ops +
+                                           "\" is not a swap op; accepted: a comma list of " +
+                                           accepted + " (\"\" = all)");
+    }
+    begin = end + 1;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long pageBytes = sysconf(_SC_PAGE_SIZE);
+  const double hostGb = pages > 0 && pageBytes > 0 ? double(pages) * double(pageBytes) / 1e9 : 0;
+  if (hostGb > 0 && swap.pinnedBudgetGb > hostGb) {
+    return relationError("swap.pinned_budget_gb",
+                         "pinned_budget_gb = " + gbText(swap.pinnedBudgetGb) +
+                             " exceeds this machine's " + gbText(hostGb) +
+                             " GB of physical memory; accepted: 0.." + gbText(hostGb));
+  }
+  if (swap.mode != "off" && config.parallel.worldSize > 1 && config.run.backend != "cuda") {
+    return relationError("swap.mode",
+                         "swap with several ranks is not supported yet on the CPU backend "
+                         "(parallel.world_size = " + std::to_string(config.parallel.worldSize) +
+                         ", run.backend = \"" + config.run.backend +
+                         "\"); set swap.mode = \"off\", parallel.world_size = 1 or "
+                         "run.backend = \"cuda\"");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const std::vector<ConfigKeyInfo>& configKeys() {
@@ -296,6 +348,7 @@ Status validateConfig(const RunConfig& config) {
                                                 std::to_string(tokens) +
                                                 " tokens per step exceeds 67108864");
   }
+  MOEWB_RETURN_IF_ERROR(validateSwap(config));
   return validateParallelConfig(config);
 }
 

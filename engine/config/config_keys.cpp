@@ -158,6 +158,30 @@ std::vector<KeySpec> buildSpecs() {
        "GPU ranks: cut each rank's local experts into N chunks, each with its own EP all-to-all "
        "round trip on a second stream, so one chunk's all-to-all overlaps another's experts "
        "(1 = no overlap; at most moe.num_experts / parallel.ep; the CPU ranks ignore it)"},
+      {"swap", "mode", MOEWB_FIELD(swap.mode), 0, 0, false, {"off", "manual", "auto"},
+       "keep chosen saved activations in pinned host memory between forward and backward: off, "
+       "manual (every tensor of swap.ops >= swap.min_bytes) or auto (the policy picks to reach "
+       "swap.hbm_target_gb); docs/SWAP.md"},
+      {"swap", "ops", MOEWB_FIELD(swap.ops), 0, 0, false, {},
+       "comma list of swappable activations (\"\" = all): attn_norm, mixer_input, moe_norm, "
+       "moe_input, expert_fc1, moe_act, expert_fc2"},
+      {"swap", "min_bytes", MOEWB_FIELD(swap.minBytes), 0, kNoMax, false, {},
+       "tensors smaller than this many bytes are always kept"},
+      {"swap", "hbm_target_gb", MOEWB_FIELD(swap.hbmTargetGb), 0, 1e6, false, {},
+       "auto: device-memory peak to reach, GB (0 = the device's size; none on the CPU)"},
+      {"swap", "pinned_budget_gb", MOEWB_FIELD(swap.pinnedBudgetGb), 0, 1e6, false, {},
+       "pinned host pool, GB (at most the machine's memory)"},
+      {"swap", "prefetch_layers", MOEWB_FIELD(swap.prefetchLayers), 0, 1024, false, {},
+       "reloads are issued this many layers before their consumer in backward"},
+      {"swap", "free_lag_layers", MOEWB_FIELD(swap.freeLagLayers), 0, 64, false, {},
+       "compute waits for layer l's offloads, and their memory is freed, at the end of layer "
+       "l + this's forward"},
+      {"swap", "d2h_gbps", MOEWB_FIELD(swap.d2hGbps), 0, 1e5, true, {},
+       "copy bandwidth model: device to host alone, GB/s"},
+      {"swap", "h2d_gbps", MOEWB_FIELD(swap.h2dGbps), 0, 1e5, true, {},
+       "copy bandwidth model: host to device alone, GB/s"},
+      {"swap", "bidir_gbps", MOEWB_FIELD(swap.bidirGbps), 0, 1e5, true, {},
+       "copy bandwidth model: both directions at once, total GB/s"},
   };
 }
 

@@ -66,6 +66,10 @@ class DeviceBackend {
 
   // The live-patchable settings of Model::applyLiveDims.
   virtual void applyLiveDims(const ModelDims& dims) = 0;
+
+  // New [swap] settings (a live patch, validated): take effect at the next step's start, which
+  // plans again (SwapController::setSettings). Single-GPU backends only swap.
+  virtual void applySwapSettings(const SwapSection& section) = 0;
 };
 
 // The CUDA backend for `host` (built from `config` and initialised). `deviceOrdinal` picks the

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <optional>
 
+#include "model/swap/swap_sim_tier.h"
 #include "moewb/base/units.h"
 #include "runtime/phase_recorder.h"
 #include "runtime/tensor/tensor.h"
@@ -52,20 +54,54 @@ double physicalMemoryBytes() {
 }
 
 
-// The fp32 reference: forward, backward, clip + AdamW on the host model.
+// Whether two swap profiles list the same candidates with the same bytes.
+bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
+  if (a.tensors.size() != b.tensors.size() || a.layerOtherBytes != b.layerOtherBytes) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const SwapTensor& x = a.tensors[i];
+    const SwapTensor& y = b.tensors[i];
+    if (x.op != y.op || x.bytes != y.bytes) return false;
+  }
+  return true;
+}
+
+// The fp32 reference: forward, backward, clip + AdamW on the host model. With [swap] on, the
+// simulated host tier (model/swap/swap_sim_tier.h) plans and reports swaps of the activations a
+// device would keep; the CPU model's own tensors and numerics are untouched.
 class CpuModelRunner final : public ModelRunner {
  public:
   explicit CpuModelRunner(const ValidConfig& config, std::string backendNote)
-      : ModelRunner(config), m_backendNote(std::move(backendNote)) {}
+      : ModelRunner(config),
+        m_backendNote(std::move(backendNote)),
+        m_swap(swapSettingsFrom(m_config.swap, 0),
+               swapProfileFor(ModelDims::fromConfig(m_config)), 0) {}
   std::string backendName() const override { return "cpu"; }
   std::string deviceDescription() const override {
     return "CPU, " + std::to_string(threadCount()) + " threads" +
            (m_backendNote.empty() ? "" : " (" + m_backendNote + ")");
   }
   Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
+  Status applyLiveConfig(const ValidConfig& config) override {
+    const SwapSection before = m_config.swap;
+    MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
+    // moe.top_k and fusion.permute_into_experts change the candidates: a new controller (auto
+    // measures again); otherwise a changed [swap] plans again at the next step.
+    SwapProfile sizes = swapProfileFor(ModelDims::fromConfig(m_config));
+    if (!sameCandidates(sizes, m_swap.profile())) {
+      m_swap = SwapController(swapSettingsFrom(m_config.swap, 0), std::move(sizes), 0);
+    } else if (!(m_config.swap == before)) {
+      m_swap.setSettings(swapSettingsFrom(m_config.swap, 0));
+    }
+    return Status::ok();
+  }
 
  private:
+  // The simulated tier around one step: the plan before it, its copies and totals after it.
+  void beginSwapStep(int64_t step);
+  Status endSwapStep(int64_t step, const std::vector<PhaseEvent>& phases);
+
   std::string m_backendNote;  // why run.backend = "auto" stayed on the CPU (empty otherwise)
+  SwapController m_swap;      // always present: it records layer times even while swap is off
 };
 
 // The same step on the CUDA backend; the host model keeps the expert bias and the identity.
@@ -83,9 +119,13 @@ class CudaModelRunner final : public ModelRunner {
     m_device->setEventSink(m_sink, 0);
     return Status::ok();
   }
+  // A changed [swap] section goes to the backend's swap controller (it plans again at the next
+  // step); unrelated patches leave it alone.
   Status applyLiveConfig(const ValidConfig& config) override {
+    const SwapSection before = m_config.swap;
     MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
     m_device->applyLiveDims(ModelDims::fromConfig(m_config));
+    if (!(m_config.swap == before)) m_device->applySwapSettings(m_config.swap);
     return Status::ok();
   }
   // Out of device memory fails only that step: the backend released the step's memory and the
@@ -100,13 +140,38 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<DeviceBackend> m_device;
 };
 
+void CpuModelRunner::beginSwapStep(int64_t step) {
+  int64_t fixedBytes = 0;  // the "device" bytes resident all step: weights, grads, AdamW moments
+  for (const auto& p : m_model->parameters()) {
+    fixedBytes += p.value.bytes() + p.grad.bytes() + p.adamM.bytes() + p.adamV.bytes();
+  }
+  std::optional<SwapPlanEvent> plan = m_swap.beginStep(step, fixedBytes);
+  if (plan && m_sink) m_sink->onSwapPlan(*plan);
+}
+
+Status CpuModelRunner::endSwapStep(int64_t step, const std::vector<PhaseEvent>& phases) {
+  Result<SimulatedSwapStep> sim = simulateSwapStep(m_swap, phases, step, 0);
+  const bool on = m_swap.settings().mode != SwapMode::kOff;
+  if (!sim.isOk()) return on ? sim.status() : Status::ok();
+  if (on && m_swap.plan() && m_sink) {
+    for (const SwapEvent& copy : sim.value().copies) m_sink->onSwap(copy);
+    m_sink->onSwapStep(sim.value().totals);
+  }
+  const StepLayerTimes& times = sim.value().times;
+  m_swap.recordStepTimes(times.forwardMs, times.backwardMs, times.turnMs);
+  return Status::ok();
+}
+
 Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& request) {
   const int64_t stepIndex = request.step;
   TensorMemory::resetPeak();
   RankStepOutcome out;
   out.event.step = stepIndex;
   out.event.startNs = steadyNowNs();
-  PhaseRecorder recorder(m_sink, stepIndex);
+  // Swap events exist only for a sink: without one neither the plan nor the times are needed.
+  if (m_sink) beginSwapStep(stepIndex);
+  PhaseCaptureSink capture(m_sink);  // the step's phases, for the swap controller's times
+  PhaseRecorder recorder(m_sink ? &capture : nullptr, stepIndex);
   const Batch batch = m_data->batch(stepIndex);
   m_model->zeroGrads();
   m_model->setStep(stepIndex);
@@ -138,6 +203,7 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
       m_model->afterOptimizerStep();
     }
   }
+  if (m_sink) MOEWB_RETURN_IF_ERROR(endSwapStep(stepIndex, capture.phases));
   out.event.endNs = steadyNowNs();
   out.event.loss = out.forward.loss;
   out.event.auxLoss = out.forward.auxLoss;

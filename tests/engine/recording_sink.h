@@ -10,7 +10,8 @@ namespace moewb::engine::test {
 
 class RecordingSink : public EventSink {
  public:
-  enum class Kind { kRunStart, kPhase, kExpertLoad, kCounter, kStep, kRunEnd, kConfigChange };
+  enum class Kind { kRunStart, kPhase, kExpertLoad, kCounter, kStep, kRunEnd, kConfigChange, kSwapPlan, kSwap,
+                    kSwapStep };
 
   void onRunStart(const RunStartEvent& e) override {
     order.push_back(Kind::kRunStart);
@@ -36,6 +37,18 @@ class RecordingSink : public EventSink {
     order.push_back(Kind::kConfigChange);
     configChanges.push_back(e);
   }
+  void onSwapPlan(const SwapPlanEvent& e) override {
+    order.push_back(Kind::kSwapPlan);
+    swapPlans.push_back(e);
+  }
+  void onSwap(const SwapEvent& e) override {
+    order.push_back(Kind::kSwap);
+    swaps.push_back(e);
+  }
+  void onSwapStep(const SwapStepEvent& e) override {
+    order.push_back(Kind::kSwapStep);
+    swapSteps.push_back(e);
+  }
   void onRunEnd(const RunEndEvent& e) override {
     order.push_back(Kind::kRunEnd);
     runEnds.push_back(e);
@@ -49,6 +62,9 @@ class RecordingSink : public EventSink {
   std::vector<StepEvent> steps;
   std::vector<RunEndEvent> runEnds;
   std::vector<ConfigChangeEvent> configChanges;
+  std::vector<SwapPlanEvent> swapPlans;
+  std::vector<SwapEvent> swaps;
+  std::vector<SwapStepEvent> swapSteps;
 };
 
 }  // namespace moewb::engine::test

@@ -77,6 +77,35 @@ void CudaModel::applyLiveDims(const ModelDims& d) {
   m_dims.applyLiveSettings(d);
 }
 
+Status CudaModel::setSwap(SwapTierCuda* tier, const SwapController* controller) {
+  if (m_parallel.ep != nullptr || m_parallel.world != nullptr || m_dims.expertShards > 1) {
+    return failedPrecondition(
+        "swap (swap.mode other than \"off\") runs on a single GPU only; this model is one rank "
+        "of a parallel run (parallel.ep / world size > 1): set swap.mode = \"off\"");
+  }
+  m_swapTier = controller != nullptr ? tier : nullptr;
+  m_swapController = tier != nullptr ? controller : nullptr;
+  return Status::ok();
+}
+
+// After layer `layer`'s forward: hands the tensors the controller swaps this step to the tier.
+Status CudaModel::offloadLayer(int32_t layer) {
+  if (m_swapTier == nullptr) return Status::ok();
+  LayerActs& a = m_acts[size_t(layer)];
+  std::vector<SwapSlots> slots;
+  auto plan = [&](SwapOp op, DeviceTensor<bf16>* first, DeviceTensor<bf16>* second = nullptr) {
+    if (m_swapController->swaps(layer, op)) slots.push_back({op, {first, second}});
+  };
+  plan(SwapOp::kAttnNorm, &a.input);
+  plan(SwapOp::kMixerInput, &a.norm1);
+  plan(SwapOp::kMoeNorm, &a.mid);
+  plan(SwapOp::kMoeInput, &a.norm2);
+  plan(SwapOp::kExpertFc1, &a.moe.xPerm);  // empty with fusion.permute_into_experts: skipped
+  plan(SwapOp::kMoeAct, &a.moe.experts.gatePre, &a.moe.experts.upPre);
+  plan(SwapOp::kExpertFc2, &a.moe.experts.hidden);
+  return m_swapTier->endLayerForward(layer, slots);
+}
+
 std::string CudaModel::layerName(int64_t layer, const char* local) const {
   return "layers." + std::to_string(layer) + "." + local;
 }
@@ -187,11 +216,14 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* tim
                                                    AttnResOptions{m_dims.normEps, 1.0});
     m_attnRes->begin(std::move(h));
   }
-  m_acts.resize(size_t(m_dims.numLayers));
+  m_acts.resize(size_t(m_dims.numLayers));  // not resized again: the swap tier points into it
   for (int32_t l = 0; l < int32_t(m_dims.numLayers); ++l) {
     MOEWB_RETURN_IF_ERROR(enterUnit(l, true));
+    if (m_swapTier != nullptr) MOEWB_RETURN_IF_ERROR(m_swapTier->beginLayerForward(l));
     MOEWB_RETURN_IF_ERROR(layerForward(l, h, timeline));
+    MOEWB_RETURN_IF_ERROR(offloadLayer(l));
   }
+  if (m_swapTier != nullptr) MOEWB_RETURN_IF_ERROR(m_swapTier->endForward());
   if (m_dims.attnRes) {
     MOEWB_ASSIGN_OR_RETURN(m_finalInput,
                            m_attnRes->mixFinal(m_context, m_params.at("final_res.query").compute,
@@ -382,7 +414,9 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
   }
   for (int32_t l = int32_t(m_dims.numLayers) - 1; l >= 0; --l) {
     if (m_parallel.tag != nullptr) m_parallel.tag->layer = l;
+    if (m_swapTier != nullptr) MOEWB_RETURN_IF_ERROR(m_swapTier->beginLayerBackward(l));
     MOEWB_RETURN_IF_ERROR(layerBackward(l, dh, timeline));
+    if (m_swapTier != nullptr) MOEWB_RETURN_IF_ERROR(m_swapTier->endLayerBackward(l));
     m_acts[size_t(l)] = LayerActs();
     MOEWB_RETURN_IF_ERROR(enterUnit(l, false));
   }
@@ -402,7 +436,7 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
     }
     MOEWB_RETURN_IF_ERROR(convertLoraGrads());
   }
-  releaseActivations();
+  dropActivations();  // (the swap tier's step stays open for finishStep)
   MOEWB_RETURN_IF_ERROR(enterUnit(-1, false));
   return Status::ok();
 }
@@ -517,6 +551,12 @@ Status CudaModel::convertLoraGrads() {
 }
 
 void CudaModel::releaseActivations() {
+  // Copies in flight into or out of the saved tensors finish before their blocks are released.
+  if (m_swapTier != nullptr) m_swapTier->abortStep();
+  dropActivations();
+}
+
+void CudaModel::dropActivations() {
   m_acts.clear();
   m_attnRes.reset();
   m_patches = DeviceTensor<bf16>();

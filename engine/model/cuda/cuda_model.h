@@ -17,6 +17,15 @@
 // all-to-all round trip of cuda_ep.h; `world` globalises the Switch-loss statistics; the hooks run
 // before each unit's forward and after its backward (FSDP); their CollectiveError becomes the
 // step's Status.
+// Swap (setSwap, single GPU only): after layer l's forward the tensors the SwapController plans
+// to swap (attn_norm = input, mixer_input = norm1, moe_norm = mid, moe_input = norm2, expert_fc1
+// = moe.xPerm unless empty, moe_act = experts.gatePre + upPre, expert_fc2 = experts.hidden) go to
+// the SwapTierCuda and come back before layer l's backward. None of them is read between the two:
+// with plain residuals the next layer's input is a new tensor (moe output + mid), not input or
+// mid; with AttnRes, input and mid are fresh mixes the AttnRes state does not keep (it keeps its
+// own block sums and snapshots); the readback at the forward's end reads only losses and counts;
+// and no saved state holds a raw pointer into them (the backward reads them through LayerActs).
+// So every op is allowed in every configuration.
 // Not thread-safe; one model per context.
 #pragma once
 
@@ -31,6 +40,7 @@
 #include "model/cuda/cuda_moe.h"
 #include "model/cuda/cuda_parameters.h"
 #include "model/cuda/device_timeline.h"
+#include "model/cuda/swap_tier_cuda.h"
 #include "model/layers/attnres_state_cuda.h"
 #include "model/batch.h"
 #include "model/cpu/model.h"
@@ -55,6 +65,15 @@ class CudaModel {
   void setParallel(const ModelParallel& parallel) { m_parallel = parallel; }
   // As Model::applyLiveDims.
   void applyLiveDims(const ModelDims& dims);
+  // Swap for the next forward / backward: `tier` moves what `controller` plans (both must
+  // outlive their use, the tier's beginStep called for the step). Single GPU only. Errors:
+  // kFailedPrecondition with parallel.ep, ranks (setParallel) or expert shards.
+  Status setSwap(SwapTierCuda* tier, const SwapController* controller);
+  // Detaches the swap tier (nothing is swapped from the next forward on).
+  void clearSwap() {
+    m_swapTier = nullptr;
+    m_swapController = nullptr;
+  }
 
   // Forward on `batch` (shapes as dims); keeps activations. Accumulates the expert counts into
   // the host model's bias state (as Model::forward does). `timeline` (phases: NVTX ranges and,
@@ -65,7 +84,7 @@ class CudaModel {
   // Backward of the last forward's total loss; adds into the grads and frees the activations.
   Status backward(DeviceTimeline* timeline);
 
-  // Drops the activations of a forward whose step failed.
+  // Drops the activations of a forward whose step failed (and the swap tier's copies of them).
   void releaseActivations();
 
  private:
@@ -103,6 +122,8 @@ class CudaModel {
                                DeviceTensor<bf16>& dInput, bool accumulate,
                                DeviceTimeline* timeline);
   Status enterUnit(int32_t unit, bool forward);
+  Status offloadLayer(int32_t layer);
+  void dropActivations();
   Status mergeLora();
   Status convertLoraGrads();
   Status uploadBias(int32_t layer);
@@ -133,6 +154,8 @@ class CudaModel {
   DeviceTensor<bf16> m_finalNormOut;  // [N, D]
   DeviceTensor<float> m_finalRstd;    // [N]
   LossStateCuda m_loss;
+  SwapTierCuda* m_swapTier = nullptr;             // swap (setSwap), or null
+  const SwapController* m_swapController = nullptr;
 };
 
 }  // namespace moewb::engine::cuda

@@ -119,6 +119,7 @@ void CachingAllocator::record(void* pointer, const Block& block, bool isAllocati
   if (m_stats.totalInUseBytes > m_stats.totalPeakInUseBytes) {
     m_stats.totalPeakInUseBytes = m_stats.totalInUseBytes;
   }
+  notePeakWithShadow();
   if (!m_observer && !m_recording) return;
   const DeviceMemoryEvent event{steadyNs(), reinterpret_cast<uintptr_t>(pointer), block.bytes,
                                 block.category, isAllocation, m_stats.inUseBytes[c]};
@@ -165,6 +166,26 @@ void CachingAllocator::resetPeaks() {
   std::lock_guard lock(m_mutex);
   m_stats.peakInUseBytes = m_stats.inUseBytes;
   m_stats.totalPeakInUseBytes = m_stats.totalInUseBytes;
+  m_stats.totalPeakWithShadowBytes = m_stats.totalInUseBytes + m_stats.shadowBytes;
+}
+
+void CachingAllocator::notePeakWithShadow() {
+  const int64_t withShadow = m_stats.totalInUseBytes + m_stats.shadowBytes;
+  if (withShadow > m_stats.totalPeakWithShadowBytes) m_stats.totalPeakWithShadowBytes = withShadow;
+}
+
+void CachingAllocator::addShadowBytes(int64_t deltaBytes) {
+  std::lock_guard lock(m_mutex);
+  m_stats.shadowBytes += deltaBytes;
+  notePeakWithShadow();
+}
+
+int64_t CachingAllocator::blockBytes(const void* pointer) const {
+  if (pointer == nullptr) return 0;
+  std::lock_guard lock(m_mutex);
+  auto it = m_inUse.find(const_cast<void*>(pointer));
+  MOEWB_CHECK_MSG(it != m_inUse.end(), "blockBytes of a pointer this allocator did not hand out");
+  return it->second.bytes;
 }
 
 }  // namespace moewb::engine::cuda

@@ -7,6 +7,10 @@
 // setRecording(true) + takeEvents() hand the events over in batches (the CUDA backend takes them
 // once per step, so the hot path pays one clock read and one 48-byte append per event and no
 // call into the tracer).
+// Counterfactual watermark (swap): the swap tier reports, through addShadowBytes, the bytes its
+// swapped tensors would hold had they stayed on the device minus what they hold now (the
+// "shadow"); the allocator keeps the peak of (in use + shadow) next to the real peak, so one
+// step with swap also gives the peak of the same step without it.
 // Policy: sizes are rounded up to 512 bytes (small, < 1 MiB) or 2 MiB (large); a free block is
 // reused for a request of at least half its size; on out-of-memory the cache is emptied and the
 // cudaMalloc retried once. The error message names the request, its category, the bytes in use
@@ -50,6 +54,10 @@ struct AllocatorStats {
   int64_t deviceMallocs = 0;         // cudaMalloc calls so far
   int64_t cacheHits = 0;             // allocations served from the cache
   int64_t outOfMemoryErrors = 0;     // allocations that failed after emptying the cache
+  int64_t shadowBytes = 0;           // swap: bytes offloaded and not resident now (signed, see
+                                     //   addShadowBytes)
+  int64_t totalPeakWithShadowBytes = 0;  // peak of totalInUseBytes + shadowBytes since
+                                         //   resetPeaks(): the same step's peak without swap
 };
 
 class CachingAllocator {
@@ -87,8 +95,18 @@ class CachingAllocator {
   void takeEvents(std::vector<DeviceMemoryEvent>& out);
 
   AllocatorStats stats() const;
-  // Sets the peaks to the current in-use bytes (the trainer does this at each step start).
+  // Sets the peaks to the current in-use bytes (the trainer does this at each step start); the
+  // shadow peak to in use + shadow.
   void resetPeaks();
+
+  // Swap tier: adds `deltaBytes` to the shadow, the bytes the swapped tensors would hold without
+  // swap minus the bytes they hold now: + a block's bytes when an offloaded tensor's block is
+  // released, - the same bytes just before its reload is allocated (the two may come in either
+  // order, so the shadow may be negative for a moment). Updates the shadow peak.
+  void addShadowBytes(int64_t deltaBytes);
+  // Size of the block `pointer` (from allocate(), in use) holds, >= the request; 0 for null.
+  // An unknown pointer aborts (a bug).
+  int64_t blockBytes(const void* pointer) const;
 
  private:
   struct Block {
@@ -99,6 +117,7 @@ class CachingAllocator {
   void* takeCached(int64_t bytes, int64_t& blockBytes);
   void emptyCacheLocked();
   void record(void* pointer, const Block& block, bool isAllocation);
+  void notePeakWithShadow();
 
   mutable std::mutex m_mutex;
   int64_t m_limitBytes = 0;

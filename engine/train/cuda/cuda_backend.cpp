@@ -1,8 +1,20 @@
 // The CUDA DeviceBackend (backend/device_backend.h): a CudaContext on one GPU, the CudaModel and
 // the device optimizer; one trainStep = zero grads, forward, backward, norm, clip + AdamW.
+// Swap ([swap], single GPU): the backend owns the SwapController (settings, plan) and, from the
+// first step with swap on, the SwapTierCuda that moves the tensors. Per step: the controller
+// plans when due (onSwapPlan), the tier is attached to the model for the step, and after the
+// step's final synchronisation its copies (onSwap), totals (onSwapStep) and measured layer times
+// (SwapController::recordStepTimes, so auto mode plans without tracing) are reported.
+// Calibration: the planner's memory model (swap.h) counts the saved tensors, not the transient
+// workspaces of the step (loss head, attention scratch, ...). The backend measures the exact
+// no-swap peak of each swapping step (the allocator's shadow peak) and hands the planner, as
+// fixedBytes, weights + grads + optimizer state plus the part of that peak the model missed
+// (measured no-swap peak - the model's no-swap peak of the same profile), so an HBM target is
+// compared with what the device really needs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "train/device_backend.h"
@@ -12,6 +24,8 @@
 #include "moewb/base/units.h"
 #include "model/cuda/device_memory_reporter.h"
 #include "model/cuda/device_timeline.h"
+#include "model/cuda/swap_tier_cuda.h"
+#include "model/swap/swap_controller.h"
 
 namespace moewb::engine {
 namespace {
@@ -22,8 +36,9 @@ using cuda::MemoryCategory;
 
 class CudaBackend final : public DeviceBackend {
  public:
-  CudaBackend(std::unique_ptr<CudaContext> context, std::unique_ptr<CudaModel> model)
-      : m_context(std::move(context)), m_model(std::move(model)) {}
+  CudaBackend(std::unique_ptr<CudaContext> context, std::unique_ptr<CudaModel> model,
+              std::unique_ptr<SwapController> swap)
+      : m_context(std::move(context)), m_model(std::move(model)), m_swap(std::move(swap)) {}
 
   std::string backendName() const override { return "cuda"; }
 
@@ -47,6 +62,7 @@ class CudaBackend final : public DeviceBackend {
     m_step = step;
     if (m_sink != nullptr && !m_memory.started()) m_memory.start(*m_context, m_sink, m_rank, step);
     Result<DeviceStepResult> result = trainStepOnce(batch, step, optim, recorder);
+    m_model->clearSwap();  // forwardBackward and the next step attach (or not) afresh
     m_memory.emit(step);  // after an error; a finished step emitted them before its sync
     return result;
   }
@@ -68,11 +84,15 @@ class CudaBackend final : public DeviceBackend {
     return m_model->parameters().downloadGrads(*m_context, host.parameters());
   }
   void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
+  void applySwapSettings(const SwapSection& section) override {
+    m_swap->setSettings(swapSettingsFrom(section, m_context->device().totalMemoryBytes));
+  }
 
  private:
   Result<DeviceStepResult> trainStepOnce(const Batch& batch, int64_t step,
                                          const OptimSection& optim, PhaseRecorder* recorder) {
     m_context->allocator().resetPeaks();
+    MOEWB_RETURN_IF_ERROR(beginSwapStep(step));
     MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), recorder));
     DeviceStepResult result;
     MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, &m_timeline));
@@ -97,6 +117,7 @@ class CudaBackend final : public DeviceBackend {
     m_memory.emit(step);
     MOEWB_RETURN_IF_ERROR(m_context->synchronize());
     MOEWB_RETURN_IF_ERROR(m_timeline.flush());
+    MOEWB_RETURN_IF_ERROR(finishSwapStep(step, result.forward));
     const cuda::AllocatorStats stats = m_context->allocator().stats();
     auto inUse = [&](MemoryCategory c) { return stats.inUseBytes[size_t(c)]; };
     result.weightsBytes = inUse(MemoryCategory::kWeights);
@@ -133,14 +154,74 @@ class CudaBackend final : public DeviceBackend {
       cuda::DevicePhase phase(timeline, Phase::kForward, Pass::kForward, -1);
       MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, timeline));
     }
-    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) return forward;
+    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) {
+      m_model->releaseActivations();  // no backward: the swap tier's copies end here too
+      return forward;
+    }
     cuda::DevicePhase phase(timeline, Phase::kBackward, Pass::kBackward, -1);
     MOEWB_RETURN_IF_ERROR(m_model->backward(timeline));
     return forward;
   }
 
+  // Swap: plans (onSwapPlan) and attaches the tier when swap is on this step.
+  Status beginSwapStep(int64_t step) {
+    m_swapActive = false;
+    const cuda::AllocatorStats stats = m_context->allocator().stats();
+    auto inUse = [&](MemoryCategory c) { return stats.inUseBytes[size_t(c)]; };
+    m_stateBytes = inUse(MemoryCategory::kWeights) + inUse(MemoryCategory::kGrads) +
+                   inUse(MemoryCategory::kOptimizer);
+    const std::optional<SwapPlanEvent> plan =
+        m_swap->beginStep(step, m_stateBytes + m_unmodeledBytes);
+    if (plan && m_sink != nullptr) m_sink->onSwapPlan(*plan);
+    const SwapSettings& settings = m_swap->settings();
+    if (settings.mode == SwapMode::kOff) return Status::ok();
+    if (m_swapTier == nullptr) {
+      MOEWB_ASSIGN_OR_RETURN(m_swapTier, cuda::SwapTierCuda::create(*m_context));
+    }
+    const SwapPrediction* current = m_swap->plan();
+    const bool needPool = current != nullptr && current->swappedBytes > 0;
+    MOEWB_RETURN_IF_ERROR(m_swapTier->beginStep(int32_t(m_model->dims().numLayers),
+                                                settings.prefetchLayers,
+                                                settings.freeLagLayers,
+                                                settings.pinnedBudgetBytes, needPool));
+    MOEWB_RETURN_IF_ERROR(m_model->setSwap(m_swapTier.get(), m_swap.get()));
+    m_swapActive = true;
+    return Status::ok();
+  }
+
+  // After the step's synchronisation: the copies and totals to the sink, the layer times to the
+  // controller. A step whose loss was not finite ran no backward: nothing to report.
+  Status finishSwapStep(int64_t step, const ForwardResult& forward) {
+    if (!m_swapActive) return Status::ok();
+    m_swapActive = false;
+    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) return Status::ok();
+    MOEWB_ASSIGN_OR_RETURN(cuda::SwapTierStepReport report, m_swapTier->finishStep(step, m_rank));
+    if (m_sink != nullptr) {
+      for (const SwapEvent& event : report.events) m_sink->onSwap(event);
+      m_sink->onSwapStep(report.step);
+    }
+    m_swap->recordStepTimes(report.layerForwardMs, report.layerBackwardMs, report.turnMs);
+    calibrate(report.step.hbmPeakNoSwapBytes);
+    return Status::ok();
+  }
+
+  // The bytes of the measured no-swap peak that the planner's model of the same step misses.
+  void calibrate(int64_t measuredNoSwapPeakBytes) {
+    SwapProfile profile = m_swap->profile();
+    profile.fixedBytes = m_stateBytes;
+    const std::vector<SwapAction> keep(profile.tensors.size(), SwapAction::kKeep);
+    Result<SwapPrediction> model = simulateSwap(m_swap->settings(), profile, keep);
+    if (!model.isOk()) return;  // a profile the planner refuses: no calibration
+    m_unmodeledBytes = std::max<int64_t>(0, measuredNoSwapPeakBytes - model.value().peakNoSwapBytes);
+  }
+
   std::unique_ptr<CudaContext> m_context;
   std::unique_ptr<CudaModel> m_model;
+  std::unique_ptr<SwapController> m_swap;            // settings and plan (always present)
+  std::unique_ptr<cuda::SwapTierCuda> m_swapTier;    // from the first step with swap on
+  bool m_swapActive = false;                         // this step swaps (tier attached)
+  int64_t m_stateBytes = 0;       // weights + grads + optimizer at the step's start
+  int64_t m_unmodeledBytes = 0;   // measured no-swap peak - the planner's (last swap step)
   cuda::DeviceTimeline m_timeline;
   EventSink* m_sink = nullptr;
   int32_t m_rank = 0;
@@ -150,13 +231,17 @@ class CudaBackend final : public DeviceBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig&, Model<float>& host,
-                                                         int deviceOrdinal) {
+Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig& config,
+                                                         Model<float>& host, int deviceOrdinal) {
   MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(host.dims()));
   MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> context,
                          CudaContext::create(deviceOrdinal));
   MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, CudaModel::create(*context, host));
-  return std::unique_ptr<DeviceBackend>(new CudaBackend(std::move(context), std::move(model)));
+  auto swap = std::make_unique<SwapController>(
+      swapSettingsFrom(config.swap, context->device().totalMemoryBytes),
+      swapProfileFor(host.dims()), 0);
+  return std::unique_ptr<DeviceBackend>(
+      new CudaBackend(std::move(context), std::move(model), std::move(swap)));
 }
 
 bool cudaDeviceAvailable() { return cuda::deviceCount() > 0; }

@@ -175,6 +175,28 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
+// Swap: saved activations of chosen (layer, op) kept in a pinned host tier between forward and
+// backward (moewb/engine/swap.h, docs/SWAP.md). On the CUDA backend the copies are real (D2H on
+// a side stream after the layer's forward, H2D prefetched ahead of its backward); on the CPU
+// backend the same policy runs over a simulated tier whose copy times come from the bandwidth
+// keys below, so the events and views exist without a GPU.
+struct SwapSection {
+  std::string mode = "off";       // "off", "manual" (every tensor of `ops` >= min_bytes) or
+                                  // "auto" (the policy picks from `ops` to reach hbm_target_gb)
+  std::string ops = "";           // comma list of swap ops (swapOpNames()); "" = all of them
+  int64_t minBytes = 1 << 20;     // tensors smaller than this are always kept
+  double hbmTargetGb = 0;         // auto: device-memory peak to reach, GB (1e9 B); 0 = device size
+  double pinnedBudgetGb = 4;      // pinned host pool, GB, allocated once at the first swap
+  int32_t prefetchLayers = 1;     // reloads are issued this many layers before their consumer
+  int32_t freeLagLayers = 1;      // compute waits for layer l's offloads (and frees their memory)
+                                  //   at the end of layer l + this's forward
+  double d2hGbps = 55;            // copy bandwidth model, GB/s: device to host alone,
+  double h2dGbps = 55;            //   host to device alone,
+  double bidirGbps = 36;          //   and both directions at once (total)
+
+  bool operator==(const SwapSection&) const = default;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -187,6 +209,7 @@ struct RunConfig {
   FusionSection fusion;
   LoraSection lora;
   ParallelSection parallel;
+  SwapSection swap;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
   bool operator==(const RunConfig&) const = default;

@@ -141,6 +141,67 @@ struct MemoryEvent {
   int64_t categoryInUseBytes = 0;  // bytes in use in the category after the event
 };
 
+// Swap (moewb/engine/swap.h). A plan: made at the first step with swap on and again after a
+// live change of [swap] or when the measured times moved; it carries the profile it was made
+// from, so a reader can re-plan it under other settings (the workbench's what-if).
+struct SwapPlanEvent {
+  int64_t step = 0;               // first step that runs the plan
+  int32_t rank = 0;
+  std::string mode;               // "off", "manual", "auto"
+  int64_t hbmTargetBytes = 0;
+  int64_t pinnedBudgetBytes = 0;
+  int32_t prefetchLayers = 1;
+  double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
+  int64_t fixedBytes = 0;
+  double turnMs = 0;
+  std::vector<double> layerForwardMs;    // [L]
+  std::vector<double> layerBackwardMs;   // [L]
+  std::vector<int64_t> layerOtherBytes;  // [L]
+  std::vector<int32_t> tensorLayer;      // [tensors] the profile's candidates
+  std::vector<std::string> tensorOp;     // [tensors]
+  std::vector<int64_t> tensorBytes;      // [tensors]
+  std::vector<bool> tensorSwapped;       // [tensors] the decision
+  std::vector<std::string> tensorReason; // [tensors]
+  int64_t predictedPeakBytes = 0;
+  int64_t predictedPeakNoSwapBytes = 0;
+  double predictedExposedMs = 0;
+  std::string summary;
+};
+
+// One copy of one swapped tensor: an offload (D2H) or a reload (H2D). CUDA backend: measured
+// with events on the copy streams; CPU backend: `simulated`, the plan's moves placed on the
+// step's measured phases.
+struct SwapEvent {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t layer = 0;
+  std::string op;                 // one of swapOpNames()
+  int64_t bytes = 0;
+  bool toHost = true;             // true: D2H offload; false: H2D reload
+  int64_t startNs = 0;            // steady clock
+  int64_t endNs = 0;
+  int64_t neededNs = 0;           // reload: when its consumer was ready to run; 0 for offloads
+  int64_t stallNs = 0;            // reload: how long the consumer waited (late when > 0)
+  bool simulated = false;
+};
+
+// Per step and rank, after the step's swap events: the watermarks and totals.
+struct SwapStepEvent {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int64_t hbmPeakBytes = 0;        // device peak with swap (simulated on the CPU backend)
+  int64_t hbmPeakNoSwapBytes = 0;  // the same step's peak had every swapped tensor stayed
+  int64_t pinnedPeakBytes = 0;     // pinned host bytes in use at most
+  int64_t pinnedCapacityBytes = 0; // the pool's size
+  int32_t offloads = 0;
+  int32_t reloads = 0;
+  int32_t lateReloads = 0;
+  int64_t swappedBytes = 0;        // bytes offloaded this step
+  double copyMs = 0;               // sum of copy durations, both directions
+  double exposedMs = 0;            // sum of reload stalls
+  bool simulated = false;
+};
+
 enum class RunOutcome : uint8_t { kCompleted, kStopped, kFailed };
 
 struct RunEndEvent {
@@ -166,6 +227,10 @@ class EventSink {
   // Parallel runs: a finished collective, and the traffic row of an EP all-to-all.
   virtual void onCollective(const CollectiveEvent& event) { (void)event; }
   virtual void onA2aTraffic(const A2aTrafficEvent& event) { (void)event; }
+  // Swap: a plan, each copy, and the step's totals (after its copies, before onStep).
+  virtual void onSwapPlan(const SwapPlanEvent& event) { (void)event; }
+  virtual void onSwap(const SwapEvent& event) { (void)event; }
+  virtual void onSwapStep(const SwapStepEvent& event) { (void)event; }
   virtual void onRunEnd(const RunEndEvent& event) = 0;
 };
 
@@ -188,6 +253,9 @@ class FanOutSink final : public EventSink {
   void onA2aTraffic(const A2aTrafficEvent& e) override {
     for (auto* s : m_sinks) s->onA2aTraffic(e);
   }
+  void onSwapPlan(const SwapPlanEvent& e) override { for (auto* s : m_sinks) s->onSwapPlan(e); }
+  void onSwap(const SwapEvent& e) override { for (auto* s : m_sinks) s->onSwap(e); }
+  void onSwapStep(const SwapStepEvent& e) override { for (auto* s : m_sinks) s->onSwapStep(e); }
   void onRunEnd(const RunEndEvent& e) override { for (auto* s : m_sinks) s->onRunEnd(e); }
 
  private:
