@@ -1,6 +1,6 @@
 // `moewb info`: what a trace holds: run and config, steps and loss, top phases by total time,
-// device memory (peaks per category, allocations/frees), expert-load imbalance per layer,
-// data-quality stats.
+// device memory (peaks per category, allocations/frees), expert-load imbalance per layer, swap
+// (swap_info.h; only when the trace has swap rows), data-quality stats.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "gpu_info.h"
+#include "swap_info.h"
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/base/units.h"
 #include "moewb/storage/run_liveness.h"
@@ -209,6 +210,7 @@ int infoCommand(const InfoArgs& args) {
   if (!imbalance.isOk()) return fail(imbalance.status());
   printImbalance(*imbalance);
   printGpuSummary(reader, args.topPhases);
+  printSwapSummary(reader);
   auto stats = reader.stats();
   if (stats.isOk() && !stats->empty()) {
     std::printf("\ndata quality\n");

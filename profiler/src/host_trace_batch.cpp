@@ -2,6 +2,7 @@
 // (see host_trace_batch.h).
 #include "host_trace_batch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -16,6 +17,9 @@ void StepRowBatch::clear() {
   dropped.clear();
   bias.clear();
   counterCount = 0;
+  swapCount = 0;
+  swapPlans.clear();
+  swapSteps.clear();
   hasStep = false;
 }
 
@@ -30,6 +34,84 @@ void StepRowBatch::addCounter(const engine::CounterEvent& event) {
   }
   ++counterCount;
 }
+
+void StepRowBatch::addSwap(const engine::SwapEvent& event) {
+  if (swapCount < swaps.size()) {
+    engine::SwapEvent& kept = swaps[swapCount];
+    kept.step = event.step;
+    kept.rank = event.rank;
+    kept.layer = event.layer;
+    kept.op.assign(event.op);
+    kept.bytes = event.bytes;
+    kept.toHost = event.toHost;
+    kept.startNs = event.startNs;
+    kept.endNs = event.endNs;
+    kept.neededNs = event.neededNs;
+    kept.stallNs = event.stallNs;
+    kept.simulated = event.simulated;
+  } else {
+    swaps.push_back(event);
+  }
+  ++swapCount;
+}
+
+namespace {
+
+// The stored form of a plan: the profile's per-tensor vectors zipped into rows (a shorter
+// vector reads as defaults past its end).
+storage::SwapPlanRow planRow(const engine::SwapPlanEvent& e) {
+  storage::SwapPlanRow row;
+  row.step = e.step;
+  row.rank = e.rank;
+  row.mode = e.mode;
+  row.hbmTargetBytes = e.hbmTargetBytes;
+  row.pinnedBudgetBytes = e.pinnedBudgetBytes;
+  row.prefetchLayers = e.prefetchLayers;
+  row.d2hGbps = e.d2hGbps;
+  row.h2dGbps = e.h2dGbps;
+  row.bidirGbps = e.bidirGbps;
+  row.fixedBytes = e.fixedBytes;
+  row.turnMs = e.turnMs;
+  row.layerForwardMs = e.layerForwardMs;
+  row.layerBackwardMs = e.layerBackwardMs;
+  row.layerOtherBytes = e.layerOtherBytes;
+  const size_t tensors = std::max({e.tensorLayer.size(), e.tensorOp.size(), e.tensorBytes.size(),
+                                   e.tensorSwapped.size(), e.tensorReason.size()});
+  row.tensors.resize(tensors);
+  for (size_t i = 0; i < tensors; ++i) {
+    storage::SwapPlanTensorRow& t = row.tensors[i];
+    if (i < e.tensorLayer.size()) t.layer = e.tensorLayer[i];
+    if (i < e.tensorOp.size()) t.op = e.tensorOp[i];
+    if (i < e.tensorBytes.size()) t.bytes = e.tensorBytes[i];
+    if (i < e.tensorSwapped.size()) t.swapped = e.tensorSwapped[i];
+    if (i < e.tensorReason.size()) t.reason = e.tensorReason[i];
+  }
+  row.predictedPeakBytes = e.predictedPeakBytes;
+  row.predictedPeakNoSwapBytes = e.predictedPeakNoSwapBytes;
+  row.predictedExposedMs = e.predictedExposedMs;
+  row.summary = e.summary;
+  return row;
+}
+
+storage::SwapStepRow swapStepRow(const engine::SwapStepEvent& e) {
+  storage::SwapStepRow row;
+  row.step = e.step;
+  row.rank = e.rank;
+  row.hbmPeakBytes = e.hbmPeakBytes;
+  row.hbmPeakNoSwapBytes = e.hbmPeakNoSwapBytes;
+  row.pinnedPeakBytes = e.pinnedPeakBytes;
+  row.pinnedCapacityBytes = e.pinnedCapacityBytes;
+  row.offloads = e.offloads;
+  row.reloads = e.reloads;
+  row.lateReloads = e.lateReloads;
+  row.swappedBytes = e.swappedBytes;
+  row.copyMs = e.copyMs;
+  row.exposedMs = e.exposedMs;
+  row.simulated = e.simulated;
+  return row;
+}
+
+}  // namespace
 
 RowPump::RowPump(storage::TraceWriter* writer) : m_writer(writer) {
   m_thread = std::thread([this] { loop(); });
@@ -144,6 +226,7 @@ void RowPump::write(StepRowBatch& batch) {
     row.value = c.value;
     m_writer->addCounter(row);
   }
+  writeSwap(batch);
   if (!batch.hasStep) return;
   const engine::StepEvent& event = batch.step;
   storage::SliceRow step;
@@ -169,6 +252,31 @@ void RowPump::write(StepRowBatch& batch) {
   row.gradNorm = event.gradNorm;
   row.lr = event.lr;
   m_writer->addStep(row);  // commits the step with everything queued before it
+}
+
+void RowPump::writeSwap(const StepRowBatch& batch) {
+  for (const engine::SwapPlanEvent& plan : batch.swapPlans) {
+    m_writer->addSwapPlan(batch.run, planRow(plan));
+  }
+  storage::SwapEventRow row;
+  for (size_t i = 0; i < batch.swapCount; ++i) {
+    const engine::SwapEvent& e = batch.swaps[i];
+    row.step = e.step;
+    row.rank = e.rank;
+    row.layer = e.layer;
+    row.op = e.op;
+    row.bytes = e.bytes;
+    row.toHost = e.toHost;
+    row.startNs = e.startNs;
+    row.endNs = e.endNs;
+    row.neededNs = e.neededNs;
+    row.stallNs = e.stallNs;
+    row.simulated = e.simulated;
+    m_writer->addSwapEvent(batch.run, row);
+  }
+  for (const engine::SwapStepEvent& step : batch.swapSteps) {
+    m_writer->addSwapStep(batch.run, swapStepRow(step));
+  }
 }
 
 }  // namespace moewb::profiler::detail

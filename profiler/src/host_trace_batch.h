@@ -11,7 +11,8 @@
 // many are pending (and the writer's own queue is bounded too, trace_writer.h), so the trace stays
 // within a few steps of the engine. Each wait is reported to the writer (addBackPressureWait).
 // Ordering: batches are written in the order they were submitted; within a batch phases, memory
-// events, expert loads, counters, then the step slice and step row.
+// events, expert loads, counters, swap plans, swap copies, swap step rows, then the step slice
+// and step row.
 // Thread-safety: submit/drain from one producer thread (the tracer's); the pump writes to the
 // writer, whose add* methods are thread-safe.
 #pragma once
@@ -73,15 +74,22 @@ struct StepRowBatch {
   std::vector<double> bias;       // [sum of loads' counts]
   std::vector<engine::CounterEvent> counters;  // the first counterCount are this step's; the
   size_t counterCount = 0;                      // rest keep their strings' storage for reuse
+  std::vector<engine::SwapEvent> swaps;  // the first swapCount are this step's copies; the rest
+  size_t swapCount = 0;                   // keep their op strings' storage for reuse
+  std::vector<engine::SwapPlanEvent> swapPlans;  // rare: at most a few per run
+  std::vector<engine::SwapStepEvent> swapSteps;
   bool hasStep = false;
   engine::StepEvent step;
 
   bool empty() const {
     return phases.empty() && memory.empty() && newCategories.empty() && loads.empty() &&
-           counterCount == 0 && !hasStep;
+           counterCount == 0 && swapCount == 0 && swapPlans.empty() && swapSteps.empty() &&
+           !hasStep;
   }
   // Appends a counter, reusing a kept element's string storage when there is one.
   void addCounter(const engine::CounterEvent& event);
+  // Appends a swap copy the same way.
+  void addSwap(const engine::SwapEvent& event);
   // Empties every list, keeping their capacity (and the ids).
   void clear();
 };
@@ -107,6 +115,7 @@ class RowPump {
  private:
   void loop();
   void write(StepRowBatch& batch);
+  void writeSwap(const StepRowBatch& batch);
 
   storage::TraceWriter* m_writer;
   std::mutex m_mutex;  // guards the fields up to m_busy

@@ -197,6 +197,20 @@ void HostTracer::onA2aTraffic(const engine::A2aTrafficEvent& event) {
   }
 }
 
+// Swap events ride in the step's batch, so they are committed with their step. A copy is one
+// append (its op string reuses kept storage); plans copy their profile (rare).
+void HostTracer::onSwapPlan(const engine::SwapPlanEvent& event) {
+  m_batch->swapPlans.push_back(event);
+}
+
+void HostTracer::onSwap(const engine::SwapEvent& event) {
+  m_batch->addSwap(event);
+}
+
+void HostTracer::onSwapStep(const engine::SwapStepEvent& event) {
+  m_batch->swapSteps.push_back(event);
+}
+
 void HostTracer::onRunEnd(const engine::RunEndEvent& event) {
   if (!m_batch->empty()) m_pump->submit(m_batch);
   m_pump->drain();  // every row of the run is queued before the run is finished

@@ -6,6 +6,12 @@
 // slices become "X" events, counter samples "C" events, device-memory events "C" events named
 // "device memory.<category>" with the category's bytes in use. ts/dur are microseconds (double)
 // relative to the first slice start.
+// Swap: each copy an "X" event named "layer <l> <op> D2H|H2D" on a "swap D2H" or "swap H2D"
+// thread of its rank (args bytes, op, layer, step, stall_ms, late, simulated); a late reload
+// (stall > 0) is coloured "terrible" and gets an instant event "late: ..." at the time its
+// consumer was ready; each swap step's HBM peak with and without swap and pinned peak are
+// counters swap.hbm_peak_bytes, swap.hbm_peak_no_swap_bytes, swap.pinned_peak_bytes at the
+// step's start.
 // GPU capture: the CUDA stream tracks (kind "stream") are threads of a process "GPU" (pid
 // kGpuPidBase + rank, one tid per stream track) holding the kernel, memcpy and memset "X" events;
 // each API call is joined to the GPU work it launched (same correlation id and rank) by a flow
@@ -16,15 +22,18 @@
 // times whose distance from the origin overflows int64 are clamped, ids and pids are computed
 // without signed overflow; both repairs are counted in ChromeExportStats.
 // The file is written as <out>.part and renamed at the end, so a failed export leaves nothing
-// half-written behind. Cost: one pass over slices, counters and memory events; memory O(tracks)
+// half-written behind. Cost: one pass over slices, counters, memory and swap events (swap copies
+// in ~1024 time windows, so their memory is that of one window); memory O(tracks)
 // plus the API calls whose work has not started yet (calls that launch no work, such as
 // synchronisations, stay held until the end).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -270,6 +279,143 @@ class FlowWriter {
   std::unordered_map<int64_t, Pending> m_pending;  // by flow id
 };
 
+// Swap copies go on two threads per rank, clear of the track ids: kSwapTidBase (D2H offloads)
+// and kSwapTidBase + 1 (H2D reloads).
+constexpr int64_t kSwapTidBase = int64_t(1) << 40;
+// Swap copies are read in this many windows over the slices' time span (plus one before and one
+// after), so memory stays O(copies per window).
+constexpr int64_t kSwapWindows = 1024;
+
+// Writes the swap copies as "X" events on the "swap D2H" / "swap H2D" threads of their rank
+// (late reloads coloured "terrible" plus an instant "late" event at the time the consumer was
+// ready), and each swap step's watermarks as counters at the start of that step.
+class SwapWriter {
+ public:
+  SwapWriter(EventStream& events, Repairs& repairs) : m_events(events), m_repairs(repairs) {}
+
+  Status writeCopies(TraceReader& reader, TimeWindow bounds, std::ofstream& out) {
+    std::vector<TimeWindow> windows = {{std::numeric_limits<int64_t>::min(), bounds.startNs}};
+    const int64_t spanNs = spanOf(bounds);
+    const int64_t stepNs = std::max<int64_t>(1, spanNs / kSwapWindows + 1);
+    int64_t at = bounds.startNs;
+    for (int64_t i = 0; i < kSwapWindows + 1 && at <= bounds.endNs; ++i) {
+      const int64_t next = at > std::numeric_limits<int64_t>::max() - stepNs
+                               ? std::numeric_limits<int64_t>::max()
+                               : at + stepNs;
+      windows.push_back({at, next});
+      at = next;
+    }
+    windows.push_back({at, std::numeric_limits<int64_t>::max()});
+    for (const TimeWindow& window : windows) {
+      if (window.endNs <= window.startNs) continue;
+      MOEWB_ASSIGN_OR_RETURN(const std::vector<SwapEventRow> rows, reader.swapEvents(window));
+      for (const SwapEventRow& row : rows) {
+        if (row.startNs < window.startNs) continue;  // written with an earlier window
+        writeCopy(row);
+      }
+      if (!out) break;
+    }
+    return Status::ok();
+  }
+
+  Status writeWatermarks(TraceReader& reader) {
+    MOEWB_ASSIGN_OR_RETURN(const std::vector<SwapStepRow> steps, reader.swapSteps());
+    if (steps.empty()) return Status::ok();
+    std::map<std::pair<int32_t, int64_t>, int64_t> stepStartNs;  // (rank, step) -> start
+    MOEWB_ASSIGN_OR_RETURN(const std::vector<RunRow> runs, reader.runs());
+    for (const RunRow& run : runs) {
+      MOEWB_ASSIGN_OR_RETURN(const std::vector<StepRow> rows, reader.steps(run.id));
+      for (const StepRow& row : rows) {
+        stepStartNs.emplace(std::pair(row.rank, row.step), row.startNs);
+      }
+    }
+    for (const SwapStepRow& s : steps) {
+      auto it = stepStartNs.find({s.rank, s.step});
+      if (it == stepStartNs.end()) continue;  // no step row: no time to draw it at
+      const std::pair<const char*, int64_t> values[] = {
+          {"swap.hbm_peak_bytes", s.hbmPeakBytes},
+          {"swap.hbm_peak_no_swap_bytes", s.hbmPeakNoSwapBytes},
+          {"swap.pinned_peak_bytes", s.pinnedPeakBytes},
+      };
+      for (const auto& [name, bytes] : values) {
+        m_events.write({{"name", name},
+                        {"cat", "swap"},
+                        {"ph", "C"},
+                        {"ts", m_repairs.relativeUs(it->second)},
+                        {"pid", s.rank},
+                        {"args", {{"bytes", bytes}}}});
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  static int64_t spanOf(TimeWindow bounds) {
+    int64_t span = 0;
+    if (__builtin_sub_overflow(bounds.endNs, bounds.startNs, &span)) {
+      return std::numeric_limits<int64_t>::max();
+    }
+    return std::max<int64_t>(span, 0);
+  }
+
+  void nameThreads(int32_t rank) {
+    if (!m_namedRanks.insert(rank).second) return;
+    for (int64_t lane = 0; lane < 2; ++lane) {
+      const int64_t tid = kSwapTidBase + lane;
+      m_events.write({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"tid", tid},
+                      {"args", {{"name", lane == 0 ? "swap D2H" : "swap H2D"}}}});
+      m_events.write({{"name", "thread_sort_index"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"tid", tid},
+                      {"args", {{"sort_index", tid}}}});
+    }
+  }
+
+  void writeCopy(const SwapEventRow& row) {
+    nameThreads(row.rank);
+    const int64_t tid = kSwapTidBase + (row.toHost ? 0 : 1);
+    const bool late = !row.toHost && row.stallNs > 0;
+    const double stallMs = double(row.stallNs) / double(kNsPerMs);
+    const std::string name = fmt::format("layer {} {} {}", row.layer, m_repairs.text(row.op),
+                                         row.toHost ? "D2H" : "H2D");
+    int64_t durNs = 0;
+    if (__builtin_sub_overflow(row.endNs, row.startNs, &durNs)) {
+      durNs = std::numeric_limits<int64_t>::max();
+    }
+    json args = {{"bytes", row.bytes}, {"op", row.op},     {"layer", row.layer},
+                 {"step", row.step},   {"stall_ms", stallMs}, {"late", late},
+                 {"simulated", row.simulated}};
+    json event = {{"name", name},
+                  {"cat", "swap"},
+                  {"ph", "X"},
+                  {"ts", m_repairs.relativeUs(row.startNs)},
+                  {"dur", toUs(durNs)},
+                  {"pid", row.rank},
+                  {"tid", tid},
+                  {"args", std::move(args)}};
+    if (late) event["cname"] = "terrible";
+    m_events.write(event);
+    if (!late) return;
+    m_events.write({{"name", fmt::format("late: {} (stall {:.3f} ms)", name, stallMs)},
+                    {"cat", "swap"},
+                    {"ph", "i"},
+                    {"s", "t"},
+                    {"cname", "terrible"},
+                    {"ts", m_repairs.relativeUs(row.neededNs)},
+                    {"pid", row.rank},
+                    {"tid", tid},
+                    {"args", {{"stall_ms", stallMs}, {"layer", row.layer}, {"op", row.op}}}});
+  }
+
+  EventStream& m_events;
+  Repairs& m_repairs;
+  std::set<int32_t> m_namedRanks;
+};
+
 Status writeBody(TraceReader& reader, std::ofstream& out, ChromeExportStats& stats) {
   MOEWB_ASSIGN_OR_RETURN(const std::vector<TrackRow> tracks, reader.tracks());
   MOEWB_ASSIGN_OR_RETURN(const TimeWindow bounds, reader.timeBounds());
@@ -328,6 +474,9 @@ Status writeBody(TraceReader& reader, std::ofstream& out, ChromeExportStats& sta
                   {"args", {{"bytes", m.inUseBytes}}}});
     return bool(out);
   }));
+  SwapWriter swaps(events, repairs);
+  MOEWB_RETURN_IF_ERROR(swaps.writeCopies(reader, bounds, out));
+  MOEWB_RETURN_IF_ERROR(swaps.writeWatermarks(reader));
   out << "\n]}\n";
   stats = repairs.stats();
   return Status::ok();

@@ -140,16 +140,80 @@ CREATE TABLE collective (
   ok INTEGER NOT NULL            -- 0 when the collective failed
 );
 CREATE INDEX collective_step_rank_idx ON collective(step, rank);
+-- Swap (activation offload to pinned host memory; engine/include/moewb/engine/swap.h). A plan
+-- with the profile it was made from (per layer and per candidate tensor), every copy, and the
+-- per-step watermarks. Times on the slices' clock; bytes int64; ms as REAL.
+CREATE TABLE swap_plan (
+  id INTEGER PRIMARY KEY,
+  run INTEGER NOT NULL,
+  step INTEGER NOT NULL,         -- first step that runs the plan
+  rank INTEGER NOT NULL,
+  mode TEXT NOT NULL,            -- off, manual, auto
+  hbm_target_bytes INTEGER NOT NULL,
+  pinned_budget_bytes INTEGER NOT NULL,
+  prefetch_layers INTEGER NOT NULL,
+  d2h_gbps REAL NOT NULL,
+  h2d_gbps REAL NOT NULL,
+  bidir_gbps REAL NOT NULL,
+  fixed_bytes INTEGER NOT NULL,
+  turn_ms REAL NOT NULL,
+  predicted_peak_bytes INTEGER NOT NULL,
+  predicted_peak_no_swap_bytes INTEGER NOT NULL,
+  predicted_exposed_ms REAL NOT NULL,
+  summary TEXT NOT NULL
+);
+CREATE TABLE swap_plan_layer (
+  plan INTEGER NOT NULL,         -- swap_plan.id
+  layer INTEGER NOT NULL,
+  forward_ms REAL NOT NULL,
+  backward_ms REAL NOT NULL,
+  other_bytes INTEGER NOT NULL,  -- saved bytes of the layer that are no candidate
+  PRIMARY KEY (plan, layer)
+) WITHOUT ROWID;
+CREATE TABLE swap_plan_tensor (
+  plan INTEGER NOT NULL,         -- swap_plan.id
+  idx INTEGER NOT NULL,          -- position in the profile (forward order)
+  layer INTEGER NOT NULL,
+  op TEXT NOT NULL,              -- attn_norm, mixer_input, moe_norm, moe_input, expert_fc1, ...
+  bytes INTEGER NOT NULL,
+  swapped INTEGER NOT NULL,      -- 1: the plan swaps it
+  reason TEXT NOT NULL,
+  PRIMARY KEY (plan, idx)
+) WITHOUT ROWID;
 CREATE TABLE swap_event (
   id INTEGER PRIMARY KEY,
-  tensor TEXT NOT NULL,
+  run INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  layer INTEGER NOT NULL,
+  op TEXT NOT NULL,
   bytes INTEGER NOT NULL,
-  direction TEXT NOT NULL,       -- to_host, to_device
+  to_host INTEGER NOT NULL,      -- 1: D2H offload, 0: H2D reload
   start_ns INTEGER NOT NULL,
   end_ns INTEGER NOT NULL,
-  stream INTEGER NOT NULL,
-  late INTEGER NOT NULL          -- 1 when compute stalled waiting for it
+  needed_ns INTEGER NOT NULL,    -- reload: when its consumer was ready; 0 for offloads
+  stall_ns INTEGER NOT NULL,     -- reload: how long the consumer waited (late when > 0)
+  simulated INTEGER NOT NULL     -- 1: the CPU backend's simulated tier
 );
+CREATE INDEX swap_event_start_idx ON swap_event(start_ns);
+CREATE INDEX swap_event_step_rank_idx ON swap_event(step, rank);
+CREATE TABLE swap_step (
+  run INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  hbm_peak_bytes INTEGER NOT NULL,
+  hbm_peak_no_swap_bytes INTEGER NOT NULL,
+  pinned_peak_bytes INTEGER NOT NULL,
+  pinned_capacity_bytes INTEGER NOT NULL,
+  offloads INTEGER NOT NULL,
+  reloads INTEGER NOT NULL,
+  late_reloads INTEGER NOT NULL,
+  swapped_bytes INTEGER NOT NULL,
+  copy_ms REAL NOT NULL,
+  exposed_ms REAL NOT NULL,
+  simulated INTEGER NOT NULL,
+  PRIMARY KEY (run, step, rank)
+) WITHOUT ROWID;
 CREATE TABLE config_change (
   id INTEGER PRIMARY KEY,
   run INTEGER NOT NULL,

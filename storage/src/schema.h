@@ -21,6 +21,9 @@ inline constexpr const char* kMetaCreatedUnixNs = "created_unix_ns";
 inline constexpr const char* kMetaClockDomain = "clock_domain";
 // Longest slice duration committed so far; bounds the index scan of window queries.
 inline constexpr const char* kMetaMaxSliceDurNs = "max_slice_dur_ns";
+// Longest swap copy (swap_event end_ns - start_ns) committed so far; bounds the index scan of
+// TraceReader::swapEvents. Written once the file holds a swap event.
+inline constexpr const char* kMetaMaxSwapDurNs = "max_swap_dur_ns";
 
 inline constexpr const char* kFormatName = "moewb-trace";
 inline constexpr const char* kClockDomain = "CLOCK_MONOTONIC";

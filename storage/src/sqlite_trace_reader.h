@@ -9,7 +9,8 @@
 // steps/expertLoad are key range scans; phaseTotals and layerImbalance scan their tables;
 // memorySeries is index probes plus a covering-index range scan (sqlite_trace_reader_memory.cpp);
 // the GPU lane and kernel-detail queries are in sqlite_trace_reader_gpu.cpp, the parallel-run
-// queries (traffic matrix, rows per rank, matched collectives) in sqlite_trace_reader_parallel.cpp.
+// queries (traffic matrix, rows per rank, matched collectives) in sqlite_trace_reader_parallel.cpp,
+// the swap queries in sqlite_trace_reader_swap.cpp.
 // Multi-statement queries run in one read transaction so they see one snapshot.
 #pragma once
 
@@ -63,6 +64,11 @@ inline constexpr const char* kMemoryNextSeriesSql =
     "SELECT track, category FROM memory_event WHERE (track, category) > (?1, ?2) "
     "ORDER BY track, category LIMIT 1";
 
+// Whether table `table` (one of the swap tables) of schema `schema` ("main", or an attached
+// input such as "src") exists with every column this build reads. Cost: one pragma_table_info.
+Result<bool> swapTableReadable(Database& db, const std::string& table,
+                               const std::string& schema = "main");
+
 class SqliteTraceReader final : public TraceReader {
  public:
   // See TraceReader::open.
@@ -100,6 +106,13 @@ class SqliteTraceReader final : public TraceReader {
   Result<RankLoads> rankLoads(const ParallelFilter& filter) override;
   Result<std::vector<MatchedCollective>> stepCollectives(int64_t step) override;
   Result<std::optional<MatchedCollective>> collectiveAt(TrackId track, int64_t startNs) override;
+  // Swap queries (sqlite_trace_reader_swap.cpp).
+  Result<std::vector<SwapEventRow>> swapEvents(TimeWindow window,
+                                               std::optional<int32_t> rank) override;
+  Result<std::vector<SwapStepRow>> swapSteps() override;
+  Result<std::vector<SwapPlanRow>> swapPlans() override;
+  Result<std::vector<SwapLayerSummary>> swapLayerSummary(int64_t fromStep,
+                                                         int64_t toStep) override;
 
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
@@ -125,6 +138,18 @@ class SqliteTraceReader final : public TraceReader {
                                                            std::optional<TrackId> track);
   Result<ParallelOverview> parallelOverviewInSnapshot();
   Result<std::optional<int32_t>> runWorldSize();
+  // Which swap tables have every column this build reads (bits of SwapTable in
+  // sqlite_trace_reader_swap.cpp); files from before swap, or with the empty placeholder table
+  // of early v1 files, have none. Cached (one pragma_table_info read per table).
+  Result<int> swapTables();
+  // The longest swap copy (meta max_swap_dur_ns, else a scan of swap_event), at least 0.
+  Result<int64_t> maxSwapDurNs();
+  Result<std::vector<SwapEventRow>> swapEventsInSnapshot(TimeWindow window,
+                                                         std::optional<int32_t> rank);
+  Result<std::vector<SwapPlanRow>> swapPlansInSnapshot();
+  // Repairs one read swap copy in place (reversed times, negative bytes or stalls), counting
+  // each repair in the reader's stats.
+  void repairSwapEvent(SwapEventRow& row);
   // Runs `body` inside BEGIN ... COMMIT so that its statements see one snapshot.
   template <typename T, typename Body>
   Result<T> inReadTransaction(Body&& body);
@@ -132,6 +157,7 @@ class SqliteTraceReader final : public TraceReader {
   std::string m_path;
   Database m_db;  // never moved after open(): statements point at it
   int m_memoryColumns = -1;  // hasMemoryColumns: -1 unknown, 0 no, 1 yes
+  int m_swapTables = -1;     // swapTables: -1 unknown, else the bit set
   std::vector<StatRow> m_badValues;  // the reader's own stats rows, by first occurrence
 };
 

@@ -187,6 +187,7 @@ Status SqliteTraceWriter::prepareStatements() {
   for (const auto& [statement, sql] : statements) {
     MOEWB_ASSIGN_OR_RETURN(*statement, Statement::prepare(m_db, sql));
   }
+  MOEWB_RETURN_IF_ERROR(prepareSwapStatements());
   return prepareGpuStatements();
 }
 
@@ -400,6 +401,12 @@ Status SqliteTraceWriter::commit() {
         m_stmts.upsertMeta.bindAll(kMetaMaxSliceDurNs, std::to_string(m_maxSliceDurNs)));
     MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.run());
     m_maxSliceDurDirty = false;
+  }
+  if (m_maxSwapDurDirty) {
+    MOEWB_RETURN_IF_ERROR(
+        m_stmts.upsertMeta.bindAll(kMetaMaxSwapDurNs, std::to_string(m_maxSwapDurNs)));
+    MOEWB_RETURN_IF_ERROR(m_stmts.upsertMeta.run());
+    m_maxSwapDurDirty = false;
   }
   MOEWB_RETURN_IF_ERROR(writeHeartbeatAndWaits());
   MOEWB_RETURN_IF_ERROR(m_stmts.commit.run());

@@ -49,6 +49,9 @@ class SqliteTraceWriter final : public TraceWriter {
   void addGpuSync(const SliceRow& slice, const GpuSyncRow& sync) override;
   void addCudaApi(const SliceRow& slice, const CudaApiRow& call) override;
   void addGpuMemory(const GpuMemoryRow& memory) override;
+  void addSwapPlan(RunId run, const SwapPlanRow& plan) override;
+  void addSwapEvent(RunId run, const SwapEventRow& event) override;
+  void addSwapStep(RunId run, const SwapStepRow& step) override;
   void addStat(const StatRow& stat) override;
   void addStep(const StepRow& step) override;
   void setMeta(const std::string& key, const std::string& value) override;
@@ -83,6 +86,9 @@ class SqliteTraceWriter final : public TraceWriter {
     // GPU activity details (sqlite_trace_writer_gpu.cpp).
     Statement insertGpuKernel, insertGpuMemcpy, insertGpuMemset, insertGpuSync, insertCudaApi,
         insertGpuMemory;
+    // Swap rows (sqlite_trace_writer_swap.cpp).
+    Statement insertSwapPlan, insertSwapPlanLayer, insertSwapPlanTensor, insertSwapEvent,
+        upsertSwapStep;
     // insertSlices[k] inserts 2^(k+1) slices (2 .. kSliceBatchRows); one slice: insertSlice.
     Statement insertSlices[kSliceStatements];
   };
@@ -115,6 +121,10 @@ class SqliteTraceWriter final : public TraceWriter {
   Status applyRow(const GpuActivityOp& op);
   Status applyRow(const GpuMemoryRow& row);
   Status prepareGpuStatements();
+  Status applyRow(const SwapEventOp& op);
+  Status applyRow(const SwapPlanOp& op);
+  Status applyRow(const SwapStepOp& op);
+  Status prepareSwapStatements();
   // Inserts one slice at once (not buffered) and returns its id.
   Result<int64_t> insertSliceNow(const SliceRow& row);
   Status applyDetail(int64_t sliceId, const GpuKernelRow& row);
@@ -167,6 +177,8 @@ class SqliteTraceWriter final : public TraceWriter {
   int64_t m_pendingRows = 0;    // rows in the open transaction
   int64_t m_maxSliceDurNs = 0;  // longest slice so far, mirrored into meta on commit
   bool m_maxSliceDurDirty = false;
+  int64_t m_maxSwapDurNs = -1;  // longest swap copy so far (-1: none), mirrored into meta
+  bool m_maxSwapDurDirty = false;
   std::map<int32_t, int64_t> m_rankNextStep;     // rank with a track -> last committed step + 1
   std::map<int32_t, int64_t> m_pendingNextStep;  // the same for the open transaction's step rows
   int64_t m_waitsWritten = 0;                    // back-pressure waits in the stats rows

@@ -2,7 +2,9 @@
 // INSERT ... SELECT per table of schema v1, reading schema "src" and writing "main". In each:
 // timestamps + :clock, track ids + :track, slice ids + :slice, string ids through
 // temp.merge_string_map (old id -> id in main), run ids -> :run, nonzero GPU correlation ids
-// + :corr; every other column is copied as is. Rows keep their order (ORDER BY id / rowid).
+// + :corr, swap plan ids + :plan; every other column is copied as is. Rows keep their order
+// (ORDER BY id / rowid). The swap tables are copied only from inputs that have them with the
+// columns this build reads (older inputs have no swap rows).
 // Cost: one pass over every input table plus an index probe per string column value.
 #include <fmt/format.h>
 
@@ -17,6 +19,10 @@ namespace {
 struct TableCopy {
   std::string table;
   std::string sql;
+  // Copied only when the input has the table with the columns this build reads (tables added
+  // to schema v1 later: inputs from before them, or with the early placeholder swap_event, have
+  // no rows of it to copy).
+  bool optional = false;
 };
 
 // The new id of string column `column` of the row `t`.
@@ -84,10 +90,43 @@ std::vector<TableCopy> buildTableCopies() {
        "SELECT t.track + :track, t.start_ns + :clock, t.dur_ns, t.step, t.layer, t.rank, t.op, "
        "t.comm_group, t.phase, t.seq, t.bytes_sent, t.bytes_received, t.peers, t.ok "
        "FROM src.collective t ORDER BY t.id"},
+      // Swap rows: plan ids + :plan (the layer and tensor rows follow their plan); reload
+      // needed_ns is a time, an offload's is 0 and stays 0.
+      {"swap_plan",
+       "INSERT INTO main.swap_plan(id, run, step, rank, mode, hbm_target_bytes, "
+       "pinned_budget_bytes, prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
+       "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, "
+       "summary) SELECT t.id + :plan, :run, t.step, t.rank, t.mode, t.hbm_target_bytes, "
+       "t.pinned_budget_bytes, t.prefetch_layers, t.d2h_gbps, t.h2d_gbps, t.bidir_gbps, "
+       "t.fixed_bytes, t.turn_ms, t.predicted_peak_bytes, t.predicted_peak_no_swap_bytes, "
+       "t.predicted_exposed_ms, t.summary FROM src.swap_plan t ORDER BY t.id",
+       true},
+      {"swap_plan_layer",
+       "INSERT INTO main.swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes) "
+       "SELECT t.plan + :plan, t.layer, t.forward_ms, t.backward_ms, t.other_bytes "
+       "FROM src.swap_plan_layer t ORDER BY t.plan, t.layer",
+       true},
+      {"swap_plan_tensor",
+       "INSERT INTO main.swap_plan_tensor(plan, idx, layer, op, bytes, swapped, reason) "
+       "SELECT t.plan + :plan, t.idx, t.layer, t.op, t.bytes, t.swapped, t.reason "
+       "FROM src.swap_plan_tensor t ORDER BY t.plan, t.idx",
+       true},
       {"swap_event",
-       "INSERT INTO main.swap_event(tensor, bytes, direction, start_ns, end_ns, stream, late) "
-       "SELECT t.tensor, t.bytes, t.direction, t.start_ns + :clock, t.end_ns + :clock, t.stream, "
-       "t.late FROM src.swap_event t ORDER BY t.id"},
+       "INSERT INTO main.swap_event(run, step, rank, layer, op, bytes, to_host, start_ns, end_ns, "
+       "needed_ns, stall_ns, simulated) "
+       "SELECT :run, t.step, t.rank, t.layer, t.op, t.bytes, t.to_host, t.start_ns + :clock, "
+       "t.end_ns + :clock, CASE WHEN t.to_host = 0 THEN t.needed_ns + :clock ELSE t.needed_ns "
+       "END, t.stall_ns, t.simulated FROM src.swap_event t ORDER BY t.id",
+       true},
+      {"swap_step",
+       "INSERT INTO main.swap_step(run, step, rank, hbm_peak_bytes, hbm_peak_no_swap_bytes, "
+       "pinned_peak_bytes, pinned_capacity_bytes, offloads, reloads, late_reloads, "
+       "swapped_bytes, copy_ms, exposed_ms, simulated) "
+       "SELECT :run, t.step, t.rank, t.hbm_peak_bytes, t.hbm_peak_no_swap_bytes, "
+       "t.pinned_peak_bytes, t.pinned_capacity_bytes, t.offloads, t.reloads, t.late_reloads, "
+       "t.swapped_bytes, t.copy_ms, t.exposed_ms, t.simulated FROM src.swap_step t "
+       "ORDER BY t.run, t.step, t.rank",
+       true},
       {"config_change",
        "INSERT INTO main.config_change(run, step, ts_ns, key, old_value, new_value, source) "
        "SELECT :run, t.step, t.ts_ns + :clock, t.key, t.old_value, t.new_value, t.source "
@@ -165,7 +204,7 @@ Status bindShift(Statement& statement, const MergeShift& shift) {
   const std::pair<const char*, int64_t> values[] = {
       {":clock", shift.clockOffsetNs}, {":track", shift.trackIdOffset},
       {":slice", shift.sliceIdOffset}, {":corr", shift.gpuCorrelationOffset},
-      {":run", shift.runId},
+      {":run", shift.runId},     {":plan", shift.swapPlanIdOffset},
   };
   for (const auto& [name, value] : values) {
     const int index = sqlite3_bind_parameter_index(statement.handle(), name);
@@ -213,6 +252,10 @@ Result<MergeShift> idOffsetsForSource(Database& out) {
   MergeShift shift;
   MOEWB_ASSIGN_OR_RETURN(shift.trackIdOffset, idOffset(out, "track"));
   MOEWB_ASSIGN_OR_RETURN(shift.sliceIdOffset, idOffset(out, "slice"));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasPlans, swapTableReadable(out, "swap_plan", "src"));
+  if (hasPlans) {
+    MOEWB_ASSIGN_OR_RETURN(shift.swapPlanIdOffset, idOffset(out, "swap_plan"));
+  }
   return shift;
 }
 
@@ -224,6 +267,13 @@ Result<std::vector<int64_t>> copyMergeSource(Database& out, const std::string& s
   std::vector<int64_t> rows;
   for (const TableCopy& copy : tableCopies()) {
     Status status = [&]() -> Status {
+      if (copy.optional) {
+        MOEWB_ASSIGN_OR_RETURN(const bool readable, swapTableReadable(out, copy.table, "src"));
+        if (!readable) {
+          rows.push_back(0);
+          return Status::ok();
+        }
+      }
       MOEWB_ASSIGN_OR_RETURN(Statement insert, Statement::prepare(out, copy.sql));
       MOEWB_RETURN_IF_ERROR(bindShift(insert, shift));
       MOEWB_RETURN_IF_ERROR(insert.run());

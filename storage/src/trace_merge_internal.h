@@ -79,6 +79,7 @@ struct MergeShift {
   int64_t trackIdOffset = 0;         // added to track ids
   int64_t sliceIdOffset = 0;         // added to slice ids
   int64_t gpuCorrelationOffset = 0;  // added to nonzero GPU correlation ids
+  int64_t swapPlanIdOffset = 0;      // added to swap plan ids (swap_plan and its child rows)
   int64_t runId = 1;                 // the merged run's id, for every run column
 };
 

@@ -77,8 +77,8 @@ Status insertRun(Database& out, const RunRow& run) {
 
 // Meta keys whose per-file values are not worth keeping per rank.
 bool isRecomputedMetaKey(const std::string& key) {
-  return key == kMetaMaxSliceDurNs || key == kMetaSchemaVersion || key == kMetaFormat ||
-         key == kMetaClockDomain || key == kMetaHeartbeatUnixMs;
+  return key == kMetaMaxSliceDurNs || key == kMetaMaxSwapDurNs || key == kMetaSchemaVersion ||
+         key == kMetaFormat || key == kMetaClockDomain || key == kMetaHeartbeatUnixMs;
 }
 
 // The newest heartbeat of the inputs (a merged "running" run is live only while some rank's
@@ -129,6 +129,7 @@ std::map<std::string, std::string> mergedMeta(const std::vector<MergeSource>& so
     }
   }
   meta.erase(kMetaHeartbeatUnixMs);
+  meta.erase(kMetaMaxSwapDurNs);  // recomputed from the merged rows (insertMeta)
   if (const std::optional<int64_t> heartbeat = newestHeartbeat(sources)) {
     meta[kMetaHeartbeatUnixMs] = std::to_string(*heartbeat);
   }
@@ -149,9 +150,14 @@ Status insertMeta(Database& out, const std::map<std::string, std::string>& meta)
     MOEWB_RETURN_IF_ERROR(insert.bindAll(key, value));
     MOEWB_RETURN_IF_ERROR(insert.run());
   }
+  MOEWB_RETURN_IF_ERROR(out.exec(
+      "INSERT OR REPLACE INTO main.meta(key, value) "
+      "SELECT 'max_slice_dur_ns', CAST(coalesce(max(dur_ns), 0) AS TEXT) FROM main.slice"));
+  // Durations do not move with the clock offsets; a merged file without swap copies has none.
   return out.exec(
       "INSERT OR REPLACE INTO main.meta(key, value) "
-      "SELECT 'max_slice_dur_ns', CAST(coalesce(max(dur_ns), 0) AS TEXT) FROM main.slice");
+      "SELECT 'max_swap_dur_ns', CAST(max(max(end_ns - start_ns), 0) AS TEXT) "
+      "FROM main.swap_event HAVING count(*) > 0");
 }
 
 Status upsertStat(Database& out, const StatRow& stat) {

@@ -58,4 +58,16 @@ Result<std::optional<LayerLoad>> TraceReader::layerLoad(int64_t, int32_t) {
   return std::optional<LayerLoad>{};
 }
 
+Result<std::vector<SwapEventRow>> TraceReader::swapEvents(TimeWindow, std::optional<int32_t>) {
+  return std::vector<SwapEventRow>{};
+}
+
+Result<std::vector<SwapStepRow>> TraceReader::swapSteps() { return std::vector<SwapStepRow>{}; }
+
+Result<std::vector<SwapPlanRow>> TraceReader::swapPlans() { return std::vector<SwapPlanRow>{}; }
+
+Result<std::vector<SwapLayerSummary>> TraceReader::swapLayerSummary(int64_t, int64_t) {
+  return std::vector<SwapLayerSummary>{};
+}
+
 }  // namespace moewb::storage

@@ -26,6 +26,7 @@
 
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/rows.h"
+#include "moewb/storage/swap_queries.h"
 
 namespace moewb::storage::detail {
 
@@ -52,6 +53,20 @@ struct GpuActivityOp {
   std::variant<GpuKernelRow, GpuMemcpyRow, GpuMemsetRow, GpuSyncRow, CudaApiRow> detail;
 };
 
+// Swap rows with the run they belong to (swap_event; swap_plan and its children; swap_step).
+struct SwapEventOp {
+  RunId run;
+  SwapEventRow row;
+};
+struct SwapPlanOp {
+  RunId run;
+  SwapPlanRow row;
+};
+struct SwapStepOp {
+  RunId run;
+  SwapStepRow row;
+};
+
 // Marks a point in the queue: the writer commits (when `commit`) and then reports `ticket` done.
 struct SyncOp {
   uint64_t ticket = 0;
@@ -63,7 +78,9 @@ using WriteOp = std::variant<std::unique_ptr<RunRow>, FinishRunOp, TrackRow, Sli
                              ExpertLoadRow, std::unique_ptr<ConfigChangeOp>, StatRow, StepRow,
                              MetaOp, SyncOp, std::unique_ptr<A2aTrafficRow>,
                              std::unique_ptr<CollectiveRow>, MemoryEventRow,
-                             std::unique_ptr<GpuActivityOp>, std::unique_ptr<GpuMemoryRow>>;
+                             std::unique_ptr<GpuActivityOp>, std::unique_ptr<GpuMemoryRow>,
+                             SwapEventOp, std::unique_ptr<SwapPlanOp>,
+                             std::unique_ptr<SwapStepOp>>;
 
 class WriterQueue {
  public:

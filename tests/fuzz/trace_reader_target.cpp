@@ -113,6 +113,27 @@ void guiQueries(TraceReader& reader) {
   }
 }
 
+// The swap queries of `moewb info` and the GUI: plans, watermarks, the per-layer table over all
+// steps and over the first plan's step, and the copies of the whole file and of a window around
+// the first few, per rank.
+void swapQueries(TraceReader& reader) {
+  auto plans = reader.swapPlans();
+  (void)reader.swapSteps();
+  (void)reader.swapLayerSummary();
+  if (plans.isOk() && !plans->empty()) {
+    (void)reader.swapLayerSummary(plans->front().step, plans->front().step);
+  }
+  auto copies = reader.swapEvents(TimeWindow::all());
+  if (!copies.isOk()) return;
+  int followed = 0;
+  for (const storage::SwapEventRow& copy : *copies) {
+    if (followed++ >= kFollowUps) break;
+    if (copy.startNs == INT64_MAX) continue;
+    const int64_t endNs = copy.endNs > copy.startNs ? copy.endNs : copy.startNs + 1;
+    (void)reader.swapEvents({copy.startNs, endNs}, copy.rank);
+  }
+}
+
 // The streaming visits of export and merge, each stopped early once.
 void streamingQueries(TraceReader& reader) {
   int64_t seen = 0;
@@ -141,6 +162,7 @@ int fuzzTraceReader(const uint8_t* data, size_t size) {
       TraceReader& reader = **opened;
       infoQueries(reader);
       guiQueries(reader);
+      swapQueries(reader);
       streamingQueries(reader);
       storage::ChromeExportStats exportStats;
       (void)storage::exportChromeTrace(reader, json.string(), &exportStats);

@@ -41,6 +41,9 @@ class RecordingWriter final : public storage::TraceWriter {
     apiSteps.insert(s.step);
   }
   void addGpuMemory(const storage::GpuMemoryRow& m) override { memorySteps.insert(m.step); }
+  void addSwapPlan(RunId, const storage::SwapPlanRow&) override {}
+  void addSwapEvent(RunId, const storage::SwapEventRow&) override {}
+  void addSwapStep(RunId, const storage::SwapStepRow&) override {}
   void addStat(const storage::StatRow&) override { ++stats; }
   void addStep(const storage::StepRow&) override {}
   void setMeta(const std::string& key, const std::string& value) override { meta[key] = value; }

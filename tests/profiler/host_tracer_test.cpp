@@ -199,6 +199,17 @@ class CallLog final : public storage::TraceWriter {
   void addGpuSync(const storage::SliceRow&, const storage::GpuSyncRow&) override {}
   void addCudaApi(const storage::SliceRow&, const storage::CudaApiRow&) override {}
   void addGpuMemory(const storage::GpuMemoryRow&) override {}
+  void addSwapPlan(RunId run, const storage::SwapPlanRow& p) override {
+    log("swap_plan " + std::to_string(run.value) + " " + std::to_string(p.step) + " " + p.mode +
+        " " + std::to_string(p.tensors.size()));
+  }
+  void addSwapEvent(RunId, const storage::SwapEventRow& e) override {
+    log("swap " + std::to_string(e.step) + " " + std::to_string(e.layer) + " " + e.op +
+        (e.toHost ? " d2h" : " h2d"));
+  }
+  void addSwapStep(RunId, const storage::SwapStepRow& s) override {
+    log("swap_step " + std::to_string(s.step) + " " + std::to_string(s.offloads));
+  }
   void addStat(const storage::StatRow&) override {}
   void addStep(const storage::StepRow& step) override {
     {
@@ -374,6 +385,133 @@ TEST(HostTracer, WithoutMemoryEventsWritesNoMemoryRowsOrTrack) {
   for (const std::string& call : calls) EXPECT_NE(call.rfind("memory ", 0), 0u) << call;
   EXPECT_GE(indexOf(calls, "slice experts.fwd 0"), 0);
   EXPECT_GE(indexOf(calls, "step 0"), 0);
+}
+
+}  // namespace
+}  // namespace moewb::profiler
+
+namespace moewb::profiler {
+namespace {
+
+engine::SwapPlanEvent swapPlanEvent() {
+  engine::SwapPlanEvent plan;
+  plan.step = 1;
+  plan.rank = 0;
+  plan.mode = "auto";
+  plan.hbmTargetBytes = 4096;
+  plan.pinnedBudgetBytes = 2048;
+  plan.prefetchLayers = 1;
+  plan.d2hGbps = 55;
+  plan.h2dGbps = 54;
+  plan.bidirGbps = 36;
+  plan.fixedBytes = 100;
+  plan.turnMs = 0.25;
+  plan.layerForwardMs = {1.0, 2.0};
+  plan.layerBackwardMs = {3.0, 4.0};
+  plan.layerOtherBytes = {5, 6};
+  plan.tensorLayer = {0, 1};
+  plan.tensorOp = {"expert_fc1", "a_long_op_name_beyond_the_small_string_buffer"};
+  plan.tensorBytes = {700, 800};
+  plan.tensorSwapped = {true, false};
+  plan.tensorReason = {"picked", "op not in swap.ops"};
+  plan.predictedPeakBytes = 3000;
+  plan.predictedPeakNoSwapBytes = 3700;
+  plan.predictedExposedMs = 0.125;
+  plan.summary = "swap 1 of 2";
+  return plan;
+}
+
+// Swap plans, copies and step rows are queued with their step, before its step row, and land
+// in the swap tables with every field (the op string of a reused batch slot included).
+TEST(HostTracerSwap, WritesSwapRowsWithTheirStep) {
+  std::string path = tempTrace("swap");
+  {
+    auto writer = storage::TraceWriter::create(path, {.overwrite = true});
+    ASSERT_TRUE(writer.isOk()) << writer.status().toString();
+    HostTracer tracer(writer->get());
+    tracer.onRunStart({.name = "t", .backend = "cpu", .worldSize = 1, .startNs = 0});
+    for (int64_t step = 0; step < 3; ++step) {
+      if (step == 1) tracer.onSwapPlan(swapPlanEvent());
+      if (step >= 1) {
+        const std::string op =
+            step == 1 ? "a_long_op_name_beyond_the_small_string_buffer" : "expert_fc1";
+        tracer.onSwap({.step = step, .rank = 0, .layer = 0, .op = op, .bytes = 700,
+                       .toHost = true, .startNs = step * 100 + 10, .endNs = step * 100 + 20,
+                       .simulated = true});
+        tracer.onSwap({.step = step, .rank = 0, .layer = 0, .op = "expert_fc1", .bytes = 700,
+                       .toHost = false, .startNs = step * 100 + 50, .endNs = step * 100 + 70,
+                       .neededNs = step * 100 + 60, .stallNs = 10, .simulated = true});
+        tracer.onSwapStep({.step = step, .rank = 0, .hbmPeakBytes = 3000,
+                           .hbmPeakNoSwapBytes = 3700, .pinnedPeakBytes = 700,
+                           .pinnedCapacityBytes = 2048, .offloads = 1, .reloads = 1,
+                           .lateReloads = 1, .swappedBytes = 700, .copyMs = 3e-5,
+                           .exposedMs = 1e-5, .simulated = true});
+      }
+      tracer.onStep({.step = step, .rank = 0, .startNs = step * 100, .endNs = step * 100 + 90});
+    }
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 400, .stepsDone = 3});
+    ASSERT_TRUE((*writer)->close().isOk());
+  }
+  auto reader = storage::TraceReader::open(path);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  auto plans = (*reader)->swapPlans();
+  ASSERT_TRUE(plans.isOk());
+  ASSERT_EQ(plans->size(), 1u);
+  const storage::SwapPlanRow& p = plans->front();
+  EXPECT_EQ(p.step, 1);
+  EXPECT_EQ(p.mode, "auto");
+  EXPECT_EQ(p.hbmTargetBytes, 4096);
+  EXPECT_EQ(p.pinnedBudgetBytes, 2048);
+  EXPECT_EQ(p.d2hGbps, 55);
+  EXPECT_EQ(p.turnMs, 0.25);
+  EXPECT_EQ(p.layerBackwardMs, (std::vector<double>{3.0, 4.0}));
+  EXPECT_EQ(p.layerOtherBytes, (std::vector<int64_t>{5, 6}));
+  ASSERT_EQ(p.tensors.size(), 2u);
+  EXPECT_EQ(p.tensors[1].op, "a_long_op_name_beyond_the_small_string_buffer");
+  EXPECT_EQ(p.tensors[1].reason, "op not in swap.ops");
+  EXPECT_FALSE(p.tensors[1].swapped);
+  EXPECT_EQ(p.tensors[0].bytes, 700);
+  EXPECT_EQ(p.predictedPeakNoSwapBytes, 3700);
+  EXPECT_EQ(p.predictedExposedMs, 0.125);
+  EXPECT_EQ(p.summary, "swap 1 of 2");
+  auto copies = (*reader)->swapEvents(storage::TimeWindow::all());
+  ASSERT_TRUE(copies.isOk());
+  ASSERT_EQ(copies->size(), 4u);
+  EXPECT_EQ((*copies)[0].op, "a_long_op_name_beyond_the_small_string_buffer");
+  EXPECT_EQ((*copies)[2].op, "expert_fc1");  // the reused slot holds the new, shorter name
+  EXPECT_FALSE((*copies)[3].toHost);
+  EXPECT_EQ((*copies)[3].neededNs, 260);
+  EXPECT_EQ((*copies)[3].stallNs, 10);
+  EXPECT_TRUE((*copies)[3].simulated);
+  auto steps = (*reader)->swapSteps();
+  ASSERT_TRUE(steps.isOk());
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ(steps->back().step, 2);
+  EXPECT_EQ(steps->back().lateReloads, 1);
+  EXPECT_EQ(steps->back().exposedMs, 1e-5);
+  std::filesystem::remove(path);
+}
+
+TEST(HostTracerSwap, SwapRowsPrecedeTheirStepRow) {
+  CallLog writer;
+  {
+    HostTracer tracer(&writer);
+    tracer.onRunStart({.name = "t", .backend = "cpu", .worldSize = 1, .startNs = 0});
+    tracer.onSwapPlan(swapPlanEvent());
+    tracer.onSwap({.step = 0, .rank = 0, .layer = 1, .op = "moe_act", .bytes = 8});
+    tracer.onSwapStep({.step = 0, .rank = 0, .offloads = 1});
+    tracer.onStep({.step = 0, .rank = 0, .startNs = 0, .endNs = 40});
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted, .endNs = 50, .stepsDone = 1});
+  }
+  const std::vector<std::string> calls = writer.calls();
+  const int64_t plan = indexOf(calls, "swap_plan 1 1 auto 2");
+  const int64_t copy = indexOf(calls, "swap 0 1 moe_act d2h");
+  const int64_t swapStep = indexOf(calls, "swap_step 0 1");
+  const int64_t step = indexOf(calls, "step 0");
+  ASSERT_GE(plan, 0);
+  EXPECT_LT(plan, copy);
+  EXPECT_LT(copy, swapStep);
+  EXPECT_LT(swapStep, step);
 }
 
 }  // namespace

@@ -93,9 +93,37 @@ class RankWriter {
     m_w.addA2aTraffic({s, 0, m_rank, m_rank, 64, "dispatch"});
     m_w.addA2aTraffic({s, 0, m_rank, peer, 32, "dispatch"});
     if (m_spec.gpu) writeGpu(s, start);
+    writeSwap(s, start);
     m_w.addSlice(testing::makeSlice(m_thread, "step", local(start), 15 * kNsPerMs, s, -1, "step"));
     m_w.addStep({m_run, m_rank, s, local(start), local(start + 15 * kNsPerMs), 2.0 - 0.1 * s, 0.01,
                  64, 1000.0, 1 << 20, 1.0, 1e-3});
+  }
+
+  // Swap: a plan at step 0 (layers 0 and 1, two tensors), per step one offload and one late
+  // reload of layer `rank` % 2, and the step's watermarks.
+  void writeSwap(int s, int64_t start) {
+    const int32_t layer = m_rank % 2;
+    if (s == 0) {
+      SwapPlanRow plan;
+      plan.rank = m_rank;
+      plan.mode = "manual";
+      plan.layerForwardMs = {1.0, 1.5};
+      plan.layerBackwardMs = {2.0, 2.5};
+      plan.layerOtherBytes = {10, 20};
+      plan.tensors = {{0, "expert_fc1", 512, layer == 0, "picked"},
+                      {1, "expert_fc1", 512, layer == 1, "picked"}};
+      plan.summary = "rank " + std::to_string(m_rank);
+      m_w.addSwapPlan(m_run, plan);
+    }
+    const int64_t bytes = 512 + m_rank;
+    m_w.addSwapEvent(m_run, {0, s, m_rank, layer, "expert_fc1", bytes, true,
+                             local(start + 2 * kNsPerMs), local(start + 3 * kNsPerMs), 0, 0,
+                             false});
+    m_w.addSwapEvent(m_run, {0, s, m_rank, layer, "expert_fc1", bytes, false,
+                             local(start + 8 * kNsPerMs), local(start + 9 * kNsPerMs),
+                             local(start + 8500 * kNsPerUs), 500 * kNsPerUs, false});
+    m_w.addSwapStep(m_run, {s, m_rank, 4096 + m_rank, 8192, bytes, 1 << 20, 1, 1, 1, bytes,
+                            2.0, 0.5, false});
   }
 
   // A collective that ends at true time `endNs` on every peer (plus this rank's jitter).
@@ -170,15 +198,11 @@ RunRow runRow(const RunSpec& spec, int64_t startNs) {
   return run;
 }
 
-// A swap_event and a tuner_trial row (tables the writer has no call for) at true time `atNs`.
+// A tuner_trial row (a table the writer has no call for) at true time `atNs`.
 void addRawRows(const std::string& path, int64_t atNs) {
   execSql(path,
-          "INSERT INTO swap_event(tensor, bytes, direction, start_ns, end_ns, stream, late) "
-          "VALUES ('w', 10, 'to_host', " +
-              std::to_string(atNs) + ", " + std::to_string(atNs + 50) +
-              ", 3, 0);"
-              "INSERT INTO tuner_trial(run, start_ns, end_ns, settings_json, metrics_json, "
-              "verdict) VALUES (1, " +
+          "INSERT INTO tuner_trial(run, start_ns, end_ns, settings_json, metrics_json, "
+          "verdict) VALUES (1, " +
               std::to_string(atNs) + ", " + std::to_string(atNs + 9) + ", '{}', '{}', 'kept')");
 }
 
@@ -294,12 +318,16 @@ TEST(TraceMerge, EveryTimeColumnMovesByItsFilesOffsetAndRowCountsAdd) {
     for (const std::string& column :
          queryCsv(out, "SELECT name FROM pragma_table_info('" + table +
                            "') WHERE name LIKE "
-                           "'%\\_ns' ESCAPE '\\' AND name != 'dur_ns'")) {
-      // sum(column) over the output = sum over inputs of (their sum + rows * offset).
+                           "'%\\_ns' ESCAPE '\\' AND name NOT IN ('dur_ns', 'stall_ns')")) {
+      // sum(column) over the output = sum over inputs of (their sum + rows * offset); a swap
+      // offload's needed_ns is 0, not a time, and stays 0.
+      const std::string where =
+          table == "swap_event" && column == "needed_ns" ? " WHERE to_host = 0" : "";
       __int128 want = 0;
       for (size_t i = 0; i < inputs.size(); ++i) {
         want += std::stoll(one(inputs[i], "SELECT sum(" + column + ") FROM " + table)) +
-                __int128(count(inputs[i], table)) * merged->inputs[i].clockOffsetNs;
+                __int128(std::stoll(one(inputs[i], "SELECT count(*) FROM " + table + where))) *
+                    merged->inputs[i].clockOffsetNs;
       }
       EXPECT_EQ(one(out, "SELECT sum(" + column + ") FROM " + table), std::to_string(int64_t(want)))
           << table << "." << column;
@@ -412,6 +440,12 @@ std::vector<std::string> contents(const std::string& path) {
       "SELECT * FROM expert_load ORDER BY step, layer, expert, rank",
       "SELECT * FROM a2a_traffic ORDER BY step, src_rank, dst_rank",
       "SELECT step, ts_ns, key FROM config_change ORDER BY ts_ns",
+      "SELECT * FROM swap_event ORDER BY rank, start_ns",
+      "SELECT * FROM swap_step ORDER BY rank, step",
+      "SELECT p.rank, p.mode, p.summary, l.layer, l.forward_ms, l.other_bytes FROM swap_plan p "
+      "JOIN swap_plan_layer l ON l.plan = p.id ORDER BY 1, 4",
+      "SELECT p.rank, t.idx, t.layer, t.op, t.bytes, t.swapped FROM swap_plan p "
+      "JOIN swap_plan_tensor t ON t.plan = p.id ORDER BY 1, 2",
       "SELECT name, world_size, start_ns, end_ns, status FROM run",
   };
   std::vector<std::string> out;
@@ -447,6 +481,70 @@ TEST(TraceMerge, MergedRankFilesEqualTheTraceOfInProcessRanks) {
   ASSERT_TRUE(merged.isOk()) << merged.status().toString();
   EXPECT_EQ(contents(out), contents(inProcess));
   EXPECT_EQ(contents(out).size(), contents(inProcess).size());
+}
+
+// Each rank's swap rows survive the merge with their rank, on the merged clock, and each plan
+// keeps its own layer and tensor rows; the reader's swap queries see every rank.
+TEST(TraceMerge, KeepsEveryRanksSwapRows) {
+  TempDir dir;
+  const std::vector<std::string> inputs = writeRankFiles(dir, RunSpec{}, kShifts, 0);
+  const std::string out = dir.path("merged.db");
+  auto merged = mergeTraces(inputs, out);
+  ASSERT_TRUE(merged.isOk()) << merged.status().toString();
+  auto reader = TraceReader::open(out);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  auto plans = (*reader)->swapPlans();
+  ASSERT_TRUE(plans.isOk()) << plans.status().toString();
+  ASSERT_EQ(plans->size(), size_t(kWorldSize));
+  for (int32_t r = 0; r < kWorldSize; ++r) {
+    const SwapPlanRow& plan = (*plans)[size_t(r)];
+    EXPECT_EQ(plan.rank, r);
+    EXPECT_EQ(plan.summary, "rank " + std::to_string(r));
+    EXPECT_EQ(plan.layerForwardMs, (std::vector<double>{1.0, 1.5}));
+    ASSERT_EQ(plan.tensors.size(), 2u);
+    EXPECT_EQ(plan.tensors[size_t(r % 2)].swapped, true);
+    EXPECT_EQ(plan.tensors[size_t(1 - r % 2)].swapped, false);
+  }
+  for (int32_t r = 0; r < kWorldSize; ++r) {
+    auto copies = (*reader)->swapEvents(TimeWindow::all(), r);
+    ASSERT_TRUE(copies.isOk());
+    ASSERT_EQ(copies->size(), size_t(2 * kSteps)) << r;
+    // On rank 0's clock: the true time plus rank 0's shift, whatever this rank's clock read.
+    const SwapEventRow& firstReload = (*copies)[1];
+    EXPECT_FALSE(firstReload.toHost);
+    EXPECT_EQ(firstReload.startNs, kT0Ns + 8 * kNsPerMs + kShifts[0]) << r;
+    EXPECT_EQ(firstReload.neededNs, kT0Ns + 8500 * kNsPerUs + kShifts[0]) << r;
+    EXPECT_EQ((*copies)[0].neededNs, 0);
+    EXPECT_EQ(firstReload.bytes, 512 + r);
+  }
+  auto steps = (*reader)->swapSteps();
+  ASSERT_TRUE(steps.isOk());
+  EXPECT_EQ(steps->size(), size_t(kWorldSize * kSteps));
+  auto layers = (*reader)->swapLayerSummary();
+  ASSERT_TRUE(layers.isOk());
+  ASSERT_EQ(layers->size(), size_t(kWorldSize));
+  for (const SwapLayerSummary& l : *layers) {
+    EXPECT_EQ(l.layer, l.rank % 2);
+    EXPECT_EQ(l.lateReloads, kSteps);
+  }
+  EXPECT_EQ(one(out, "SELECT value FROM meta WHERE key = 'max_swap_dur_ns'"),
+            std::to_string(kNsPerMs));
+}
+
+// An input from before swap (no swap tables) merges with one that has them.
+TEST(TraceMerge, InputsWithoutSwapTablesMerge) {
+  TempDir dir;
+  std::vector<std::string> inputs = writeRankFiles(dir, RunSpec{}, kShifts, 0);
+  execSql(inputs[1],
+          "DROP TABLE swap_event; DROP TABLE swap_step; DROP TABLE swap_plan; "
+          "DROP TABLE swap_plan_layer; DROP TABLE swap_plan_tensor;");
+  const std::string out = dir.path("merged.db");
+  auto merged = mergeTraces(inputs, out);
+  ASSERT_TRUE(merged.isOk()) << merged.status().toString();
+  EXPECT_EQ(count(out, "swap_event"), 2 * kSteps * (kWorldSize - 1));
+  EXPECT_EQ(one(out, "SELECT count(*) FROM swap_event WHERE rank = 1"), "0");
+  EXPECT_EQ(count(out, "swap_plan"), kWorldSize - 1);
+  EXPECT_EQ(count(out, "swap_plan_tensor"), 2 * (kWorldSize - 1));
 }
 
 TEST(TraceMerge, WithoutSharedCollectivesAlignsRunStartsAndSaysSo) {

@@ -108,6 +108,15 @@ class FlightRecorderWriter final : public storage::TraceWriter {
   void addConfigChange(RunId run, const storage::ConfigChangeRow& change) override {
     m_writer->addConfigChange(run, change);
   }
+  void addSwapPlan(RunId run, const storage::SwapPlanRow& p) override {
+    m_writer->addSwapPlan(run, p);
+  }
+  void addSwapEvent(RunId run, const storage::SwapEventRow& e) override {
+    m_writer->addSwapEvent(run, e);
+  }
+  void addSwapStep(RunId run, const storage::SwapStepRow& s) override {
+    m_writer->addSwapStep(run, s);
+  }
   void addStat(const storage::StatRow& stat) override { m_writer->addStat(stat); }
   void addStep(const storage::StepRow& step) override { m_writer->addStep(step); }
   void setMeta(const std::string& key, const std::string& value) override {

@@ -5,13 +5,16 @@
 // the depth from phaseDepth(), one expert_load row per (layer, expert), counter rows; in parallel
 // runs a "collective" slice on the rank's comm track plus a collective row per collective, and
 // a2a_traffic rows per EP all-to-all; per device allocation or free one memory_event row on the
-// event's rank's "device memory" track (kind "memory", created at its first event).
-// Costs on the engine thread: a step's phase, memory, expert-load and counter events are only
-// appended to a batch of compact records (no lock, no allocation in steady state); onStep hands
-// the batch to the tracer's helper thread (one lock and one wake-up per step), which builds the
-// rows and queues them on the writer, the step row last, so every step is still committed with
-// its rows. Run, config-change, collective and traffic events are queued on the writer directly
-// (one row copy each). onRunEnd (and the destructor) wait until the helper has queued everything.
+// event's rank's "device memory" track (kind "memory", created at its first event); per swap
+// plan a swap_plan row with its layer and tensor rows, per swap copy a swap_event row, per
+// swap step a swap_step row (all of this tracer's run).
+// Costs on the engine thread: a step's phase, memory, expert-load, counter and swap events are
+// only appended to a batch of compact records (no lock, no allocation in steady state); onStep
+// hands the batch to the tracer's helper thread (one lock and one wake-up per step), which
+// builds the rows and queues them on the writer, the step row last, so every step is still
+// committed with its rows. Run, config-change, collective and traffic events are queued on the
+// writer directly (one row copy each). onRunEnd (and the destructor) wait until the helper has
+// queued everything.
 // Thread-safety: the sink methods are called from the training thread only.
 #pragma once
 
@@ -53,6 +56,9 @@ class HostTracer final : public engine::EventSink {
   void onConfigChange(const engine::ConfigChangeEvent& event) override;
   void onCollective(const engine::CollectiveEvent& event) override;
   void onA2aTraffic(const engine::A2aTrafficEvent& event) override;
+  void onSwapPlan(const engine::SwapPlanEvent& event) override;
+  void onSwap(const engine::SwapEvent& event) override;
+  void onSwapStep(const engine::SwapStepEvent& event) override;
   void onRunEnd(const engine::RunEndEvent& event) override;
 
   RunId runId() const { return m_run; }

@@ -26,6 +26,7 @@
 #include "moewb/storage/gpu_queries.h"
 #include "moewb/storage/parallel_queries.h"
 #include "moewb/storage/rows.h"
+#include "moewb/storage/swap_queries.h"
 
 namespace moewb::storage {
 
@@ -201,6 +202,23 @@ class TraceReader {
   // peers; nullopt when there is no collective there. Cost: index probes of slice(track,
   // start_ns) and collective(step, rank), one range of collective(step, rank).
   virtual Result<std::optional<MatchedCollective>> collectiveAt(TrackId track, int64_t startNs);
+
+  // Swap (result types in swap_queries.h). Files without swap tables, or a run without swap,
+  // give empty results; the defaults report nothing. Implemented in sqlite_trace_reader_swap.cpp.
+  //
+  // Copies overlapping `window`, ordered by start then id; optionally one rank. Cost: one range
+  // of the swap_event(start_ns) index.
+  virtual Result<std::vector<SwapEventRow>> swapEvents(TimeWindow window,
+                                                       std::optional<int32_t> rank = {});
+  // Every step's watermarks, by step then rank. Cost: one scan of swap_step.
+  virtual Result<std::vector<SwapStepRow>> swapSteps();
+  // Every plan with its profile, by step then rank. Cost: a scan of swap_plan and one range of
+  // swap_plan_tensor / swap_plan_layer per plan.
+  virtual Result<std::vector<SwapPlanRow>> swapPlans();
+  // Per (rank, layer): copies, bytes, late reloads and stalls over steps [fromStep, toStep]
+  // (inclusive; defaults: all), ordered by rank then layer. Cost: one grouped scan of swap_event.
+  virtual Result<std::vector<SwapLayerSummary>> swapLayerSummary(
+      int64_t fromStep = 0, int64_t toStep = std::numeric_limits<int64_t>::max());
 
   // Calls `visit` for every slice in (start, id) order, streaming (memory O(1) in the number of
   // slices); stops early when `visit` returns false. `visit` may call other methods of this

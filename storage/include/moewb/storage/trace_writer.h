@@ -25,6 +25,7 @@
 #include "moewb/base/status.h"
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/rows.h"
+#include "moewb/storage/swap_queries.h"
 
 namespace moewb::storage {
 
@@ -70,6 +71,16 @@ class TraceWriter {
   virtual void addCudaApi(const SliceRow& slice, const CudaApiRow& call) = 0;
   // Queues one device memory allocation or free (gpu_memory table).
   virtual void addGpuMemory(const GpuMemoryRow& memory) = 0;
+  // Swap (tables swap_plan, swap_plan_layer, swap_plan_tensor, swap_event, swap_step; row types
+  // in swap_queries.h), each row of run `run`; the rows' id fields are ignored (the file assigns
+  // them). addSwapPlan writes the plan with its per-layer profile (layerForwardMs,
+  // layerBackwardMs and layerOtherBytes: one swap_plan_layer row per index of the longest, 0
+  // where a shorter one ends) and its tensors (one swap_plan_tensor row each, idx = position);
+  // addSwapEvent one copy; addSwapStep a step's watermarks (same run, step and rank replace the
+  // earlier row). As cheap as addSlice for events; plans cost a row copy of their vectors.
+  virtual void addSwapPlan(RunId run, const SwapPlanRow& plan) = 0;
+  virtual void addSwapEvent(RunId run, const SwapEventRow& event) = 0;
+  virtual void addSwapStep(RunId run, const SwapStepRow& step) = 0;
   // Upserts a stats row (same name replaces the value).
   virtual void addStat(const StatRow& stat) = 0;
   // Queues the step row and commits the transaction with everything queued before it.

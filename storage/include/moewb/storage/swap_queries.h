@@ -1,0 +1,93 @@
+// Result types of the swap queries of TraceReader (tables swap_plan, swap_plan_tensor,
+// swap_plan_layer, swap_event, swap_step; see docs/TRACE-FORMAT.md): the plans with the profile
+// they were made from, every copy with its stall, the per-step watermarks and a per-layer table.
+// Plain values; the queries and their costs are documented on TraceReader.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moewb::storage {
+
+// One copy of one swapped tensor (moewb::engine::SwapEvent as stored). Times are trace times
+// (ns, the same clock as slices).
+struct SwapEventRow {
+  int64_t id = 0;
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t layer = 0;
+  std::string op;
+  int64_t bytes = 0;
+  bool toHost = true;        // D2H offload, else H2D reload
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  int64_t neededNs = 0;      // reload: consumer ready; 0 for offloads
+  int64_t stallNs = 0;       // reload: consumer wait; late when > 0
+  bool simulated = false;
+};
+
+// Per step and rank (moewb::engine::SwapStepEvent as stored).
+struct SwapStepRow {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int64_t hbmPeakBytes = 0;
+  int64_t hbmPeakNoSwapBytes = 0;
+  int64_t pinnedPeakBytes = 0;
+  int64_t pinnedCapacityBytes = 0;
+  int32_t offloads = 0;
+  int32_t reloads = 0;
+  int32_t lateReloads = 0;
+  int64_t swappedBytes = 0;
+  double copyMs = 0;
+  double exposedMs = 0;
+  bool simulated = false;
+};
+
+// One candidate tensor of a plan and the decision on it.
+struct SwapPlanTensorRow {
+  int32_t layer = 0;
+  std::string op;
+  int64_t bytes = 0;
+  bool swapped = false;
+  std::string reason;
+};
+
+// A plan with its profile (moewb::engine::SwapPlanEvent as stored): enough to plan it again under
+// other settings.
+struct SwapPlanRow {
+  int64_t id = 0;
+  int64_t step = 0;
+  int32_t rank = 0;
+  std::string mode;
+  int64_t hbmTargetBytes = 0;
+  int64_t pinnedBudgetBytes = 0;
+  int32_t prefetchLayers = 1;
+  double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
+  int64_t fixedBytes = 0;
+  double turnMs = 0;
+  std::vector<double> layerForwardMs;    // [L], layer order
+  std::vector<double> layerBackwardMs;   // [L]
+  std::vector<int64_t> layerOtherBytes;  // [L]
+  std::vector<SwapPlanTensorRow> tensors;  // forward order
+  int64_t predictedPeakBytes = 0;
+  int64_t predictedPeakNoSwapBytes = 0;
+  double predictedExposedMs = 0;
+  std::string summary;
+};
+
+// Per (rank, layer) over the selected steps: what moved and what it cost.
+struct SwapLayerSummary {
+  int32_t rank = 0;
+  int32_t layer = 0;
+  int64_t offloadedBytes = 0;
+  int64_t reloadedBytes = 0;
+  int32_t offloads = 0;
+  int32_t reloads = 0;
+  int32_t lateReloads = 0;
+  double copyMs = 0;
+  double exposedMs = 0;      // sum of reload stalls
+  double worstStallMs = 0;
+};
+
+}  // namespace moewb::storage

@@ -1,0 +1,350 @@
+// The reader's swap queries (tables swap_plan, swap_plan_layer, swap_plan_tensor, swap_event,
+// swap_step; see docs/TRACE-FORMAT.md): copies in a time window, the per-step watermarks, the
+// plans with their profiles, and a per-(rank, layer) summary.
+// Costs: swapEvents is one range of swap_event(start_ns) over [window.start - longest copy,
+// window.end), the longest copy being the meta value max_swap_dur_ns (a scan of swap_event only
+// for files without it); swapSteps one scan of swap_step; swapPlans a scan of swap_plan plus one
+// primary-key range of swap_plan_layer and swap_plan_tensor per plan; swapLayerSummary one range
+// of swap_event(step, rank) grouped by (rank, layer) in SQL.
+// Files from before swap (no swap tables, or the empty placeholder swap_event of early v1 files
+// with other columns) read as "no swap": every query returns nothing. Values are untrusted: a
+// copy whose end precedes its start is read as ending at its start (stats row
+// swap_times_reversed); negative bytes, stalls and counts are read as 0 (swap_values_negative);
+// sums that overflow int64 are clamped (values_clamped); unknown op names and modes are data.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <string>
+
+#include "schema.h"
+#include "sqlite_trace_reader.h"
+
+namespace moewb::storage {
+namespace detail {
+
+namespace {
+
+// Bits of SqliteTraceReader::swapTables.
+enum SwapTable : int {
+  kSwapEventTable = 1,
+  kSwapStepTable = 2,
+  kSwapPlanTables = 4,  // swap_plan, swap_plan_layer and swap_plan_tensor together
+};
+
+struct TableColumns {
+  const char* table;
+  const char* columns;  // SQL list of the column names this build reads
+  int count;
+};
+
+constexpr TableColumns kSwapEventColumns = {
+    "swap_event",
+    "'id', 'run', 'step', 'rank', 'layer', 'op', 'bytes', 'to_host', 'start_ns', 'end_ns', "
+    "'needed_ns', 'stall_ns', 'simulated'",
+    13};
+constexpr TableColumns kSwapStepColumns = {
+    "swap_step",
+    "'run', 'step', 'rank', 'hbm_peak_bytes', 'hbm_peak_no_swap_bytes', 'pinned_peak_bytes', "
+    "'pinned_capacity_bytes', 'offloads', 'reloads', 'late_reloads', 'swapped_bytes', "
+    "'copy_ms', 'exposed_ms', 'simulated'",
+    14};
+constexpr TableColumns kSwapPlanColumns = {
+    "swap_plan",
+    "'id', 'run', 'step', 'rank', 'mode', 'hbm_target_bytes', 'pinned_budget_bytes', "
+    "'prefetch_layers', 'd2h_gbps', 'h2d_gbps', 'bidir_gbps', 'fixed_bytes', 'turn_ms', "
+    "'predicted_peak_bytes', 'predicted_peak_no_swap_bytes', 'predicted_exposed_ms', 'summary'",
+    17};
+constexpr TableColumns kSwapPlanLayerColumns = {
+    "swap_plan_layer", "'plan', 'layer', 'forward_ms', 'backward_ms', 'other_bytes'", 5};
+constexpr TableColumns kSwapPlanTensorColumns = {
+    "swap_plan_tensor", "'plan', 'idx', 'layer', 'op', 'bytes', 'swapped', 'reason'", 7};
+
+// ?1 = lowest start to scan, ?2 = window end (exclusive), ?3 = window start.
+constexpr const char* kSwapWindowSql =
+    "SELECT id, step, rank, layer, op, bytes, to_host, start_ns, end_ns, needed_ns, stall_ns, "
+    "simulated FROM swap_event WHERE start_ns >= ?1 AND start_ns < ?2 "
+    "AND (start_ns >= ?3 OR end_ns > ?3) ORDER BY start_ns, id";
+// The same for one rank (?4).
+constexpr const char* kSwapWindowRankSql =
+    "SELECT id, step, rank, layer, op, bytes, to_host, start_ns, end_ns, needed_ns, stall_ns, "
+    "simulated FROM swap_event WHERE start_ns >= ?1 AND start_ns < ?2 "
+    "AND (start_ns >= ?3 OR end_ns > ?3) AND rank = ?4 ORDER BY start_ns, id";
+
+// ?1, ?2 = step range (inclusive). Per (rank, layer): offloaded and reloaded bytes, offloads,
+// reloads, late reloads, copy ns, stall ns, worst stall ns, reversed copies, negative values.
+constexpr const char* kSwapLayerSummarySql =
+    "SELECT rank, layer, "
+    "total(CASE WHEN to_host != 0 THEN max(bytes, 0) ELSE 0 END), "
+    "total(CASE WHEN to_host = 0 THEN max(bytes, 0) ELSE 0 END), "
+    "sum(to_host != 0), sum(to_host = 0), sum(to_host = 0 AND stall_ns > 0), "
+    "total(max(end_ns - start_ns, 0)), "
+    "total(CASE WHEN to_host = 0 THEN max(stall_ns, 0) ELSE 0 END), "
+    "max(CASE WHEN to_host = 0 THEN max(stall_ns, 0) ELSE 0 END), "
+    "sum(end_ns < start_ns), sum(bytes < 0 OR stall_ns < 0) "
+    "FROM swap_event WHERE step BETWEEN ?1 AND ?2 GROUP BY rank, layer ORDER BY rank, layer";
+
+constexpr double kNsPerMsDouble = 1e6;
+
+constexpr const char* kReversedDescription =
+    "swap copies whose end precedes their start, read as ending at their start (the file may be "
+    "damaged or hostile)";
+constexpr const char* kNegativeDescription =
+    "swap rows with negative bytes, stalls or counts, read as 0 (the file may be damaged or "
+    "hostile)";
+
+}  // namespace
+
+Result<bool> swapTableReadable(Database& db, const std::string& table,
+                               const std::string& schema) {
+  const TableColumns* found = nullptr;
+  for (const TableColumns* t : {&kSwapEventColumns, &kSwapStepColumns, &kSwapPlanColumns,
+                                &kSwapPlanLayerColumns, &kSwapPlanTensorColumns}) {
+    if (table == t->table) found = t;
+  }
+  if (found == nullptr) return false;
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(db, fmt::format("SELECT count(*) FROM pragma_table_info(?1, ?2) "
+                                         "WHERE name IN ({})",
+                                         found->columns)));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(table, schema));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+  return hasRow && query.columnInt(0) == found->count;
+}
+
+Result<int> SqliteTraceReader::swapTables() {
+  if (m_swapTables >= 0) return m_swapTables;
+  int tables = 0;
+  MOEWB_ASSIGN_OR_RETURN(const bool events, swapTableReadable(m_db, "swap_event"));
+  MOEWB_ASSIGN_OR_RETURN(const bool steps, swapTableReadable(m_db, "swap_step"));
+  MOEWB_ASSIGN_OR_RETURN(const bool plans, swapTableReadable(m_db, "swap_plan"));
+  MOEWB_ASSIGN_OR_RETURN(const bool layers, swapTableReadable(m_db, "swap_plan_layer"));
+  MOEWB_ASSIGN_OR_RETURN(const bool tensors, swapTableReadable(m_db, "swap_plan_tensor"));
+  if (events) tables |= kSwapEventTable;
+  if (steps) tables |= kSwapStepTable;
+  if (plans && layers && tensors) tables |= kSwapPlanTables;
+  m_swapTables = tables;
+  return tables;
+}
+
+Result<int64_t> SqliteTraceReader::maxSwapDurNs() {
+  MOEWB_ASSIGN_OR_RETURN(const std::string fromMeta, metaValue(kMetaMaxSwapDurNs));
+  int64_t value = 0;
+  const char* end = fromMeta.data() + fromMeta.size();
+  const auto [ptr, ec] = std::from_chars(fromMeta.data(), end, value);
+  if (!fromMeta.empty() && ec == std::errc() && ptr == end) return std::max<int64_t>(value, 0);
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement scan,
+      Statement::prepare(m_db, "SELECT coalesce(max(end_ns - start_ns), 0) FROM swap_event"));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, scan.step());
+  return hasRow ? std::max<int64_t>(scan.columnInt(0), 0) : int64_t{0};
+}
+
+void SqliteTraceReader::repairSwapEvent(SwapEventRow& row) {
+  if (row.endNs < row.startNs) {
+    countBadValue("swap_times_reversed", 1,
+                  kReversedDescription);
+    row.endNs = row.startNs;
+  }
+  if (row.bytes < 0 || row.stallNs < 0) {
+    countBadValue("swap_values_negative", 1,
+                  kNegativeDescription);
+    row.bytes = std::max<int64_t>(row.bytes, 0);
+    row.stallNs = std::max<int64_t>(row.stallNs, 0);
+  }
+}
+
+Result<std::vector<SwapEventRow>> SqliteTraceReader::swapEvents(TimeWindow window,
+                                                                std::optional<int32_t> rank) {
+  if (window.endNs <= window.startNs) return std::vector<SwapEventRow>{};
+  MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
+  if ((tables & kSwapEventTable) == 0) return std::vector<SwapEventRow>{};
+  return inReadTransaction<std::vector<SwapEventRow>>(
+      [&] { return swapEventsInSnapshot(window, rank); });
+}
+
+Result<std::vector<SwapEventRow>> SqliteTraceReader::swapEventsInSnapshot(
+    TimeWindow window, std::optional<int32_t> rank) {
+  MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSwapDurNs());
+  MOEWB_ASSIGN_OR_RETURN(Statement query,
+                         Statement::prepare(m_db, rank ? kSwapWindowRankSql : kSwapWindowSql));
+  MOEWB_RETURN_IF_ERROR(
+      query.bindAll(saturatingSub(window.startNs, maxDurNs), window.endNs, window.startNs));
+  if (rank) MOEWB_RETURN_IF_ERROR(query.bindInt(4, *rank));
+  std::vector<SwapEventRow> rows;
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow) break;
+    SwapEventRow row;
+    row.id = query.columnInt(0);
+    row.step = query.columnInt(1);
+    row.rank = query.columnInt32(2);
+    row.layer = query.columnInt32(3);
+    row.op = query.columnText(4);
+    row.bytes = query.columnInt(5);
+    row.toHost = query.columnInt(6) != 0;
+    row.startNs = query.columnInt(7);
+    row.endNs = query.columnInt(8);
+    row.neededNs = query.columnInt(9);
+    row.stallNs = query.columnInt(10);
+    row.simulated = query.columnInt(11) != 0;
+    repairSwapEvent(row);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Result<std::vector<SwapStepRow>> SqliteTraceReader::swapSteps() {
+  MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
+  if ((tables & kSwapStepTable) == 0) return std::vector<SwapStepRow>{};
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(m_db,
+                         "SELECT step, rank, hbm_peak_bytes, hbm_peak_no_swap_bytes, "
+                         "pinned_peak_bytes, pinned_capacity_bytes, offloads, reloads, "
+                         "late_reloads, swapped_bytes, copy_ms, exposed_ms, simulated "
+                         "FROM swap_step ORDER BY step, rank, run"));
+  std::vector<SwapStepRow> rows;
+  int64_t negative = 0;
+  auto nonNegative = [&](int64_t value) {
+    if (value >= 0) return value;
+    ++negative;
+    return int64_t{0};
+  };
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow) break;
+    SwapStepRow row;
+    row.step = query.columnInt(0);
+    row.rank = query.columnInt32(1);
+    row.hbmPeakBytes = nonNegative(query.columnInt(2));
+    row.hbmPeakNoSwapBytes = nonNegative(query.columnInt(3));
+    row.pinnedPeakBytes = nonNegative(query.columnInt(4));
+    row.pinnedCapacityBytes = nonNegative(query.columnInt(5));
+    row.offloads = saturateToInt32(nonNegative(query.columnInt(6)));
+    row.reloads = saturateToInt32(nonNegative(query.columnInt(7)));
+    row.lateReloads = saturateToInt32(nonNegative(query.columnInt(8)));
+    row.swappedBytes = nonNegative(query.columnInt(9));
+    row.copyMs = std::max(query.columnDouble(10), 0.0);
+    row.exposedMs = std::max(query.columnDouble(11), 0.0);
+    if (query.columnDouble(10) < 0 || query.columnDouble(11) < 0) ++negative;
+    row.simulated = query.columnInt(12) != 0;
+    rows.push_back(row);
+  }
+  countBadValue("swap_values_negative", negative,
+                kNegativeDescription);
+  return rows;
+}
+
+Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlans() {
+  MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
+  if ((tables & kSwapPlanTables) == 0) return std::vector<SwapPlanRow>{};
+  return inReadTransaction<std::vector<SwapPlanRow>>([&] { return swapPlansInSnapshot(); });
+}
+
+Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot() {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement plans,
+      Statement::prepare(m_db,
+                         "SELECT id, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
+                         "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, turn_ms, "
+                         "predicted_peak_bytes, predicted_peak_no_swap_bytes, "
+                         "predicted_exposed_ms, summary FROM swap_plan ORDER BY step, rank, id"));
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement layers,
+      Statement::prepare(m_db,
+                         "SELECT layer, forward_ms, backward_ms, other_bytes FROM swap_plan_layer "
+                         "WHERE plan = ?1 ORDER BY layer"));
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement tensors,
+      Statement::prepare(m_db,
+                         "SELECT layer, op, bytes, swapped, reason FROM swap_plan_tensor "
+                         "WHERE plan = ?1 ORDER BY idx"));
+  std::vector<SwapPlanRow> rows;
+  int64_t gaps = 0;
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, plans.step());
+    if (!hasRow) break;
+    SwapPlanRow p;
+    p.id = plans.columnInt(0);
+    p.step = plans.columnInt(1);
+    p.rank = plans.columnInt32(2);
+    p.mode = plans.columnText(3);
+    p.hbmTargetBytes = plans.columnInt(4);
+    p.pinnedBudgetBytes = plans.columnInt(5);
+    p.prefetchLayers = plans.columnInt32(6);
+    p.d2hGbps = plans.columnDouble(7);
+    p.h2dGbps = plans.columnDouble(8);
+    p.bidirGbps = plans.columnDouble(9);
+    p.fixedBytes = plans.columnInt(10);
+    p.turnMs = plans.columnDouble(11);
+    p.predictedPeakBytes = plans.columnInt(12);
+    p.predictedPeakNoSwapBytes = plans.columnInt(13);
+    p.predictedExposedMs = plans.columnDouble(14);
+    p.summary = plans.columnText(15);
+    MOEWB_RETURN_IF_ERROR(layers.bindInt(1, p.id));
+    while (true) {
+      MOEWB_ASSIGN_OR_RETURN(const bool hasLayer, layers.step());
+      if (!hasLayer) break;
+      // Layers are stored 0 .. L-1; a file with gaps is read in layer order and counted.
+      if (layers.columnInt(0) != int64_t(p.layerForwardMs.size())) ++gaps;
+      p.layerForwardMs.push_back(layers.columnDouble(1));
+      p.layerBackwardMs.push_back(layers.columnDouble(2));
+      p.layerOtherBytes.push_back(layers.columnInt(3));
+    }
+    layers.reset();
+    MOEWB_RETURN_IF_ERROR(tensors.bindInt(1, p.id));
+    while (true) {
+      MOEWB_ASSIGN_OR_RETURN(const bool hasTensor, tensors.step());
+      if (!hasTensor) break;
+      p.tensors.push_back({tensors.columnInt32(0), tensors.columnText(1), tensors.columnInt(2),
+                           tensors.columnInt(3) != 0, tensors.columnText(4)});
+    }
+    tensors.reset();
+    rows.push_back(std::move(p));
+  }
+  countBadValue("swap_plan_layer_gaps", gaps,
+                "swap plans whose layer rows are not numbered 0, 1, 2, ...; read in layer order "
+                "(the file may be damaged or hostile)");
+  return rows;
+}
+
+Result<std::vector<SwapLayerSummary>> SqliteTraceReader::swapLayerSummary(int64_t fromStep,
+                                                                          int64_t toStep) {
+  MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
+  if ((tables & kSwapEventTable) == 0 || toStep < fromStep) {
+    return std::vector<SwapLayerSummary>{};
+  }
+  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kSwapLayerSummarySql));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
+  std::vector<SwapLayerSummary> rows;
+  int64_t clamped = 0, reversed = 0, negative = 0;
+  while (true) {
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (!hasRow) break;
+    SwapLayerSummary s;
+    s.rank = query.columnInt32(0);
+    s.layer = query.columnInt32(1);
+    s.offloadedBytes = clampToInt64(query.columnDouble(2), &clamped);
+    s.reloadedBytes = clampToInt64(query.columnDouble(3), &clamped);
+    s.offloads = query.columnInt32(4);
+    s.reloads = query.columnInt32(5);
+    s.lateReloads = query.columnInt32(6);
+    s.copyMs = query.columnDouble(7) / kNsPerMsDouble;
+    s.exposedMs = query.columnDouble(8) / kNsPerMsDouble;
+    s.worstStallMs = query.columnDouble(9) / kNsPerMsDouble;
+    reversed = saturatingAdd(reversed, query.columnInt(10));
+    negative = saturatingAdd(negative, query.columnInt(11));
+    rows.push_back(s);
+  }
+  countClamped(clamped);
+  countBadValue("swap_times_reversed", reversed,
+                kReversedDescription);
+  countBadValue("swap_values_negative", negative,
+                kNegativeDescription);
+  return rows;
+}
+
+}  // namespace detail
+}  // namespace moewb::storage
