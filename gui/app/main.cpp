@@ -5,6 +5,8 @@
 //                                         (or the run finished) and exit; exit code 1 on errors
 //   --window A:B                          show ms A..B after the trace start on the timeline
 //   --size WxH                            window size (default 1600x1000)
+//   --timeline-height PX                  give the timeline PX pixels (all lanes down to swap)
+//   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDateTime>
@@ -27,21 +29,6 @@ void applyWindow(moewb::gui::MainWindow* window, const QString& spec) {
   window->timelineView()->showTimeRange({origin + ms(parts[0]), origin + ms(parts[1])});
 }
 
-// Renders `window` to `path` after the event loop has laid it out, then quits with the result.
-// `windowSpec` (--window) is applied first, as a live run's trace only exists now.
-void screenshotAndQuit(moewb::gui::MainWindow* window, const QString& path, bool ok,
-                       const QString& windowSpec) {
-  QTimer::singleShot(300, window, [window, path, ok, windowSpec] {
-    if (!windowSpec.isEmpty()) applyWindow(window, windowSpec);
-    const bool saved = window->saveScreenshot(path);
-    if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(path));
-    if (!window->lastError().isEmpty()) {
-      std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(window->lastError()));
-    }
-    QCoreApplication::exit(saved && ok ? 0 : 1);
-  });
-}
-
 struct Options {
   QString file;       // FILE to open, may be empty
   QString runConfig;  // --run
@@ -50,7 +37,35 @@ struct Options {
   QString screenshot;  // --screenshot
   QString windowSpec;  // --window
   QSize size{1600, 1000};
+  int timelineHeight = 0;  // --timeline-height, 0 = default
+  QString swapTab;         // --swap-tab
 };
+
+// Applies the layout options (--timeline-height, --swap-tab) once a trace is in.
+void applyLayout(moewb::gui::MainWindow* window, const Options& o) {
+  if (o.timelineHeight > 0) window->setTimelineHeight(o.timelineHeight);
+  if (!o.swapTab.isEmpty() && !window->showSwapTab(o.swapTab)) {
+    std::fprintf(stderr, "moewb-gui: --swap-tab %s: no swap rows in the trace or not one of "
+                 "memory, pcie, layers, what-if\n", qPrintable(o.swapTab));
+  }
+}
+
+// Renders `window` to `path` after the event loop has laid it out, then quits with the result.
+// `windowSpec` (--window) and the layout options are applied first, as a live run's trace only
+// exists now.
+void screenshotAndQuit(moewb::gui::MainWindow* window, const QString& path, bool ok,
+                       const Options& o) {
+  QTimer::singleShot(300, window, [window, path, ok, o] {
+    if (!o.windowSpec.isEmpty()) applyWindow(window, o.windowSpec);
+    applyLayout(window, o);
+    const bool saved = window->saveScreenshot(path);
+    if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(path));
+    if (!window->lastError().isEmpty()) {
+      std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(window->lastError()));
+    }
+    QCoreApplication::exit(saved && ok ? 0 : 1);
+  });
+}
 
 Options parseOptions(const QApplication& app) {
   QCommandLineParser parser;
@@ -72,7 +87,12 @@ Options parseOptions(const QApplication& app) {
   QCommandLineOption windowOpt(QStringLiteral("window"),
                                QStringLiteral("timeline window in ms after the trace start"),
                                QStringLiteral("A:B"));
-  parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt});
+  QCommandLineOption heightOpt(QStringLiteral("timeline-height"),
+                               QStringLiteral("timeline height in pixels"), QStringLiteral("PX"));
+  QCommandLineOption swapTabOpt(QStringLiteral("swap-tab"),
+                                QStringLiteral("Swap dock tab: memory, pcie, layers, what-if"),
+                                QStringLiteral("TAB"));
+  parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt});
   parser.process(app);
   Options o;
   if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
@@ -85,6 +105,8 @@ Options parseOptions(const QApplication& app) {
   o.runSteps = parser.value(stepsOpt).toLongLong();
   o.screenshot = parser.value(shotOpt);
   o.windowSpec = parser.value(windowOpt);
+  o.timelineHeight = parser.value(heightOpt).toInt();
+  o.swapTab = parser.value(swapTabOpt);
   const QStringList size = parser.value(sizeOpt).split(QLatin1Char('x'));
   if (size.size() == 2 && size[0].toInt() > 0 && size[1].toInt() > 0) {
     o.size = QSize(size[0].toInt(), size[1].toInt());
@@ -114,7 +136,8 @@ int main(int argc, char** argv) {
         &window, &moewb::gui::MainWindow::openFinished, &window,
         [&window, o, shotAfterOpen](bool opened) {
           if (opened && !o.windowSpec.isEmpty()) applyWindow(&window, o.windowSpec);
-          if (shotAfterOpen) screenshotAndQuit(&window, o.screenshot, opened, o.windowSpec);
+          if (opened) applyLayout(&window, o);
+          if (shotAfterOpen) screenshotAndQuit(&window, o.screenshot, opened, o);
         },
         Qt::SingleShotConnection);
     window.beginOpen(o.file);
@@ -124,13 +147,13 @@ int main(int argc, char** argv) {
     if (started && !o.screenshot.isEmpty()) {
       QObject::connect(&window, &moewb::gui::MainWindow::runFinished, &window,
                        [&window, o](bool runOk, const QString&) {
-                         screenshotAndQuit(&window, o.screenshot, runOk, o.windowSpec);
+                         screenshotAndQuit(&window, o.screenshot, runOk, o);
                        });
     } else if (!o.screenshot.isEmpty()) {
-      screenshotAndQuit(&window, o.screenshot, false, o.windowSpec);
+      screenshotAndQuit(&window, o.screenshot, false, o);
     }
   } else if (!o.screenshot.isEmpty() && !shotAfterOpen) {
-    screenshotAndQuit(&window, o.screenshot, true, o.windowSpec);
+    screenshotAndQuit(&window, o.screenshot, true, o);
   }
   return app.exec();
 }

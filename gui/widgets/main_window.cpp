@@ -131,6 +131,13 @@ void MainWindow::createCentralArea() {
   connect(&m_document, &TraceDocument::closed, this, &MainWindow::updateMemoryChart);
 }
 
+void MainWindow::setTimelineHeight(int px) {
+  auto* central = qobject_cast<QSplitter*>(centralWidget());
+  if (!central || central->count() != 2) return;
+  const int total = std::max(central->height(), px + 100);
+  central->setSizes({px, std::max(total - px, 100)});
+}
+
 void MainWindow::createDocks() {
   m_livePanel = new LiveControlPanel;
   m_livePanel->setRunController(m_runner);
@@ -189,6 +196,8 @@ void MainWindow::createDocks() {
   m_gpuTable->setWordWrap(false);
   m_gpuTable->setTextElideMode(Qt::ElideMiddle);
   QDockWidget* gpuDock = dock(tr("GPU kernel"), "gpu kernel", m_gpuTable);
+  m_gpuDock = gpuDock;
+  m_phaseDock = phaseDock;
   tabifyDockWidget(phaseDock, changeDock);
   tabifyDockWidget(phaseDock, gpuDock);
   phaseDock->raise();
@@ -198,6 +207,7 @@ void MainWindow::createDocks() {
   // Until a run is live the Live control dock takes no room (View > Live control shows it).
   liveDock->hide();
   createParallelDock();
+  createSwapDock();
   m_gpuTable->verticalHeader()->hide();
   m_gpuTable->verticalHeader()->setDefaultSectionSize(22);
   m_gpuTable->setAlternatingRowColors(true);

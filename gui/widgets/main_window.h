@@ -2,6 +2,8 @@
 // step-time, memory, grad-norm and learning-rate charts, all marking the trace's config changes; docks: Live control (steers
 // a run started here: pause / resume / step / stop and live config patches), the step table, the
 // phase summary and the config changes, and for traces of parallel runs (world size > 1) the
+// Swap dock (for traces with swap rows: watermarks, PCIe rate, the per-layer table and the
+// what-if; a click on a swap copy in the timeline selects what waited for it), the
 // Parallelism dock (all-to-all traffic matrix, tokens per rank, collectives by wait; picking a
 // collective there or on the timeline outlines it on every rank's comm track); a status bar with
 // file, steps, last loss and tokens/s.
@@ -12,7 +14,8 @@
 // Errors (unreadable trace, bad config) go to a message box and the status bar in plain words
 // (userMessage: no status-code names, no source locations); live-control replies (a refused
 // patch) go to the panel and the status bar.
-// Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh).
+// Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh),
+// main_window_swap.cpp (the Swap dock and swap selection).
 #pragma once
 
 #include <QMainWindow>
@@ -39,6 +42,8 @@ class LiveControlPanel;
 class ParallelModel;
 class ParallelPanel;
 class RunController;
+class SwapModel;
+class SwapPanel;
 class TimelineView;
 
 class MainWindow : public QMainWindow {
@@ -60,6 +65,12 @@ class MainWindow : public QMainWindow {
   Status startRun(const QString& configPath, const QString& outPath, qint64 steps = -1);
   // Renders the whole window into a PNG at `path`; false when it cannot be written.
   bool saveScreenshot(const QString& path);
+  // Gives the timeline `px` pixels of the central area's height (the charts get the rest), e.g.
+  // so a screenshot shows every lane of a CUDA trace down to the swap lanes.
+  void setTimelineHeight(int px);
+  // Shows the Swap dock (when the trace has swap rows) on tab `tab`: "memory", "pcie",
+  // "layers" or "what-if". False when the name is unknown or the trace has no swap rows.
+  bool showSwapTab(const QString& tab);
   // Tests and --screenshot turn message boxes off (errors then go to the status bar only).
   void setErrorDialogsEnabled(bool enabled) { m_errorDialogs = enabled; }
 
@@ -80,6 +91,16 @@ class MainWindow : public QMainWindow {
   QDockWidget* parallelDock() const { return m_parallelDock; }
   ParallelPanel* parallelPanel() const { return m_parallelPanel; }
   ParallelModel* parallelModel() const { return m_parallel; }
+  // The Swap dock (shown only for traces with swap rows), its panel and model.
+  QDockWidget* swapDock() const { return m_swapDock; }
+  SwapPanel* swapPanel() const { return m_swapPanel; }
+  SwapModel* swapModel() const { return m_swap; }
+  // The "GPU kernel" dock.
+  QDockWidget* gpuDock() const { return m_gpuDock; }
+  // Selects what waited for reload `event` (see SwapModel::waiterOf): a kernel goes to the GPU
+  // kernel dock and is marked on the timeline, a phase slice is outlined and its step shown.
+  // Errors: read errors (also shown in the status bar).
+  Status selectSwapWaiter(const storage::SwapEventRow& event);
   // The status bar's load progress (0..1000) and its Cancel button, visible while a load runs.
   QProgressBar* loadProgressBar() const { return m_loadBar; }
   QPushButton* cancelLoadButton() const { return m_cancelLoad; }
@@ -103,6 +124,8 @@ class MainWindow : public QMainWindow {
   void createDocks();
   void createParallelDock();
   void updateParallelDock();
+  void createSwapDock();
+  void updateSwapDock();
   void selectCollectiveSlice(qint64 trackId, qint64 startNs);
   void highlightCollective(const storage::MatchedCollective& match, bool zoom);
   void createStatusBar();
@@ -140,6 +163,12 @@ class MainWindow : public QMainWindow {
   ParallelPanel* m_parallelPanel = nullptr;
   QDockWidget* m_parallelDock = nullptr;
   QDockWidget* m_liveDock = nullptr;
+  QDockWidget* m_gpuDock = nullptr;
+  QDockWidget* m_phaseDock = nullptr;
+  SwapModel* m_swap = nullptr;
+  SwapPanel* m_swapPanel = nullptr;
+  QDockWidget* m_swapDock = nullptr;
+  bool m_swapTrace = false;  // the open trace has swap rows (dock shown once for it)
   uint64_t m_memoryChartRevision = ~uint64_t(0);  // document memoryRevision() drawn
   bool m_memoryChartHasSteps = false;  // hidden until a run started here is live
   bool m_parallelTrace = false;       // the open trace has world size > 1 (dock shown once for it)

@@ -31,6 +31,8 @@ void TimelineView::setDocument(TraceDocument* document) {
       m_selectedStep.reset();
       m_selectedGpuSlice.reset();
       m_highlights.clear();
+      m_swapEvents.clear();
+      m_swapItems.clear();
       onDataChanged();
     };
     // A streamed load starts fitted to the whole file and keeps the user's zoom from then on.
@@ -118,6 +120,7 @@ void TimelineView::rebuildDrawList() {
   m_drawList = buildDrawList(m_document->timeline(), m_geometry);
   rebuildMemory();
   rebuildGpu();
+  rebuildSwap();
 }
 
 void TimelineView::rebuildGpu() {
@@ -232,6 +235,9 @@ void TimelineView::layoutLanes() {
   const size_t gpuLaneCount = m_document->gpuLaneTracks().size();
   m_gpuTop = y + (gpuLaneCount ? kTrackGapPx : 0);
   y = m_gpuTop + int(gpuLaneCount) * kLaneHeightPx;
+  const int swapLanes = swapLaneCount();
+  m_swapTop = y + (swapLanes ? kTrackGapPx : 0);
+  y = m_swapTop + swapLanes * kLaneHeightPx;
   m_memoryTop = y + kTrackGapPx;
 }
 
@@ -266,6 +272,7 @@ QSize TimelineView::sizeHint() const {
   if (m_document && !m_rows.empty()) {
     const int gpuLanes = int(m_document->gpuLaneTracks().size());
     if (gpuLanes > 0) lanesBottom += kTrackGapPx + gpuLanes * kLaneHeightPx;
+    if (swapLaneCount() > 0) lanesBottom += kTrackGapPx + swapLaneCount() * kLaneHeightPx;
     lanesBottom += int(m_document->memoryTracks().size()) * (kMemoryRowPx + kTrackGapPx);
   }
   return {900, std::max(220, lanesBottom + kLegendPx + 8)};

@@ -23,7 +23,13 @@
 // name with the most busy time there (dominantSpans), more opaque the busier the column.
 // Clicking a host slice also emits sliceActivated (track, start): the main window uses it to find
 // a collective's peers, which setHighlightedSlices then outlines on every rank's comm track.
-// Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp.
+// Traces with swap rows (SwapModel::hasSwap) get, under the GPU lanes (under the host lanes
+// when there are none), two lanes per rank, "swap D2H" and "swap H2D" ("(simulated)" for the CPU
+// backend's simulated tier): one bar per copy labelled "L3 expert_fc1", late reloads red with
+// their stall span (needed -> end) marked; the tooltip gives layer, op, bytes, duration, GB/s
+// and stall. Clicking a copy emits swapCopyActivated (the main window selects what waited).
+// Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
+// timeline_view_swap.cpp (the swap lanes).
 #pragma once
 
 #include <QWidget>
@@ -33,6 +39,7 @@
 #include "moewb/gui/config_markers.h"
 #include "moewb/gui/gpu_timeline.h"
 #include "moewb/gui/memory_timeline.h"
+#include "moewb/gui/swap_lanes.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
 
@@ -40,6 +47,7 @@ class QPainter;
 
 namespace moewb::gui {
 
+class SwapModel;
 class TraceDocument;
 
 // A host slice to outline, named by its track and start (e.g. one peer of a collective).
@@ -91,6 +99,20 @@ class TimelineView : public QWidget {
   // The GPU slice selected by the last click, if any.
   std::optional<SliceId> selectedGpuSlice() const { return m_selectedGpuSlice; }
 
+  // Shows `model`'s copies in swap lanes and follows its changes (not owned; may be null).
+  void setSwapModel(SwapModel* model);
+  // Number of swap lanes (2 per rank of SwapModel::laneRanks when the trace has swap rows).
+  int swapLaneCount() const;
+  // The copies of the visible window and their bars, rebuilt with the draw list.
+  const std::vector<storage::SwapEventRow>& swapEvents() const { return m_swapEvents; }
+  const std::vector<SwapDrawItem>& swapItems() const { return m_swapItems; }
+  // Widget rectangle of swap lane `lane` (plot part only); empty if none.
+  QRect swapLaneRect(int lane) const;
+  // The copy under widget point `pos` (not a folded bar), or nullptr.
+  const storage::SwapEventRow* swapEventAtPos(const QPoint& pos) const;
+  // Marks GPU slice `slice` as selected (as a click on it does) without emitting anything.
+  void setSelectedGpuSlice(std::optional<SliceId> slice);
+
   // Outlines `slices` in the accent colour (at least 3 px wide, also inside folded runs) until
   // the next call or a newly opened file; an empty vector clears.
   void setHighlightedSlices(std::vector<TimelineHighlight> slices);
@@ -114,6 +136,8 @@ class TimelineView : public QWidget {
   void sliceActivated(qint64 trackId, qint64 startNs);
   // The user clicked a GPU kernel, copy or memset (not a folded run): its slice id.
   void gpuSliceActivated(qint64 sliceId);
+  // The user clicked a swap copy (not a folded bar).
+  void swapCopyActivated(const moewb::storage::SwapEventRow& event);
   // The visible window changed (zoom, pan, fit, resize).
   void windowChanged();
 
@@ -149,6 +173,10 @@ class TimelineView : public QWidget {
   void rebuildMarkers();
   void rebuildMemory();
   void rebuildGpu();
+  void rebuildSwap();
+  // Index of the swap lane at widget y, or -1.
+  int swapLaneAtY(int y) const;
+  QString swapTooltipText(const storage::SwapEventRow& event) const;
   void layoutLanes();
   void updateLegend();
   double plotWidth() const;
@@ -173,6 +201,8 @@ class TimelineView : public QWidget {
   void paintMemoryGutter(QPainter& p) const;
   void paintGpu(QPainter& p) const;
   void paintGpuGutter(QPainter& p) const;
+  void paintSwap(QPainter& p) const;
+  void paintSwapGutter(QPainter& p) const;
   // Index into m_memory of the stack drawn in memory row `row`, or -1.
   int memoryStackOfRow(int row) const;
   void paintLegend(QPainter& p) const;
@@ -195,6 +225,10 @@ class TimelineView : public QWidget {
   std::vector<storage::GpuLane> m_gpuLanes;
   std::vector<GpuDrawItem> m_gpuItems;
   int m_gpuTop = 0;  // y of the first GPU lane, px
+  SwapModel* m_swap = nullptr;
+  std::vector<storage::SwapEventRow> m_swapEvents;
+  std::vector<SwapDrawItem> m_swapItems;
+  int m_swapTop = 0;  // y of the first swap lane, px
   std::optional<SliceId> m_selectedGpuSlice;
   std::vector<TimelineHighlight> m_highlights;
   int m_hoverMarker = -1;

@@ -65,7 +65,13 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
       const QPoint pos = event->position().toPoint();
       const Hit hit = hitAt(pos);
       const storage::GpuLaneItem* gpu = hit.item ? nullptr : gpuItemAtPos(pos);
+      const storage::SwapEventRow* copy = hit.item || gpu ? nullptr : swapEventAtPos(pos);
       m_selectedGpuSlice.reset();
+      if (copy) {
+        const storage::SwapEventRow event = *copy;  // the slot may rebuild the lanes
+        if (event.step >= 0) m_selectedStep = event.step;
+        emit swapCopyActivated(event);
+      }
       if (hit.slice && !hit.item->isFolded()) {
         const TimelineLane& lane = m_document->timeline().lanes()[size_t(hit.item->lane)];
         emit sliceActivated(lane.track.value, hit.slice->startNs);
@@ -81,7 +87,7 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
           m_selectedStep = step;
           emit stepActivated(step);
         }
-      } else {
+      } else if (!copy) {
         m_selectedStep.reset();
       }
       update();
@@ -158,6 +164,8 @@ bool TimelineView::event(QEvent* event) {
       QToolTip::showText(help->globalPos(), tooltipText(hit), this);
     } else if (const storage::GpuLaneItem* gpu = gpuItemAtPos(help->pos())) {
       QToolTip::showText(help->globalPos(), gpuTooltipText(*gpu), this);
+    } else if (const storage::SwapEventRow* copy = swapEventAtPos(help->pos())) {
+      QToolTip::showText(help->globalPos(), swapTooltipText(*copy), this);
     } else if (const QString memory = memoryTextAt(help->pos()); !memory.isEmpty()) {
       QToolTip::showText(help->globalPos(), memory, this);
     } else {

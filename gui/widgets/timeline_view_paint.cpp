@@ -34,6 +34,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   paintItems(p);
   paintHighlights(p);
   paintGpu(p);
+  paintSwap(p);
   paintMemory(p);
   paintMarkers(p);
   p.restore();
@@ -41,6 +42,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   paintMarkerFlags(p);
   paintGutter(p);
   paintGpuGutter(p);
+  paintSwapGutter(p);
   paintMemoryGutter(p);
   paintLegend(p);
 }

@@ -69,6 +69,7 @@ Status TestTrace::addStep(int64_t step) {
   }
   if (m_deviceMemory) writeDeviceMemory(step, start);
   if (m_gpu) writeGpu(step, start);
+  if (m_swap) writeSwap(step, start);
   m_writer->addStep(row);
   return m_writer->flush();
 }
@@ -209,6 +210,95 @@ void TestTrace::writeGpu(int64_t step, int64_t start) {
     m_writer->addGpuKernel({SliceId(), m_stream7, start + 1'600'000 + i * 2'000, 1'000,
                             "elementwise(float*)", kCategoryKernel, step, -1, 0, 0},
                            k);
+  }
+}
+
+int64_t TestTrace::backwardStartNs(int64_t step, int layer) const {
+  // writeSlices' layout: backward from +600 us, layers in reverse, 1.2 ms / layers each.
+  const int64_t bwdLayerNs = 1'200'000 / m_layers;
+  return kOriginNs + step * kStepNs + 600'000 + (m_layers - 1 - layer) * bwdLayerNs;
+}
+
+storage::SwapPlanRow TestTrace::swapPlanRow(int layers, int64_t step) {
+  storage::SwapPlanRow plan;
+  plan.step = step;
+  plan.mode = "auto";
+  plan.hbmTargetBytes = 2'500'000'000;
+  plan.pinnedBudgetBytes = 10'000'000'000;
+  plan.prefetchLayers = 1;
+  plan.d2hGbps = 55;
+  plan.h2dGbps = 55;
+  plan.bidirGbps = 36;
+  plan.fixedBytes = 1'000'000'000;
+  plan.turnMs = 2.0;
+  plan.layerForwardMs.assign(size_t(layers), 10.0);
+  plan.layerBackwardMs.assign(size_t(layers), 20.0);
+  plan.layerOtherBytes.assign(size_t(layers), 100'000'000);
+  static const char* kOps[] = {"attn_norm", "mixer_input", "moe_norm", "moe_input",
+                               "expert_fc1", "moe_act", "expert_fc2"};
+  for (int l = 0; l < layers; ++l) {
+    for (const char* op : kOps) {
+      storage::SwapPlanTensorRow t;
+      t.layer = l;
+      t.op = op;
+      t.bytes = 50'000'000;
+      t.reason = "picked";
+      t.swapped = true;
+      if (t.op == "attn_norm") {
+        t.reason = "op not in swap.ops";
+        t.swapped = false;
+      } else if (t.op == "moe_norm") {
+        t.bytes = 1000;
+        t.reason = "below swap.min_bytes";
+        t.swapped = false;
+      }
+      plan.tensors.push_back(t);
+    }
+  }
+  plan.predictedPeakBytes = 2'400'000'000;
+  plan.predictedPeakNoSwapBytes = 2'800'000'000;
+  plan.summary = "auto: test plan";
+  return plan;
+}
+
+void TestTrace::writeSwap(int64_t step, int64_t start) {
+  const int64_t fwdLayerNs = (600'000 - 60'000) / m_layers;
+  storage::SwapStepRow row;
+  row.step = step;
+  row.simulated = m_swapSimulated;
+  for (int l = 0; l < m_layers; ++l) {
+    storage::SwapEventRow e;
+    e.step = step;
+    e.layer = l;
+    e.op = "expert_fc1";
+    e.bytes = (l + 1) * kMiB;
+    e.simulated = m_swapSimulated;
+    e.toHost = true;
+    e.startNs = start + 20'000 + (l + 1) * fwdLayerNs;
+    e.endNs = e.startNs + kSwapCopyNs;
+    m_writer->addSwapEvent(m_run, e);
+    e.toHost = false;
+    e.neededNs = backwardStartNs(step, l);
+    const int64_t endNs = l == kLateLayer ? e.neededNs + kSwapStallNs : e.neededNs - kSwapLeadNs;
+    e.startNs = endNs - kSwapCopyNs;
+    e.endNs = endNs;
+    e.stallNs = l == kLateLayer ? kSwapStallNs : 0;
+    m_writer->addSwapEvent(m_run, e);
+    row.swappedBytes += e.bytes;
+    row.offloads += 1;
+    row.reloads += 1;
+    row.copyMs += 2 * double(kSwapCopyNs) / 1e6;
+    row.exposedMs += double(e.stallNs) / 1e6;
+    row.lateReloads += e.stallNs > 0;
+  }
+  row.hbmPeakBytes = (100 - step) * kMiB;
+  row.hbmPeakNoSwapBytes = 120 * kMiB;
+  row.pinnedPeakBytes = row.swappedBytes;
+  row.pinnedCapacityBytes = 64 * kMiB;
+  m_writer->addSwapStep(m_run, row);
+  if (!m_swapPlanned) {
+    m_writer->addSwapPlan(m_run, swapPlanRow(m_layers, step));
+    m_swapPlanned = true;
   }
 }
 

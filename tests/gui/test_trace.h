@@ -42,6 +42,26 @@ class TestTrace {
   // stream 7 every 2 us from +1600 us. Correlation ids: step * 1000 + l * 10 + 1 (kernels),
   // step * 1000 + 999 (memcpy).
   void setGpuActivity(bool on) { m_gpu = on; }
+  // From now on addStep also writes swap rows (simulated ones when `simulated`): per layer l one
+  // offload of "expert_fc1" ((l + 1) MiB) from the end of its forward (20 us) and one reload
+  // ending kSwapLeadNs before its backward starts (needed = that start), except layer
+  // kLateLayer's, which ends kSwapStallNs after it (stall kSwapStallNs); a swap_step row; and at
+  // the first such step a plan (swapPlanRow) of mode auto.
+  void setSwap(bool on, bool simulated = false) {
+    m_swap = on;
+    m_swapSimulated = simulated;
+  }
+  static constexpr int kLateLayer = 1;
+  static constexpr int64_t kSwapCopyNs = 20'000;
+  static constexpr int64_t kSwapLeadNs = 5'000;
+  static constexpr int64_t kSwapStallNs = 15'000;
+  // When layer l's backward starts in step `step` (the reload's needed time) and ends.
+  int64_t backwardStartNs(int64_t step, int layer) const;
+  // The plan addStep writes with setSwap: `layers` layers of 10 ms forward and 20 ms backward
+  // (room to hide the 0.9 ms copies), turn 2 ms, 100 MB other saved bytes each, 1 GB fixed; per
+  // layer the seven swap ops of 50 MB (attn_norm refused as "op not in swap.ops", moe_norm 1000
+  // bytes "below swap.min_bytes"), HBM target 2.5 GB, pinned budget 10 GB, 55/55/36 GB/s.
+  static storage::SwapPlanRow swapPlanRow(int layers, int64_t step = 0);
   static constexpr int64_t kGpuKernelOffsetNs = 110'000;
   static constexpr int64_t kGpuLayerStrideNs = 300'000;
   static constexpr int64_t kGpuKernelNs = 200'000;
@@ -70,6 +90,8 @@ class TestTrace {
   void writeDeviceMemory(int64_t step, int64_t start);
   // Queues the step's GPU capture rows (see setGpuActivity).
   void writeGpu(int64_t step, int64_t start);
+  // Queues the step's swap rows (see setSwap).
+  void writeSwap(int64_t step, int64_t start);
 
   std::unique_ptr<storage::TraceWriter> m_writer;
   RunId m_run;
@@ -79,6 +101,9 @@ class TestTrace {
   bool m_deviceMemory = false;
   TrackId m_deviceTrack;
   bool m_gpu = false;
+  bool m_swap = false;
+  bool m_swapSimulated = false;
+  bool m_swapPlanned = false;
   TrackId m_apiTrack, m_stream7, m_stream13;
   int m_layers = 0;
   int m_experts = 0;

@@ -1,0 +1,196 @@
+// The Swap dock's what-if: stored plan -> planner inputs, re-planning, the decisions table.
+#include "moewb/gui/swap_what_if.h"
+
+#include <QElapsedTimer>
+#include <algorithm>
+#include <limits>
+#include <set>
+
+namespace moewb::gui {
+
+namespace {
+
+Status invalid(const std::string& what) {
+  return Status(StatusCode::kInvalidArgument, "swap plan: " + what);
+}
+
+Result<engine::SwapMode> parseMode(const std::string& mode) {
+  if (mode == "off") return engine::SwapMode::kOff;
+  if (mode == "manual") return engine::SwapMode::kManual;
+  if (mode == "auto") return engine::SwapMode::kAuto;
+  return invalid("mode '" + mode + "' is not one of off, manual, auto");
+}
+
+// [swap] ops and min_bytes as the decisions show them (see the header).
+void recoverFilters(const storage::SwapPlanRow& plan, engine::SwapSettings& s) {
+  std::set<std::string> refusedOps;
+  int64_t belowMax = -1;
+  int64_t allowedMin = std::numeric_limits<int64_t>::max();
+  for (const auto& t : plan.tensors) {
+    if (t.reason == "op not in swap.ops") {
+      refusedOps.insert(t.op);
+    } else if (t.reason == "below swap.min_bytes") {
+      belowMax = std::max(belowMax, t.bytes);
+    } else {
+      allowedMin = std::min(allowedMin, t.bytes);
+    }
+  }
+  s.ops.clear();
+  for (const std::string& op : engine::swapOpNames()) {
+    if (!refusedOps.count(op)) s.ops.push_back(op);
+  }
+  if (belowMax >= 0) {
+    s.minBytes = belowMax + 1;
+  } else if (allowedMin != std::numeric_limits<int64_t>::max()) {
+    s.minBytes = std::min<int64_t>(s.minBytes, std::max<int64_t>(allowedMin, 1));
+  }
+}
+
+}  // namespace
+
+Result<SwapWhatIfInput> swapWhatIfInput(const storage::SwapPlanRow& plan) {
+  const size_t layers = plan.layerForwardMs.size();
+  if (plan.layerBackwardMs.size() != layers || plan.layerOtherBytes.size() != layers) {
+    return invalid("per-layer profile lengths differ (forward " + std::to_string(layers) +
+                   ", backward " + std::to_string(plan.layerBackwardMs.size()) + ", other " +
+                   std::to_string(plan.layerOtherBytes.size()) + ")");
+  }
+  SwapWhatIfInput in;
+  MOEWB_ASSIGN_OR_RETURN(in.settings.mode, parseMode(plan.mode));
+  if (plan.hbmTargetBytes < 0 || plan.pinnedBudgetBytes < 0 || plan.fixedBytes < 0 ||
+      plan.prefetchLayers < 0 || plan.turnMs < 0) {
+    return invalid("negative budget, size, prefetch distance or time");
+  }
+  in.settings.hbmTargetBytes = plan.hbmTargetBytes;
+  in.settings.pinnedBudgetBytes = plan.pinnedBudgetBytes;
+  in.settings.prefetchLayers = plan.prefetchLayers;
+  if (plan.d2hGbps > 0) in.settings.d2hBytesPerMs = plan.d2hGbps * 1e6;
+  if (plan.h2dGbps > 0) in.settings.h2dBytesPerMs = plan.h2dGbps * 1e6;
+  if (plan.bidirGbps > 0) in.settings.bidirBytesPerMs = plan.bidirGbps * 1e6;
+  recoverFilters(plan, in.settings);
+  in.profile.layerForwardMs = plan.layerForwardMs;
+  in.profile.layerBackwardMs = plan.layerBackwardMs;
+  in.profile.layerOtherBytes = plan.layerOtherBytes;
+  in.profile.turnMs = plan.turnMs;
+  in.profile.fixedBytes = plan.fixedBytes;
+  for (const auto& t : plan.tensors) {
+    if (t.layer < 0 || size_t(t.layer) >= layers) {
+      return invalid("tensor " + t.op + " names layer " + std::to_string(t.layer) + " of " +
+                     std::to_string(layers));
+    }
+    if (t.bytes < 0) return invalid("tensor " + t.op + " has negative bytes");
+    in.profile.tensors.push_back({t.layer, t.op, t.bytes});
+  }
+  return in;
+}
+
+SwapDecisionModel::SwapDecisionModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void SwapDecisionModel::setDecisions(const engine::SwapProfile& profile,
+                                     const engine::SwapPrediction& prediction) {
+  beginResetModel();
+  m_rows.clear();
+  const size_t n = std::min(profile.tensors.size(), prediction.decisions.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& t = profile.tensors[i];
+    const auto& d = prediction.decisions[i];
+    m_rows.push_back({t.layer, QString::fromStdString(t.op), t.bytes,
+                      d.action == engine::SwapAction::kSwap, QString::fromStdString(d.reason)});
+  }
+  endResetModel();
+}
+
+int SwapDecisionModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : int(m_rows.size());
+}
+
+int SwapDecisionModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : kColumnCount;
+}
+
+QVariant SwapDecisionModel::rawValue(const Row& row, int column) const {
+  switch (column) {
+    case kLayer: return row.layer;
+    case kOp: return row.op;
+    case kMb: return double(row.bytes) / 1e6;
+    case kAction: return row.swapped ? tr("swap") : tr("keep");
+    case kReason: return row.reason;
+    default: return {};
+  }
+}
+
+QVariant SwapDecisionModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= int(m_rows.size()) || index.column() >= kColumnCount) {
+    return {};
+  }
+  const Row& row = m_rows[size_t(index.row())];
+  if (role == kSortRole) return rawValue(row, index.column());
+  if (role == Qt::DisplayRole) {
+    if (index.column() == kMb) return QString::number(double(row.bytes) / 1e6, 'f', 1);
+    return rawValue(row, index.column());
+  }
+  if (role == Qt::ToolTipRole && index.column() == kReason) return row.reason;
+  return {};
+}
+
+QVariant SwapDecisionModel::headerData(int section, Qt::Orientation orientation,
+                                       int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  switch (section) {
+    case kLayer: return tr("Layer");
+    case kOp: return tr("Op");
+    case kMb: return tr("MB");
+    case kAction: return tr("Decision");
+    case kReason: return tr("Reason");
+    default: return {};
+  }
+}
+
+SwapWhatIf::SwapWhatIf(QObject* parent) : QObject(parent) {}
+
+void SwapWhatIf::clear() {
+  m_input.reset();
+  m_prediction = {};
+  m_decisions.setDecisions({}, {});
+  emit changed();
+}
+
+Status SwapWhatIf::setPlan(const storage::SwapPlanRow& plan) {
+  auto input = swapWhatIfInput(plan);
+  if (!input.isOk()) {
+    clear();
+    return input.status();
+  }
+  m_input = std::move(input).value();
+  // A plan made without a target (auto on the CPU backend) starts the slider at its peak.
+  const int64_t target = plan.hbmTargetBytes > 0
+                             ? plan.hbmTargetBytes
+                             : std::max<int64_t>(plan.predictedPeakNoSwapBytes, 1);
+  const Status status = setBudget(target, m_input->settings.prefetchLayers);
+  if (!status.isOk()) clear();
+  return status;
+}
+
+Status SwapWhatIf::setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers) {
+  if (!m_input) return Status(StatusCode::kFailedPrecondition, "swap what-if: no plan");
+  if (hbmTargetBytes <= 0 || prefetchLayers < 0) {
+    return invalid("HBM budget must be > 0 and prefetch layers >= 0");
+  }
+  engine::SwapSettings settings = m_input->settings;
+  settings.mode = engine::SwapMode::kAuto;
+  settings.hbmTargetBytes = hbmTargetBytes;
+  settings.prefetchLayers = prefetchLayers;
+  QElapsedTimer timer;
+  timer.start();
+  auto prediction = engine::planSwap(settings, m_input->profile);
+  m_lastPlanMs = double(timer.nsecsElapsed()) / 1e6;
+  if (!prediction.isOk()) return prediction.status();
+  m_prediction = std::move(prediction).value();
+  m_targetBytes = hbmTargetBytes;
+  m_prefetch = prefetchLayers;
+  m_decisions.setDecisions(m_input->profile, m_prediction);
+  emit changed();
+  return Status::ok();
+}
+
+}  // namespace moewb::gui
