@@ -2,8 +2,8 @@
 // swap off; swap auto at an HBM target that forces a choice (the fixed bytes plus
 // --target-fraction of the no-swap run's activation peak); swap manual on a heavy op set
 // (--manual-ops). Prints a table and one JSON line per mode: tokens/s, step ms, real and
-// counterfactual peak GB, swapped GB per step, copy ms, exposed ms (sum of reload stalls) and
-// exposed / copy, late reloads / reloads after the first step that swapped, the effective D2H
+// counterfactual peak GB, swapped GB per step, copy ms, exposed ms (reload stalls + offload
+// waits) and exposed / copy, late reloads / reloads after the first step that swapped, the effective D2H
 // GB/s, and the compute-stream waits for offloads to free their memory (offw_ms: a layer's
 // copies outlasting the next layer's forward; the offload events' stallNs). Medians of the timed
 // steps after --warmup steps (auto mode measures one step before it plans; its warm-up starts

@@ -1,5 +1,8 @@
 // The swap part of `moewb info` (see swap_info.h). Reads swapPlans, swapSteps and
-// swapLayerSummary once each; the sums saturate at int64 bounds (rows come from untrusted files).
+// swapLayerSummary once each. Exposed time is every compute wait swap caused: reload stalls plus
+// offload waits (compute waiting at the free-lag point for an offload to free its memory); late
+// counts reloads only, and the offload waits are printed on their own line. The sums saturate
+// at int64 bounds (rows come from untrusted files).
 #include "swap_info.h"
 
 #include <algorithm>
@@ -100,7 +103,8 @@ void printSteps(const std::vector<storage::SwapStepRow>& steps) {
     last = std::max(last, s.step);
   }
   const RangeTotals warmUp = totalsOf(steps, first, first);
-  std::printf("  per step%s (means over %s; late = reloads whose consumer waited)%s\n",
+  std::printf("  per step%s (means over %s; exposed = reload stalls + offload waits; late = "
+              "reloads whose consumer waited)%s\n",
               ranks.size() > 1 ? " and rank" : "", ranks.size() > 1 ? "rank-steps" : "steps",
               warmUp.simulated ? "; simulated on the CPU backend" : "");
   std::printf("  %-12s %-7s %7s %7s %8s %9s %20s %15s  %9s %9s  %s\n", "steps", "", "offload",
@@ -110,6 +114,21 @@ void printSteps(const std::vector<storage::SwapStepRow>& steps) {
   if (last > first) printRange(totalsOf(steps, first + 1, last), "after");
 }
 
+// The offload waits of every step and rank: how often compute waited for an offload to free its
+// memory, and for how long in all.
+void printOffloadWaits(const std::vector<storage::SwapLayerSummary>& layers) {
+  if (layers.empty()) return;
+  int64_t waits = 0;
+  double waitMs = 0;
+  for (const auto& l : layers) {
+    waits = addSaturating(waits, l.offloadWaits);
+    waitMs += l.offloadWaitMs;
+  }
+  std::printf("  offload waits %lld, %.2f ms (all steps; compute waited for offloads to free "
+              "their memory; part of exposed)\n",
+              (long long)waits, waitMs);
+}
+
 void printTopLayers(std::vector<storage::SwapLayerSummary> layers) {
   if (layers.empty()) return;
   std::stable_sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) {
@@ -117,13 +136,14 @@ void printTopLayers(std::vector<storage::SwapLayerSummary> layers) {
     return a.copyMs > b.copyMs;
   });
   std::printf("  layers with the most exposed copy time (all steps)\n");
-  std::printf("  %-6s %-5s %8s %8s %10s %10s %12s %6s %12s\n", "layer", "rank", "offloads",
-              "reloads", "offloaded", "copy ms", "exposed ms", "late", "worst stall");
+  std::printf("  %-6s %-5s %8s %8s %10s %10s %12s %6s %6s %12s\n", "layer", "rank",
+              "offloads", "reloads", "offloaded", "copy ms", "exposed ms", "late", "waits",
+              "worst stall");
   for (size_t i = 0; i < layers.size() && i < 5; ++i) {
     const auto& l = layers[i];
-    std::printf("  %-6d %-5d %8d %8d %10s %10.2f %12.2f %6d %9.3f ms\n", l.layer, l.rank,
+    std::printf("  %-6d %-5d %8d %8d %10s %10.2f %12.2f %6d %6d %9.3f ms\n", l.layer, l.rank,
                 l.offloads, l.reloads, formatBytes(l.offloadedBytes).c_str(), l.copyMs,
-                l.exposedMs, l.lateReloads, l.worstStallMs);
+                l.exposedMs, l.lateReloads, l.offloadWaits, l.worstStallMs);
   }
 }
 
@@ -142,6 +162,7 @@ void printSwapSummary(storage::TraceReader& reader) {
   if (plans->empty() && steps->empty() && layers->empty()) return;
   printPlan(*plans);
   printSteps(*steps);
+  printOffloadWaits(*layers);
   printTopLayers(*layers);
 }
 

@@ -210,13 +210,11 @@ Status validateSwap(const RunConfig& config) {
                              " exceeds this machine's " + gbText(hostGb) +
                              " GB of physical memory; accepted: 0.." + gbText(hostGb));
   }
-  if (swap.mode != "off" && config.parallel.worldSize > 1 && config.run.backend != "cuda") {
+  if (swap.mode != "off" && config.parallel.worldSize > 1) {
     return relationError("swap.mode",
-                         "swap with several ranks is not supported yet on the CPU backend "
-                         "(parallel.world_size = " + std::to_string(config.parallel.worldSize) +
-                         ", run.backend = \"" + config.run.backend +
-                         "\"); set swap.mode = \"off\", parallel.world_size = 1 or "
-                         "run.backend = \"cuda\"");
+                         "swap runs on one rank only for now (parallel.world_size = " +
+                             std::to_string(config.parallel.worldSize) +
+                             "); set swap.mode = \"off\" or parallel.world_size = 1");
   }
   return Status::ok();
 }

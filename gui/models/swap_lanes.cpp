@@ -33,11 +33,20 @@ SwapDrawItem placeItem(const storage::SwapEventRow& e, int32_t lane, int32_t ind
   item.x0 = std::max(g.xOf(e.startNs), -1.0);
   item.x1 = std::min(g.xOf(e.endNs), right);
   if (item.x1 - item.x0 < 1.0) item.x1 = item.x0 + 1.0;
-  item.late = !e.toHost && e.stallNs > 0;
-  if (item.late) {
+  item.late = swapCopyLate(e);
+  if (item.late && !e.toHost) {
     const int64_t from = std::clamp(e.neededNs, e.startNs, e.endNs);
     item.stallX0 = std::clamp(g.xOf(from), item.x0, item.x1);
     item.stallX1 = item.x1;
+  } else if (item.late) {
+    // Compute waited from neededNs for stallNs (it ends when the copy does, or later when the
+    // memory is freed behind the wait): the part over the bar is marked.
+    const int64_t from = std::clamp(e.neededNs, e.startNs, e.endNs);
+    int64_t to = 0;
+    if (__builtin_add_overflow(e.neededNs, e.stallNs, &to)) to = e.endNs;
+    to = std::clamp(to, from, e.endNs);
+    item.stallX0 = std::clamp(g.xOf(from), item.x0, item.x1);
+    item.stallX1 = std::clamp(g.xOf(to), item.stallX0, item.x1);
   }
   return item;
 }
@@ -130,10 +139,15 @@ std::vector<std::string> swapTooltipLines(const storage::SwapEventRow& e) {
   if (!e.toHost) {
     lines.push_back(e.stallNs > 0 ? "late: compute waited " + formatDurationNs(e.stallNs)
                                   : std::string("on time (no stall)"));
+  } else if (e.stallNs > 0) {
+    lines.push_back("compute waited " + formatDurationNs(e.stallNs) +
+                    " for this copy to free its memory");
   }
   if (e.simulated) lines.push_back("simulated (CPU backend bandwidth model)");
   return lines;
 }
+
+bool swapCopyLate(const storage::SwapEventRow& event) { return event.stallNs > 0; }
 
 QColor swapItemColor(bool toHost, bool late) {
   if (late) return QColor::fromRgb(0xe15759);

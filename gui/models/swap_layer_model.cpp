@@ -44,9 +44,13 @@ QVariant SwapLayerModel::data(const QModelIndex& index, int role) const {
   const int column = index.column();
   if (role == kSortRole) return rawValue(index.row(), column);
   if (role == Qt::TextAlignmentRole) return int(Qt::AlignRight | Qt::AlignVCenter);
-  if (role == Qt::ForegroundRole && m_rows[size_t(index.row())].lateReloads > 0 &&
-      (column == kLate || column == kWorstStallMs || column == kExposedMs)) {
-    return QBrush(QColor::fromRgb(0xc0392b));
+  if (role == Qt::ForegroundRole) {
+    // Red where compute waited: late reloads, and any stall or offload wait.
+    const storage::SwapLayerSummary& r = m_rows[size_t(index.row())];
+    const bool red = column == kLate ? r.lateReloads > 0
+                                     : (column == kWorstStallMs || column == kExposedMs) &&
+                                           r.exposedMs > 0;
+    if (red) return QBrush(QColor::fromRgb(0xc0392b));
   }
   if (role != Qt::DisplayRole) return {};
   const QVariant raw = rawValue(index.row(), column);
@@ -64,8 +68,14 @@ QVariant SwapLayerModel::headerData(int section, Qt::Orientation orientation, in
   if (orientation != Qt::Horizontal || section < 0 || section >= kColumnCount) return {};
   if (role == Qt::ToolTipRole) {
     switch (section) {
-      case kExposedMs: return tr("Sum of reload stalls: compute waited for the copy");
-      case kLate: return tr("Reloads that arrived after their consumer was ready");
+      case kExposedMs:
+        return tr("Exposed = reload stalls + offload waits: compute waited for a reload to "
+                  "arrive or for an offload to free its memory");
+      case kLate:
+        return tr("Reloads that arrived after their consumer was ready (offload waits are in "
+                  "Exposed ms, not counted here)");
+      case kWorstStallMs:
+        return tr("The longest single wait: a reload stall or an offload wait");
       case kCopyMs: return tr("Sum of copy durations, both directions");
       default: return {};
     }

@@ -127,7 +127,7 @@ Result<std::vector<storage::SwapEventRow>> SwapModel::events(TimeRange window) {
 }
 
 Result<SwapWaiter> SwapModel::waiterOf(const storage::SwapEventRow& event) {
-  if (!isOpen() || event.toHost) return SwapWaiter{};
+  if (!isOpen() || (event.toHost && !swapCopyLate(event))) return SwapWaiter{};
   MOEWB_ASSIGN_OR_RETURN(auto tracks, m_reader->tracks());
   std::vector<storage::TrackRow> streams, hosts;
   for (auto& t : tracks) {

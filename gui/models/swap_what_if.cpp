@@ -3,7 +3,6 @@
 
 #include <QElapsedTimer>
 #include <algorithm>
-#include <limits>
 #include <set>
 
 namespace moewb::gui {
@@ -21,29 +20,49 @@ Result<engine::SwapMode> parseMode(const std::string& mode) {
   return invalid("mode '" + mode + "' is not one of off, manual, auto");
 }
 
+// Whether `plan` stores free_lag_layers, ops and min_bytes (files from before them read 1, ""
+// and 0, which together mean unknown).
+bool storesFilters(const storage::SwapPlanRow& plan) {
+  return !(plan.freeLagLayers == 1 && plan.ops.empty() && plan.minBytes == 0);
+}
+
+// [swap] ops as stored: a comma list ("" = all). Errors: a name not in swapOpNames().
+Result<std::vector<std::string>> parseOps(const std::string& text) {
+  const auto& all = engine::swapOpNames();
+  if (text.empty()) return all;
+  std::vector<std::string> ops;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    std::string name = text.substr(from, comma - from);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    if (std::find(all.begin(), all.end(), name) == all.end()) {
+      return invalid("ops names '" + name + "', not one of the swap ops");
+    }
+    ops.push_back(name);
+    from = comma + 1;
+  }
+  return ops;
+}
+
 // [swap] ops and min_bytes as the decisions show them (see the header).
 void recoverFilters(const storage::SwapPlanRow& plan, engine::SwapSettings& s) {
   std::set<std::string> refusedOps;
   int64_t belowMax = -1;
-  int64_t allowedMin = std::numeric_limits<int64_t>::max();
   for (const auto& t : plan.tensors) {
     if (t.reason == "op not in swap.ops") {
       refusedOps.insert(t.op);
     } else if (t.reason == "below swap.min_bytes") {
       belowMax = std::max(belowMax, t.bytes);
-    } else {
-      allowedMin = std::min(allowedMin, t.bytes);
     }
   }
   s.ops.clear();
   for (const std::string& op : engine::swapOpNames()) {
     if (!refusedOps.count(op)) s.ops.push_back(op);
   }
-  if (belowMax >= 0) {
-    s.minBytes = belowMax + 1;
-  } else if (allowedMin != std::numeric_limits<int64_t>::max()) {
-    s.minBytes = std::min<int64_t>(s.minBytes, std::max<int64_t>(allowedMin, 1));
-  }
+  // With no candidate below min_bytes, 0 filters as the run did.
+  s.minBytes = belowMax >= 0 ? belowMax + 1 : 0;
 }
 
 }  // namespace
@@ -58,16 +77,23 @@ Result<SwapWhatIfInput> swapWhatIfInput(const storage::SwapPlanRow& plan) {
   SwapWhatIfInput in;
   MOEWB_ASSIGN_OR_RETURN(in.settings.mode, parseMode(plan.mode));
   if (plan.hbmTargetBytes < 0 || plan.pinnedBudgetBytes < 0 || plan.fixedBytes < 0 ||
-      plan.prefetchLayers < 0 || plan.turnMs < 0) {
-    return invalid("negative budget, size, prefetch distance or time");
+      plan.prefetchLayers < 0 || plan.freeLagLayers < 0 || plan.minBytes < 0 ||
+      plan.turnMs < 0) {
+    return invalid("negative budget, size, prefetch distance, free lag or time");
   }
   in.settings.hbmTargetBytes = plan.hbmTargetBytes;
   in.settings.pinnedBudgetBytes = plan.pinnedBudgetBytes;
   in.settings.prefetchLayers = plan.prefetchLayers;
+  in.settings.freeLagLayers = plan.freeLagLayers;
   if (plan.d2hGbps > 0) in.settings.d2hBytesPerMs = plan.d2hGbps * 1e6;
   if (plan.h2dGbps > 0) in.settings.h2dBytesPerMs = plan.h2dGbps * 1e6;
   if (plan.bidirGbps > 0) in.settings.bidirBytesPerMs = plan.bidirGbps * 1e6;
-  recoverFilters(plan, in.settings);
+  if (storesFilters(plan)) {
+    MOEWB_ASSIGN_OR_RETURN(in.settings.ops, parseOps(plan.ops));
+    in.settings.minBytes = plan.minBytes;
+  } else {
+    recoverFilters(plan, in.settings);
+  }
   in.profile.layerForwardMs = plan.layerForwardMs;
   in.profile.layerBackwardMs = plan.layerBackwardMs;
   in.profile.layerOtherBytes = plan.layerOtherBytes;
@@ -166,20 +192,24 @@ Status SwapWhatIf::setPlan(const storage::SwapPlanRow& plan) {
   const int64_t target = plan.hbmTargetBytes > 0
                              ? plan.hbmTargetBytes
                              : std::max<int64_t>(plan.predictedPeakNoSwapBytes, 1);
-  const Status status = setBudget(target, m_input->settings.prefetchLayers);
+  const Status status =
+      setBudget(target, m_input->settings.prefetchLayers, m_input->settings.freeLagLayers);
   if (!status.isOk()) clear();
   return status;
 }
 
-Status SwapWhatIf::setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers) {
+Status SwapWhatIf::setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers,
+                             std::optional<int32_t> freeLagLayers) {
   if (!m_input) return Status(StatusCode::kFailedPrecondition, "swap what-if: no plan");
-  if (hbmTargetBytes <= 0 || prefetchLayers < 0) {
-    return invalid("HBM budget must be > 0 and prefetch layers >= 0");
+  const int32_t freeLag = freeLagLayers.value_or(m_freeLag);
+  if (hbmTargetBytes <= 0 || prefetchLayers < 0 || freeLag < 0) {
+    return invalid("HBM budget must be > 0, prefetch layers >= 0 and free lag layers >= 0");
   }
   engine::SwapSettings settings = m_input->settings;
   settings.mode = engine::SwapMode::kAuto;
   settings.hbmTargetBytes = hbmTargetBytes;
   settings.prefetchLayers = prefetchLayers;
+  settings.freeLagLayers = freeLag;
   QElapsedTimer timer;
   timer.start();
   auto prediction = engine::planSwap(settings, m_input->profile);
@@ -188,6 +218,7 @@ Status SwapWhatIf::setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers) {
   m_prediction = std::move(prediction).value();
   m_targetBytes = hbmTargetBytes;
   m_prefetch = prefetchLayers;
+  m_freeLag = freeLag;
   m_decisions.setDecisions(m_input->profile, m_prediction);
   emit changed();
   return Status::ok();

@@ -97,8 +97,9 @@ class MainWindow : public QMainWindow {
   SwapModel* swapModel() const { return m_swap; }
   // The "GPU kernel" dock.
   QDockWidget* gpuDock() const { return m_gpuDock; }
-  // Selects what waited for reload `event` (see SwapModel::waiterOf): a kernel goes to the GPU
-  // kernel dock and is marked on the timeline, a phase slice is outlined and its step shown.
+  // Selects what waited for `event`, a reload or an offload with a wait (SwapModel::waiterOf):
+  // a kernel goes to the GPU kernel dock and is marked on the timeline, a phase slice is
+  // outlined and its step shown.
   // Errors: read errors (also shown in the status bar).
   Status selectSwapWaiter(const storage::SwapEventRow& event);
   // The status bar's load progress (0..1000) and its Cancel button, visible while a load runs.

@@ -48,10 +48,11 @@ void MainWindow::updateSwapDock() {
 Status MainWindow::selectSwapWaiter(const storage::SwapEventRow& event) {
   const QString what =
       QStringLiteral("L%1 %2").arg(event.layer).arg(QString::fromStdString(event.op));
-  if (event.toHost) {
-    statusBar()->showMessage(tr("%1 offload: nothing waits for an offload").arg(what), 6000);
+  if (event.toHost && !swapCopyLate(event)) {
+    statusBar()->showMessage(tr("%1 offload: compute did not wait for it").arg(what), 6000);
     return Status::ok();
   }
+  const QString kind = event.toHost ? tr("offload") : tr("reload");
   auto found = m_swap->waiterOf(event);
   if (!found.isOk()) {
     statusBar()->showMessage(userMessage(found.status()), 15000);
@@ -63,8 +64,8 @@ Status MainWindow::selectSwapWaiter(const storage::SwapEventRow& event) {
                                   formatDurationNs(event.stallNs)))
                             : tr("on time");
   if (w.kind == SwapWaiter::kNone) {
-    statusBar()->showMessage(tr("%1 reload (%2): no kernel or phase found at its needed time")
-                                 .arg(what, stall), 15000);
+    statusBar()->showMessage(tr("%1 %2 (%3): no kernel or phase found at its needed time")
+                                 .arg(what, kind, stall), 15000);
     return Status::ok();
   }
   if (w.kind == SwapWaiter::kKernel) {
@@ -80,8 +81,8 @@ Status MainWindow::selectSwapWaiter(const storage::SwapEventRow& event) {
     m_timeline->setHighlightedSlices({{w.track, w.startNs, w.durNs}});
   }
   if (w.step >= 0) m_heatmap->showStep(w.step);
-  statusBar()->showMessage(tr("%1 reload (%2): %3 %4 waited for it")
-                               .arg(what, stall,
+  statusBar()->showMessage(tr("%1 %2 (%3): %4 %5 waited for it")
+                               .arg(what, kind, stall,
                                     w.kind == SwapWaiter::kKernel ? tr("kernel") : tr("phase"),
                                     QString::fromStdString(w.name)),
                            15000);

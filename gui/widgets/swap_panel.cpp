@@ -122,9 +122,20 @@ QWidget* SwapPanel::createWhatIfTab() {
   budgetRow->addWidget(m_budgetSlider, 1);
   budgetRow->addWidget(m_budgetSpin);
   form->addRow(tr("HBM budget"), budgetRow);
+  auto* distanceRow = new QHBoxLayout;
   m_prefetchSpin = new QSpinBox;
   m_prefetchSpin->setSuffix(tr(" layers"));
-  form->addRow(tr("Prefetch"), m_prefetchSpin);
+  m_prefetchSpin->setToolTip(tr("swap.prefetch_layers: reloads of layer l start at the backward "
+                                "of layer l + this"));
+  m_freeLagSpin = new QSpinBox;
+  m_freeLagSpin->setSuffix(tr(" layers"));
+  m_freeLagSpin->setToolTip(tr("swap.free_lag_layers: compute waits for layer l's offloads, and "
+                               "frees their memory, at the end of layer l + this's forward"));
+  distanceRow->addWidget(m_prefetchSpin);
+  distanceRow->addWidget(new QLabel(tr("Free lag")));
+  distanceRow->addWidget(m_freeLagSpin);
+  distanceRow->addStretch(1);
+  form->addRow(tr("Prefetch"), distanceRow);
   layout->addLayout(form);
   m_whatIfLabel = new QLabel;
   m_whatIfLabel->setWordWrap(true);
@@ -144,9 +155,11 @@ QWidget* SwapPanel::createWhatIfTab() {
     m_syncing = false;
     replan();
   });
-  connect(m_prefetchSpin, &QSpinBox::valueChanged, this, [this] {
-    if (!m_syncing) replan();
-  });
+  for (QSpinBox* spin : {m_prefetchSpin, m_freeLagSpin}) {
+    connect(spin, &QSpinBox::valueChanged, this, [this] {
+      if (!m_syncing) replan();
+    });
+  }
   return page;
 }
 
@@ -202,6 +215,7 @@ void SwapPanel::syncWhatIf() {
   m_budgetSlider->setEnabled(w->hasPlan());
   m_budgetSpin->setEnabled(w->hasPlan());
   m_prefetchSpin->setEnabled(w->hasPlan());
+  m_freeLagSpin->setEnabled(w->hasPlan());
   if (!w->hasPlan()) {
     m_whatIfLabel->clear();
     return;
@@ -214,13 +228,17 @@ void SwapPanel::syncWhatIf() {
   m_budgetSlider->setRange(1, int(std::ceil(std::max(maxGb, 1.0) / kSliderGbPerTick)));
   m_budgetSpin->setValue(double(w->hbmTargetBytes()) / 1e9);
   m_budgetSlider->setValue(int(std::lround(double(w->hbmTargetBytes()) / 1e9 / kSliderGbPerTick)));
-  m_prefetchSpin->setRange(0, std::max<int>(int(w->input().profile.layerForwardMs.size()), 1));
+  const int layers = std::max<int>(int(w->input().profile.layerForwardMs.size()), 1);
+  m_prefetchSpin->setRange(0, layers);
   m_prefetchSpin->setValue(w->prefetchLayers());
+  m_freeLagSpin->setRange(0, std::max(layers, int(w->freeLagLayers())));
+  m_freeLagSpin->setValue(w->freeLagLayers());
   m_syncing = false;
   const bool over = p.peakBytes > w->hbmTargetBytes();
   m_whatIfLabel->setText(
       tr("Predicted peak <b>%1</b> vs budget %2%3 (without swap %4)<br>"
-         "swapped %5 · exposed copy <b>%6 ms</b> of %7 ms · late reloads <b>%8</b><br>"
+         "swapped %5 · exposed (reload stalls + offload waits) <b>%6 ms</b> of %7 ms copy · "
+         "late reloads <b>%8</b><br>"
          "<span style='color:gray'>%9 · planned in %10 ms</span>")
           .arg(gb(double(p.peakBytes) / 1e9), gb(double(w->hbmTargetBytes()) / 1e9),
                over ? tr(" <span style='color:#e15759'>(over)</span>") : QString(),
@@ -237,7 +255,8 @@ QString SwapPanel::whatIfText() const { return m_whatIfLabel->text(); }
 void SwapPanel::replan() {
   if (!m_model || !m_model->whatIf()->hasPlan()) return;
   const auto bytes = int64_t(std::llround(m_budgetSpin->value() * 1e9));
-  const Status status = m_model->whatIf()->setBudget(bytes, m_prefetchSpin->value());
+  const Status status =
+      m_model->whatIf()->setBudget(bytes, m_prefetchSpin->value(), m_freeLagSpin->value());
   if (!status.isOk()) emit message(userMessage(status));
 }
 

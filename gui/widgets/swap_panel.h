@@ -4,8 +4,9 @@
 //   PCIe     the effective copy rate per step (bytes moved / copy time) against a 55 GB/s line;
 //   Layers   the per-layer table (SwapLayerModel), sortable;
 //   What-if  the newest plan's profile re-planned on every change of the HBM budget (slider and
-//            spin box, GB) or the prefetch distance (layers): the predicted peak against the
-//            budget, the exposed copy time and late reloads, the planner's time, and the
+//            spin box, GB), the prefetch distance or the free lag (layers): the predicted peak
+//            against the budget, the exposed time (reload stalls + offload waits) and late
+//            reloads, the planner's time, and the
 //            per-tensor decisions (SwapDecisionModel), sortable.
 // The panel re-syncs on SwapModel::changed and SwapWhatIf::changed. GUI thread only.
 #pragma once
@@ -41,6 +42,7 @@ class SwapPanel : public QWidget {
   QSlider* budgetSlider() const { return m_budgetSlider; }
   QDoubleSpinBox* budgetSpin() const { return m_budgetSpin; }
   QSpinBox* prefetchSpin() const { return m_prefetchSpin; }
+  QSpinBox* freeLagSpin() const { return m_freeLagSpin; }
   // The what-if's summary line (predicted peak, budget, exposed ms, late reloads, plan time).
   QString whatIfText() const;
 
@@ -69,6 +71,7 @@ class SwapPanel : public QWidget {
   QSlider* m_budgetSlider = nullptr;
   QDoubleSpinBox* m_budgetSpin = nullptr;
   QSpinBox* m_prefetchSpin = nullptr;
+  QSpinBox* m_freeLagSpin = nullptr;
   bool m_syncing = false;
 };
 

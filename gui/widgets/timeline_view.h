@@ -25,9 +25,10 @@
 // a collective's peers, which setHighlightedSlices then outlines on every rank's comm track.
 // Traces with swap rows (SwapModel::hasSwap) get, under the GPU lanes (under the host lanes
 // when there are none), two lanes per rank, "swap D2H" and "swap H2D" ("(simulated)" for the CPU
-// backend's simulated tier): one bar per copy labelled "L3 expert_fc1", late reloads red with
-// their stall span (needed -> end) marked; the tooltip gives layer, op, bytes, duration, GB/s
-// and stall. Clicking a copy emits swapCopyActivated (the main window selects what waited).
+// backend's simulated tier): one bar per copy labelled "L3 expert_fc1", late copies red (late
+// reloads with their stall span needed -> end marked, offloads compute waited for with their
+// wait span needed -> needed + stall); the tooltip gives layer, op, bytes, duration, GB/s and
+// the stall or wait. Clicking a copy emits swapCopyActivated (the main window selects what waited).
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
 // timeline_view_swap.cpp (the swap lanes).
 #pragma once

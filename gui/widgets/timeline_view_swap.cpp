@@ -65,8 +65,9 @@ QString TimelineView::swapTooltipText(const storage::SwapEventRow& event) const 
     lines << QString::fromStdString(line).toHtmlEscaped();
   }
   lines.front() = QStringLiteral("<b>%1</b>").arg(lines.front());
-  if (!event.toHost && event.stallNs > 0) {
-    lines.back() = QStringLiteral("<span style='color:#e15759'>%1</span>").arg(lines.back());
+  if (swapCopyLate(event) && lines.size() > 3) {
+    // Line 3 is the stall (reload) or the wait (offload); see swapTooltipLines.
+    lines[3] = QStringLiteral("<span style='color:#e15759'>%1</span>").arg(lines[3]);
     lines << tr("click: select what waited");
   }
   return QStringLiteral("<p style='white-space:pre'>%1</p>")
@@ -87,8 +88,9 @@ void TimelineView::paintSwap(QPainter& p) const {
     const QColor color = swapItemColor(e.toHost, d.late);
     p.fillRect(r, d.isFolded() ? color.darker(150) : color);
     if (d.late && d.stallX1 > d.stallX0) {
-      // The stall: from when the consumer was ready to the end of the copy, hatched dark red
-      // with a bracket on top.
+      // The stall (reload: from when the consumer was ready to the end of the copy) or the wait
+      // (offload: from when compute reached its free point for stallNs), hatched dark red with
+      // a bracket on top.
       const QRectF stall(kGutterPx + d.stallX0, r.top(), d.stallX1 - d.stallX0, r.height());
       p.fillRect(stall, QBrush(swapStallColor(), Qt::BDiagPattern));
       p.setPen(QPen(swapStallColor(), 2));

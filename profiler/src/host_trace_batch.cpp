@@ -67,6 +67,9 @@ storage::SwapPlanRow planRow(const engine::SwapPlanEvent& e) {
   row.hbmTargetBytes = e.hbmTargetBytes;
   row.pinnedBudgetBytes = e.pinnedBudgetBytes;
   row.prefetchLayers = e.prefetchLayers;
+  row.freeLagLayers = e.freeLagLayers;
+  row.ops = e.ops;
+  row.minBytes = e.minBytes;
   row.d2hGbps = e.d2hGbps;
   row.h2dGbps = e.h2dGbps;
   row.bidirGbps = e.bidirGbps;

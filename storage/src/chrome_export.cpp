@@ -7,11 +7,12 @@
 // "device memory.<category>" with the category's bytes in use. ts/dur are microseconds (double)
 // relative to the first slice start.
 // Swap: each copy an "X" event named "layer <l> <op> D2H|H2D" on a "swap D2H" or "swap H2D"
-// thread of its rank (args bytes, op, layer, step, stall_ms, late, simulated); a late reload
-// (stall > 0) is coloured "terrible" and gets an instant event "late: ..." at the time its
-// consumer was ready; each swap step's HBM peak with and without swap and pinned peak are
-// counters swap.hbm_peak_bytes, swap.hbm_peak_no_swap_bytes, swap.pinned_peak_bytes at the
-// step's start.
+// thread of its rank (args bytes, op, layer, step, stall_ms, late, simulated); a late copy
+// (stall > 0: a reload its consumer waited for, or an offload compute waited for to free its
+// memory) is coloured "terrible" and gets an instant event "late: ..." at the time the consumer
+// (compute, for an offload) reached it; each swap step's HBM peak with and without swap and
+// pinned peak are counters swap.hbm_peak_bytes, swap.hbm_peak_no_swap_bytes,
+// swap.pinned_peak_bytes at the step's start.
 // GPU capture: the CUDA stream tracks (kind "stream") are threads of a process "GPU" (pid
 // kGpuPidBase + rank, one tid per stream track) holding the kernel, memcpy and memset "X" events;
 // each API call is joined to the GPU work it launched (same correlation id and rank) by a flow
@@ -287,8 +288,9 @@ constexpr int64_t kSwapTidBase = int64_t(1) << 40;
 constexpr int64_t kSwapWindows = 1024;
 
 // Writes the swap copies as "X" events on the "swap D2H" / "swap H2D" threads of their rank
-// (late reloads coloured "terrible" plus an instant "late" event at the time the consumer was
-// ready), and each swap step's watermarks as counters at the start of that step.
+// (late copies, reloads or offloads, coloured "terrible" plus an instant "late" event at the
+// time compute began to wait), and each swap step's watermarks as counters at the start of that
+// step.
 class SwapWriter {
  public:
   SwapWriter(EventStream& events, Repairs& repairs) : m_events(events), m_repairs(repairs) {}
@@ -378,7 +380,7 @@ class SwapWriter {
   void writeCopy(const SwapEventRow& row) {
     nameThreads(row.rank);
     const int64_t tid = kSwapTidBase + (row.toHost ? 0 : 1);
-    const bool late = !row.toHost && row.stallNs > 0;
+    const bool late = row.stallNs > 0;  // a reload stall or an offload wait
     const double stallMs = double(row.stallNs) / double(kNsPerMs);
     const std::string name = fmt::format("layer {} {} {}", row.layer, m_repairs.text(row.op),
                                          row.toHost ? "D2H" : "H2D");
@@ -400,7 +402,8 @@ class SwapWriter {
     if (late) event["cname"] = "terrible";
     m_events.write(event);
     if (!late) return;
-    m_events.write({{"name", fmt::format("late: {} (stall {:.3f} ms)", name, stallMs)},
+    m_events.write({{"name", fmt::format("late: {} ({} {:.3f} ms)", name,
+                                         row.toHost ? "compute waited" : "stall", stallMs)},
                     {"cat", "swap"},
                     {"ph", "i"},
                     {"s", "t"},

@@ -160,7 +160,10 @@ CREATE TABLE swap_plan (
   predicted_peak_bytes INTEGER NOT NULL,
   predicted_peak_no_swap_bytes INTEGER NOT NULL,
   predicted_exposed_ms REAL NOT NULL,
-  summary TEXT NOT NULL
+  summary TEXT NOT NULL,
+  free_lag_layers INTEGER NOT NULL DEFAULT 1,  -- swap.free_lag_layers (1: files before it)
+  ops TEXT NOT NULL DEFAULT '',                -- swap.ops, comma list; '' = all ops
+  min_bytes INTEGER NOT NULL DEFAULT 0         -- swap.min_bytes (0 with the two above: unknown)
 );
 CREATE TABLE swap_plan_layer (
   plan INTEGER NOT NULL,         -- swap_plan.id
@@ -191,8 +194,8 @@ CREATE TABLE swap_event (
   to_host INTEGER NOT NULL,      -- 1: D2H offload, 0: H2D reload
   start_ns INTEGER NOT NULL,
   end_ns INTEGER NOT NULL,
-  needed_ns INTEGER NOT NULL,    -- reload: when its consumer was ready; 0 for offloads
-  stall_ns INTEGER NOT NULL,     -- reload: how long the consumer waited (late when > 0)
+  needed_ns INTEGER NOT NULL,    -- reload: consumer ready; offload: compute at its wait, or 0
+  stall_ns INTEGER NOT NULL,     -- compute wait: reload stall or offload wait (late when > 0)
   simulated INTEGER NOT NULL     -- 1: the CPU backend's simulated tier
 );
 CREATE INDEX swap_event_start_idx ON swap_event(start_ns);

@@ -68,6 +68,9 @@ inline constexpr const char* kMemoryNextSeriesSql =
 // input such as "src") exists with every column this build reads. Cost: one pragma_table_info.
 Result<bool> swapTableReadable(Database& db, const std::string& table,
                                const std::string& schema = "main");
+// Whether swap_plan of `schema` has the columns added after it (free_lag_layers, ops,
+// min_bytes). Cost: one pragma_table_info.
+Result<bool> swapPlanHasSettings(Database& db, const std::string& schema = "main");
 
 class SqliteTraceReader final : public TraceReader {
  public:
@@ -146,7 +149,7 @@ class SqliteTraceReader final : public TraceReader {
   Result<int64_t> maxSwapDurNs();
   Result<std::vector<SwapEventRow>> swapEventsInSnapshot(TimeWindow window,
                                                          std::optional<int32_t> rank);
-  Result<std::vector<SwapPlanRow>> swapPlansInSnapshot();
+  Result<std::vector<SwapPlanRow>> swapPlansInSnapshot(bool settings);
   // Repairs one read swap copy in place (reversed times, negative bytes or stalls), counting
   // each repair in the reader's stats.
   void repairSwapEvent(SwapEventRow& row);

@@ -30,6 +30,7 @@ enum SwapTable : int {
   kSwapEventTable = 1,
   kSwapStepTable = 2,
   kSwapPlanTables = 4,  // swap_plan, swap_plan_layer and swap_plan_tensor together
+  kSwapPlanSettings = 8,  // swap_plan has free_lag_layers, ops and min_bytes
 };
 
 struct TableColumns {
@@ -55,6 +56,9 @@ constexpr TableColumns kSwapPlanColumns = {
     "'prefetch_layers', 'd2h_gbps', 'h2d_gbps', 'bidir_gbps', 'fixed_bytes', 'turn_ms', "
     "'predicted_peak_bytes', 'predicted_peak_no_swap_bytes', 'predicted_exposed_ms', 'summary'",
     17};
+// Added to swap_plan later; files without them read 1, '' and 0 (see SwapPlanRow).
+constexpr TableColumns kSwapPlanSettingsColumns = {
+    "swap_plan", "'free_lag_layers', 'ops', 'min_bytes'", 3};
 constexpr TableColumns kSwapPlanLayerColumns = {
     "swap_plan_layer", "'plan', 'layer', 'forward_ms', 'backward_ms', 'other_bytes'", 5};
 constexpr TableColumns kSwapPlanTensorColumns = {
@@ -72,16 +76,18 @@ constexpr const char* kSwapWindowRankSql =
     "AND (start_ns >= ?3 OR end_ns > ?3) AND rank = ?4 ORDER BY start_ns, id";
 
 // ?1, ?2 = step range (inclusive). Per (rank, layer): offloaded and reloaded bytes, offloads,
-// reloads, late reloads, copy ns, stall ns, worst stall ns, reversed copies, negative values.
+// reloads, late reloads (reloads with a stall), offload waits (offloads with a stall), copy ns,
+// stall ns and worst stall ns of both directions (reload stalls and offload waits are both
+// compute waits), offload wait ns, reversed copies, negative values.
 constexpr const char* kSwapLayerSummarySql =
     "SELECT rank, layer, "
     "total(CASE WHEN to_host != 0 THEN max(bytes, 0) ELSE 0 END), "
     "total(CASE WHEN to_host = 0 THEN max(bytes, 0) ELSE 0 END), "
     "sum(to_host != 0), sum(to_host = 0), sum(to_host = 0 AND stall_ns > 0), "
-    "total(max(end_ns - start_ns, 0)), "
-    "total(CASE WHEN to_host = 0 THEN max(stall_ns, 0) ELSE 0 END), "
-    "max(CASE WHEN to_host = 0 THEN max(stall_ns, 0) ELSE 0 END), "
-    "sum(end_ns < start_ns), sum(bytes < 0 OR stall_ns < 0) "
+    "sum(to_host != 0 AND stall_ns > 0), total(max(end_ns - start_ns, 0)), "
+    "total(max(stall_ns, 0)), max(max(stall_ns, 0)), "
+    "total(CASE WHEN to_host != 0 THEN max(stall_ns, 0) ELSE 0 END), sum(end_ns < start_ns), "
+    "sum(bytes < 0 OR stall_ns < 0) "
     "FROM swap_event WHERE step BETWEEN ?1 AND ?2 GROUP BY rank, layer ORDER BY rank, layer";
 
 constexpr double kNsPerMsDouble = 1e6;
@@ -93,24 +99,31 @@ constexpr const char* kNegativeDescription =
     "swap rows with negative bytes, stalls or counts, read as 0 (the file may be damaged or "
     "hostile)";
 
-}  // namespace
-
-Result<bool> swapTableReadable(Database& db, const std::string& table,
-                               const std::string& schema) {
-  const TableColumns* found = nullptr;
-  for (const TableColumns* t : {&kSwapEventColumns, &kSwapStepColumns, &kSwapPlanColumns,
-                                &kSwapPlanLayerColumns, &kSwapPlanTensorColumns}) {
-    if (table == t->table) found = t;
-  }
-  if (found == nullptr) return false;
+// Whether `schema`.`wanted.table` has every column of `wanted`.
+Result<bool> hasColumns(Database& db, const TableColumns& wanted, const std::string& schema) {
   MOEWB_ASSIGN_OR_RETURN(
       Statement query,
       Statement::prepare(db, fmt::format("SELECT count(*) FROM pragma_table_info(?1, ?2) "
                                          "WHERE name IN ({})",
-                                         found->columns)));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(table, schema));
+                                         wanted.columns)));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(std::string(wanted.table), schema));
   MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  return hasRow && query.columnInt(0) == found->count;
+  return hasRow && query.columnInt(0) == wanted.count;
+}
+
+}  // namespace
+
+Result<bool> swapTableReadable(Database& db, const std::string& table,
+                               const std::string& schema) {
+  for (const TableColumns* t : {&kSwapEventColumns, &kSwapStepColumns, &kSwapPlanColumns,
+                                &kSwapPlanLayerColumns, &kSwapPlanTensorColumns}) {
+    if (table == t->table) return hasColumns(db, *t, schema);
+  }
+  return false;
+}
+
+Result<bool> swapPlanHasSettings(Database& db, const std::string& schema) {
+  return hasColumns(db, kSwapPlanSettingsColumns, schema);
 }
 
 Result<int> SqliteTraceReader::swapTables() {
@@ -124,6 +137,10 @@ Result<int> SqliteTraceReader::swapTables() {
   if (events) tables |= kSwapEventTable;
   if (steps) tables |= kSwapStepTable;
   if (plans && layers && tensors) tables |= kSwapPlanTables;
+  if (plans) {
+    MOEWB_ASSIGN_OR_RETURN(const bool settings, swapPlanHasSettings(m_db));
+    if (settings) tables |= kSwapPlanSettings;
+  }
   m_swapTables = tables;
   return tables;
 }
@@ -240,17 +257,22 @@ Result<std::vector<SwapStepRow>> SqliteTraceReader::swapSteps() {
 Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlans() {
   MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
   if ((tables & kSwapPlanTables) == 0) return std::vector<SwapPlanRow>{};
-  return inReadTransaction<std::vector<SwapPlanRow>>([&] { return swapPlansInSnapshot(); });
+  const bool settings = (tables & kSwapPlanSettings) != 0;
+  return inReadTransaction<std::vector<SwapPlanRow>>(
+      [&] { return swapPlansInSnapshot(settings); });
 }
 
-Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot() {
+Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool settings) {
+  // Files from before free_lag_layers, ops and min_bytes read them as 1, '' and 0 (unknown).
   MOEWB_ASSIGN_OR_RETURN(
       Statement plans,
-      Statement::prepare(m_db,
-                         "SELECT id, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
-                         "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, turn_ms, "
-                         "predicted_peak_bytes, predicted_peak_no_swap_bytes, "
-                         "predicted_exposed_ms, summary FROM swap_plan ORDER BY step, rank, id"));
+      Statement::prepare(
+          m_db, fmt::format("SELECT id, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
+                            "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
+                            "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, "
+                            "predicted_exposed_ms, summary, {} FROM swap_plan "
+                            "ORDER BY step, rank, id",
+                            settings ? "free_lag_layers, ops, min_bytes" : "1, '', 0")));
   MOEWB_ASSIGN_OR_RETURN(
       Statement layers,
       Statement::prepare(m_db,
@@ -283,6 +305,9 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot() {
     p.predictedPeakNoSwapBytes = plans.columnInt(13);
     p.predictedExposedMs = plans.columnDouble(14);
     p.summary = plans.columnText(15);
+    p.freeLagLayers = plans.columnInt32(16);
+    p.ops = plans.columnText(17);
+    p.minBytes = plans.columnInt(18);
     MOEWB_RETURN_IF_ERROR(layers.bindInt(1, p.id));
     while (true) {
       MOEWB_ASSIGN_OR_RETURN(const bool hasLayer, layers.step());
@@ -331,11 +356,13 @@ Result<std::vector<SwapLayerSummary>> SqliteTraceReader::swapLayerSummary(int64_
     s.offloads = query.columnInt32(4);
     s.reloads = query.columnInt32(5);
     s.lateReloads = query.columnInt32(6);
-    s.copyMs = query.columnDouble(7) / kNsPerMsDouble;
-    s.exposedMs = query.columnDouble(8) / kNsPerMsDouble;
-    s.worstStallMs = query.columnDouble(9) / kNsPerMsDouble;
-    reversed = saturatingAdd(reversed, query.columnInt(10));
-    negative = saturatingAdd(negative, query.columnInt(11));
+    s.offloadWaits = query.columnInt32(7);
+    s.copyMs = query.columnDouble(8) / kNsPerMsDouble;
+    s.exposedMs = query.columnDouble(9) / kNsPerMsDouble;
+    s.worstStallMs = query.columnDouble(10) / kNsPerMsDouble;
+    s.offloadWaitMs = query.columnDouble(11) / kNsPerMsDouble;
+    reversed = saturatingAdd(reversed, query.columnInt(12));
+    negative = saturatingAdd(negative, query.columnInt(13));
     rows.push_back(s);
   }
   countClamped(clamped);

@@ -20,8 +20,10 @@ Status SqliteTraceWriter::prepareSwapStatements() {
       {&m_stmts.insertSwapPlan,
        "INSERT INTO swap_plan(run, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
        "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, turn_ms, "
-       "predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, summary) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"},
+       "predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, summary, "
+       "free_lag_layers, ops, min_bytes) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+       "?19)"},
       {&m_stmts.insertSwapPlanLayer,
        "INSERT OR REPLACE INTO swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes) "
        "VALUES (?1, ?2, ?3, ?4, ?5)"},
@@ -78,7 +80,8 @@ Status SqliteTraceWriter::applyRow(const SwapPlanOp& op) {
   MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlan.bindAll(
       op.run.value, p.step, p.rank, p.mode, p.hbmTargetBytes, p.pinnedBudgetBytes,
       p.prefetchLayers, p.d2hGbps, p.h2dGbps, p.bidirGbps, p.fixedBytes, p.turnMs,
-      p.predictedPeakBytes, p.predictedPeakNoSwapBytes, p.predictedExposedMs, p.summary));
+      p.predictedPeakBytes, p.predictedPeakNoSwapBytes, p.predictedExposedMs, p.summary,
+      p.freeLagLayers, p.ops, p.minBytes));
   MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlan.run());
   const int64_t planId = sqlite3_last_insert_rowid(m_db.handle());
   const size_t layers = std::max({p.layerForwardMs.size(), p.layerBackwardMs.size(),

@@ -23,7 +23,24 @@ struct TableCopy {
   // to schema v1 later: inputs from before them, or with the early placeholder swap_event, have
   // no rows of it to copy).
   bool optional = false;
+  // When set: the copy for inputs whose table lacks the columns added later (swap_plan's
+  // free_lag_layers, ops and min_bytes).
+  std::string legacySql;
 };
+
+// The swap_plan copy, reading `settings` for free_lag_layers, ops and min_bytes.
+std::string swapPlanCopySql(const char* settings) {
+  return fmt::format(
+      "INSERT INTO main.swap_plan(id, run, step, rank, mode, hbm_target_bytes, "
+      "pinned_budget_bytes, prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
+      "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, "
+      "summary, free_lag_layers, ops, min_bytes) SELECT t.id + :plan, :run, t.step, t.rank, "
+      "t.mode, t.hbm_target_bytes, t.pinned_budget_bytes, t.prefetch_layers, t.d2h_gbps, "
+      "t.h2d_gbps, t.bidir_gbps, t.fixed_bytes, t.turn_ms, t.predicted_peak_bytes, "
+      "t.predicted_peak_no_swap_bytes, t.predicted_exposed_ms, t.summary, {} "
+      "FROM src.swap_plan t ORDER BY t.id",
+      settings);
+}
 
 // The new id of string column `column` of the row `t`.
 std::string str(const char* column) {
@@ -90,17 +107,11 @@ std::vector<TableCopy> buildTableCopies() {
        "SELECT t.track + :track, t.start_ns + :clock, t.dur_ns, t.step, t.layer, t.rank, t.op, "
        "t.comm_group, t.phase, t.seq, t.bytes_sent, t.bytes_received, t.peers, t.ok "
        "FROM src.collective t ORDER BY t.id"},
-      // Swap rows: plan ids + :plan (the layer and tensor rows follow their plan); reload
-      // needed_ns is a time, an offload's is 0 and stays 0.
-      {"swap_plan",
-       "INSERT INTO main.swap_plan(id, run, step, rank, mode, hbm_target_bytes, "
-       "pinned_budget_bytes, prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
-       "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, "
-       "summary) SELECT t.id + :plan, :run, t.step, t.rank, t.mode, t.hbm_target_bytes, "
-       "t.pinned_budget_bytes, t.prefetch_layers, t.d2h_gbps, t.h2d_gbps, t.bidir_gbps, "
-       "t.fixed_bytes, t.turn_ms, t.predicted_peak_bytes, t.predicted_peak_no_swap_bytes, "
-       "t.predicted_exposed_ms, t.summary FROM src.swap_plan t ORDER BY t.id",
-       true},
+      // Swap rows: plan ids + :plan (the layer and tensor rows follow their plan); needed_ns is
+      // a time for reloads and for offloads that compute waited for, else 0 and stays 0. Plans
+      // of inputs from before free_lag_layers, ops and min_bytes get 1, '' and 0 (unknown).
+      {"swap_plan", swapPlanCopySql("t.free_lag_layers, t.ops, t.min_bytes"), true,
+       swapPlanCopySql("1, '', 0")},
       {"swap_plan_layer",
        "INSERT INTO main.swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes) "
        "SELECT t.plan + :plan, t.layer, t.forward_ms, t.backward_ms, t.other_bytes "
@@ -115,8 +126,9 @@ std::vector<TableCopy> buildTableCopies() {
        "INSERT INTO main.swap_event(run, step, rank, layer, op, bytes, to_host, start_ns, end_ns, "
        "needed_ns, stall_ns, simulated) "
        "SELECT :run, t.step, t.rank, t.layer, t.op, t.bytes, t.to_host, t.start_ns + :clock, "
-       "t.end_ns + :clock, CASE WHEN t.to_host = 0 THEN t.needed_ns + :clock ELSE t.needed_ns "
-       "END, t.stall_ns, t.simulated FROM src.swap_event t ORDER BY t.id",
+       "t.end_ns + :clock, CASE WHEN t.to_host = 0 OR t.needed_ns != 0 "
+       "THEN t.needed_ns + :clock ELSE t.needed_ns END, t.stall_ns, t.simulated "
+       "FROM src.swap_event t ORDER BY t.id",
        true},
       {"swap_step",
        "INSERT INTO main.swap_step(run, step, rank, hbm_peak_bytes, hbm_peak_no_swap_bytes, "
@@ -274,7 +286,12 @@ Result<std::vector<int64_t>> copyMergeSource(Database& out, const std::string& s
           return Status::ok();
         }
       }
-      MOEWB_ASSIGN_OR_RETURN(Statement insert, Statement::prepare(out, copy.sql));
+      const std::string* sql = &copy.sql;
+      if (!copy.legacySql.empty()) {
+        MOEWB_ASSIGN_OR_RETURN(const bool current, swapPlanHasSettings(out, "src"));
+        if (!current) sql = &copy.legacySql;
+      }
+      MOEWB_ASSIGN_OR_RETURN(Statement insert, Statement::prepare(out, *sql));
       MOEWB_RETURN_IF_ERROR(bindShift(insert, shift));
       MOEWB_RETURN_IF_ERROR(insert.run());
       rows.push_back(sqlite3_changes64(out.handle()));

@@ -1,6 +1,7 @@
 // `moewb info` on traces with and without swap rows (written with the TraceWriter directly): the
-// swap section's plan line, per-range table (the first swap step and the steps after it) and the
-// layers with the most exposed copy time; no section without swap rows.
+// swap section's plan line, per-range table (the first swap step and the steps after it), the
+// offload waits (part of exposed, printed on their own) and the layers with the most exposed copy
+// time; no section without swap rows.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,7 +16,8 @@ constexpr int64_t kGiB = int64_t(1) << 30;
 
 // A run of 4 steps on rank 0; with `swap`, a plan at step 0, per step a watermark row (2 late
 // reloads of 4 in step 0, 1 in step 3), and one offload and reload per layer 0..6 whose stall
-// grows with the layer.
+// grows with the layer; compute waited 250 us for layer 5's offload in step 2 and for layer 6's
+// in step 3.
 void writeTrace(const std::string& path, bool swap) {
   auto created = storage::TraceWriter::create(path);
   ASSERT_TRUE(created.isOk()) << created.status().toString();
@@ -39,8 +41,9 @@ void writeTrace(const std::string& path, bool swap) {
     if (swap) {
       for (int32_t layer = 0; layer < 7; ++layer) {
         const int64_t at = start + layer * 1'000'000;
-        w.addSwapEvent(id, {0, s, 0, layer, "expert_fc1", 1 << 20, true, at, at + 500'000, 0, 0,
-                            true});
+        const bool waited = (s == 2 && layer == 5) || (s == 3 && layer == 6);
+        w.addSwapEvent(id, {0, s, 0, layer, "expert_fc1", 1 << 20, true, at, at + 500'000,
+                            waited ? at + 250'000 : 0, waited ? 250'000 : 0, true});
         w.addSwapEvent(id, {0, s, 0, layer, "expert_fc1", 1 << 20, false, at + 50'000'000,
                             at + 50'500'000, at + 50'400'000, (layer + 1) * 1000, true});
       }
@@ -87,9 +90,17 @@ TEST(CliInfoSwap, PrintsTheSwapSection) {
   EXPECT_NE(afterRow.find("    1.000      8.00      0.40 (  5.0%)      1 (  8.3%)"),
             std::string::npos)
       << afterRow;
-  // The 5 layers with the most exposed time, most first: 6, 5, 4, 3, 2.
+  EXPECT_NE(out.find("exposed = reload stalls + offload waits"), std::string::npos) << out;
+  // The offload waits on their own line: 2 of 250 us.
+  EXPECT_NE(out.find("\n  offload waits 2, 0.50 ms "), std::string::npos) << out;
+  // The 5 layers with the most exposed time, most first: 6 (4 reload stalls of 7 us and an
+  // offload wait of 250 us: 0.28 ms, 1 wait), 5, 4, 3, 2.
   const size_t layers = out.find("layers with the most exposed copy time");
   ASSERT_NE(layers, std::string::npos) << out;
+  const size_t six = out.find("\n  6      0 ", layers);
+  ASSERT_NE(six, std::string::npos) << out;
+  const std::string sixRow = out.substr(six + 1, out.find('\n', six + 1) - six - 1);
+  EXPECT_NE(sixRow.find("        0.28      4      1     0.250 ms"), std::string::npos) << sixRow;
   size_t at = layers;
   for (int layer : {6, 5, 4, 3, 2}) {
     const size_t row = out.find("\n  " + std::to_string(layer) + "      0 ", at);

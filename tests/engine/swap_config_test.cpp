@@ -66,10 +66,14 @@ TEST(SwapConfig, NegativeSizesAndBadModesAreRefusedNamingTheKey) {
   EXPECT_NE(refusal("[swap]\nmode = \"sometimes\"\n").find("\"auto\""), std::string::npos);
 }
 
-TEST(SwapConfig, SwapWithSeveralCpuRanksIsRefused) {
-  const std::string m =
-      refusal("[swap]\nmode = \"auto\"\n[parallel]\nworld_size = 2\n[data]\nbatch_size = 8\n");
-  EXPECT_NE(m.find("swap with several ranks is not supported yet"), std::string::npos) << m;
+TEST(SwapConfig, SwapWithSeveralRanksIsRefusedOnEveryBackend) {
+  for (const char* backend : {"cpu", "cuda", "auto"}) {
+    const std::string m = refusal(std::string("[run]\nbackend = \"") + backend +
+                                  "\"\n[swap]\nmode = \"auto\"\n[parallel]\nworld_size = 2\n"
+                                  "[data]\nbatch_size = 8\n");
+    EXPECT_NE(m.find("swap runs on one rank only"), std::string::npos) << backend << ": " << m;
+    EXPECT_NE(m.find("swap.mode"), std::string::npos) << m;
+  }
   EXPECT_EQ(refusal("[swap]\nmode = \"off\"\n[parallel]\nworld_size = 2\n"), "");
 }
 

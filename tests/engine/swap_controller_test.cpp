@@ -266,5 +266,23 @@ TEST(SwapSimTier, PlacesThePlansMovesOnTheStepsClock) {
   EXPECT_EQ(sim->times.forwardMs, (std::vector<double>{4, 5}));
 }
 
+TEST(SwapController, ManualPlansAtOnceAndAgainWhenTheFirstTimesArrive) {
+  SwapSettings s = autoSettings(0);
+  s.mode = SwapMode::kManual;
+  s.ops = {"moe_act"};
+  SwapController controller(s, swapProfileFor(smallDims()), 0);
+  const auto first = controller.beginStep(0, 1000);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(controller.swaps(0, SwapOp::kMoeAct));
+  EXPECT_LT(controller.plan()->stepMs, 0.01);  // no step measured yet: only copy time
+  controller.recordStepTimes({2.0, 2.0}, {4.0, 4.0}, 1.0);
+  const auto second = controller.beginStep(1, 1000);
+  ASSERT_TRUE(second.has_value()) << "the plan of unmeasured times is made again";
+  EXPECT_TRUE(controller.swaps(0, SwapOp::kMoeAct));
+  EXPECT_GT(controller.plan()->stepMs, 12.0);
+  controller.recordStepTimes({2.0, 2.0}, {4.0, 4.0}, 1.0);
+  EXPECT_FALSE(controller.beginStep(2, 1000).has_value());
+}
+
 }  // namespace
 }  // namespace moewb::engine

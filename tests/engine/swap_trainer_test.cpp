@@ -112,6 +112,31 @@ TEST(SwapTrainer, LivePatchTurnsSwapOnAtTheNextStep) {
   EXPECT_EQ(sink.swapSteps.back().step, 3);  // nothing for step 4
 }
 
+// The plan records the settings a re-plan needs: free lag, ops ("" when every op is allowed, as
+// the key's "" means) and min_bytes.
+TEST(SwapTrainer, PlanCarriesFreeLagOpsAndMinBytes) {
+  RunConfig config = swapConfig("manual");
+  config.swap.freeLagLayers = 2;
+  config.swap.ops = "moe_act, expert_fc2";
+  config.swap.minBytes = 64;
+  test::RecordingSink sink;
+  auto trainer = Trainer::create(config, &sink);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  ASSERT_TRUE((*trainer)->run(1).isOk());
+  ASSERT_FALSE(sink.swapPlans.empty());
+  EXPECT_EQ(sink.swapPlans.front().freeLagLayers, 2);
+  EXPECT_EQ(sink.swapPlans.front().ops, "moe_act,expert_fc2");
+  EXPECT_EQ(sink.swapPlans.front().minBytes, 64);
+
+  config.swap.ops = "";
+  test::RecordingSink all;
+  trainer = Trainer::create(config, &all);
+  ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+  ASSERT_TRUE((*trainer)->run(1).isOk());
+  ASSERT_FALSE(all.swapPlans.empty());
+  EXPECT_EQ(all.swapPlans.front().ops, "");
+}
+
 // The sample of docs/SWAP.md does what its comments say: auto has to choose and reaches the target.
 TEST(SwapTrainer, TheCpuSampleForcesAChoice) {
   auto config = loadConfigFile(moewb::test::sourceDir() + "/samples/configs/swap_cpu.toml");

@@ -175,6 +175,12 @@ TEST_F(SwapDockTest, WhatIfRedrawsOnABudgetChange) {
   std::printf("what-if redraw after a budget change: %.2f ms\n", redrawMs);
   panel->prefetchSpin()->setValue(2);
   EXPECT_EQ(m_window.swapModel()->whatIf()->prefetchLayers(), 2);
+  // The free lag spin box starts at the plan's lag (1 for a plan without one) and re-plans.
+  EXPECT_EQ(panel->freeLagSpin()->value(), 1);
+  EXPECT_TRUE(panel->freeLagSpin()->isEnabled());
+  panel->freeLagSpin()->setValue(3);
+  EXPECT_EQ(m_window.swapModel()->whatIf()->freeLagLayers(), 3);
+  EXPECT_EQ(m_window.swapModel()->whatIf()->prefetchLayers(), 2);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The swap views' models on real SQLite traces written with TraceWriter (TestTrace::setSwap):
 // lanes built from swap rows (count, order, late flags, folding), the per-layer table under
-// QAbstractItemModelTester, the per-step series, the what-if conversion (filters recovered from
-// the decisions) and that a lower HBM budget swaps more bytes, and what a late reload selects
-// (the first kernel on the compute stream after its needed time; the phase on a CPU trace).
+// QAbstractItemModelTester, the per-step series, the what-if conversion (stored free lag, ops and
+// min_bytes used as stored; filters recovered from the decisions for plans without them) and
+// that a lower HBM budget swaps more bytes, an offload compute waited for drawn as a late bar,
+// and what a late copy selects (the first kernel on the compute stream after its needed time;
+// the phase on a CPU trace).
 #include <gtest/gtest.h>
 
 #include <QSignalSpy>
@@ -191,6 +193,8 @@ TEST(SwapWhatIfTest, ConversionRecoversTheRunsInputs) {
   EXPECT_EQ(in->settings.hbmTargetBytes, 2'500'000'000);
   EXPECT_EQ(in->settings.pinnedBudgetBytes, 10'000'000'000);
   EXPECT_EQ(in->settings.prefetchLayers, 1);
+  // A plan without stored lag, ops and min_bytes (1, "", 0): lag 1, filters from the decisions.
+  EXPECT_EQ(in->settings.freeLagLayers, 1);
   EXPECT_DOUBLE_EQ(in->settings.h2dBytesPerMs, 55e6);
   EXPECT_DOUBLE_EQ(in->settings.bidirBytesPerMs, 36e6);
   EXPECT_EQ(in->settings.minBytes, 1001);
@@ -216,6 +220,54 @@ TEST(SwapWhatIfTest, ConversionRecoversTheRunsInputs) {
   bad = plan;
   bad.tensors[0].layer = kLayers;
   EXPECT_EQ(swapWhatIfInput(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SwapWhatIfTest, UsesTheStoredFreeLagOpsAndMinBytes) {
+  storage::SwapPlanRow plan = TestTrace::swapPlanRow(kLayers);
+  plan.freeLagLayers = 2;
+  plan.ops = "mixer_input, moe_act,expert_fc2";
+  plan.minBytes = 60'000'000;  // above every candidate's 50 MB: nothing passes
+  auto in = swapWhatIfInput(plan);
+  ASSERT_TRUE(in.isOk()) << in.status().toString();
+  EXPECT_EQ(in->settings.freeLagLayers, 2);
+  EXPECT_EQ(in->settings.minBytes, 60'000'000);
+  EXPECT_EQ(in->settings.ops,
+            (std::vector<std::string>{"mixer_input", "moe_act", "expert_fc2"}));
+  // The planner filters with them, not with what the decisions would suggest.
+  auto p = engine::planSwap(in->settings, in->profile);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_EQ(p->decisions[4].reason, "op not in swap.ops");  // expert_fc1
+  EXPECT_EQ(p->decisions[5].reason, "below swap.min_bytes");  // moe_act: allowed, too small
+  // "" = every op; a name that is no swap op is refused in plain words.
+  plan.ops = "";
+  plan.minBytes = 1;
+  in = swapWhatIfInput(plan);
+  ASSERT_TRUE(in.isOk()) << in.status().toString();
+  EXPECT_EQ(in->settings.ops, engine::swapOpNames());
+  EXPECT_EQ(in->settings.minBytes, 1);
+  plan.ops = "moe_act,fc9";
+  EXPECT_EQ(swapWhatIfInput(plan).status().code(), StatusCode::kInvalidArgument);
+  plan.ops = "";
+  plan.freeLagLayers = -1;
+  EXPECT_EQ(swapWhatIfInput(plan).status().code(), StatusCode::kInvalidArgument);
+
+  // The what-if starts at the stored lag and passes it (and a new one) to the planner: a larger
+  // lag keeps the offloaded memory until later, so the peak under a tight budget cannot drop.
+  plan = TestTrace::swapPlanRow(kLayers);
+  plan.freeLagLayers = 0;
+  plan.minBytes = 1001;
+  plan.ops = "mixer_input,moe_norm,moe_input,expert_fc1,moe_act,expert_fc2";
+  SwapWhatIf whatIf;
+  ASSERT_TRUE(whatIf.setPlan(plan).isOk());
+  EXPECT_EQ(whatIf.freeLagLayers(), 0);
+  ASSERT_TRUE(whatIf.setBudget(1'500'000'000, 1).isOk());
+  const engine::SwapPrediction lag0 = whatIf.prediction();
+  EXPECT_EQ(whatIf.freeLagLayers(), 0);  // nullopt keeps the current lag
+  ASSERT_TRUE(whatIf.setBudget(1'500'000'000, 1, 3).isOk());
+  EXPECT_EQ(whatIf.freeLagLayers(), 3);
+  const engine::SwapPrediction lag3 = whatIf.prediction();
+  EXPECT_GT(lag3.peakBytes, lag0.peakBytes);
+  EXPECT_FALSE(whatIf.setBudget(1'500'000'000, 1, -1).isOk());
 }
 
 TEST(SwapWhatIfTest, LowerBudgetSwapsMoreBytes) {
@@ -311,12 +363,61 @@ TEST(SwapModelTest, LateReloadSelectsThePhaseOnACpuTrace) {
   EXPECT_EQ(w->name, "combine.bwd");  // the first phase of layer 1's backward
   EXPECT_EQ(w->startNs, e.neededNs);
   EXPECT_EQ(w->step, 1);
-  // An offload made nothing wait.
+  // An offload compute did not wait for made nothing wait.
   storage::SwapEventRow offload = e;
   offload.toHost = true;
+  offload.stallNs = 0;
   auto none = model.waiterOf(offload);
   ASSERT_TRUE(none.isOk());
   EXPECT_EQ(none->kind, SwapWaiter::kNone);
+  // One compute waited for (at its free-lag point, neededNs) selects what waited, as a reload.
+  offload.stallNs = 50'000;
+  auto waited = model.waiterOf(offload);
+  ASSERT_TRUE(waited.isOk()) << waited.status().toString();
+  ASSERT_EQ(waited->kind, SwapWaiter::kPhase);
+  EXPECT_EQ(waited->name, "combine.bwd");
+  EXPECT_EQ(waited->startNs, offload.neededNs);
+}
+
+TEST(SwapLanesTest, OffloadWithAWaitIsALateBar) {
+  // Two offloads on a 1 px = 1 us plot: one on time, one compute waited 30 us for, from when it
+  // reached the wait (+70 us) to +100 us, the copy's end.
+  storage::SwapEventRow onTime;
+  onTime.layer = 0;
+  onTime.op = "moe_act";
+  onTime.bytes = 4 << 20;
+  onTime.startNs = 0;
+  onTime.endNs = 40'000;
+  storage::SwapEventRow waited = onTime;
+  waited.layer = 1;
+  waited.startNs = 50'000;
+  waited.endNs = 100'000;
+  waited.neededNs = 70'000;
+  waited.stallNs = 30'000;
+  const TimelineGeometry g{0, 200'000, 200.0};
+  const auto items = layoutSwapItems({0}, {onTime, waited}, g);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_FALSE(items[0].late);
+  const SwapDrawItem& late = items[1];
+  EXPECT_EQ(late.lane, 0);  // the D2H lane
+  EXPECT_TRUE(late.late);
+  EXPECT_NEAR(late.stallX0, 70.0, 1e-9);
+  EXPECT_NEAR(late.stallX1, 100.0, 1e-9);
+  EXPECT_TRUE(swapCopyLate(waited));
+  EXPECT_FALSE(swapCopyLate(onTime));
+  // A wait that outlasts the copy (memory freed behind the wait) is clipped to the bar.
+  waited.stallNs = 90'000;
+  const auto clipped = layoutSwapItems({0}, {waited}, g);
+  ASSERT_EQ(clipped.size(), 1u);
+  EXPECT_NEAR(clipped[0].stallX1, clipped[0].x1, 1e-9);
+  // The tooltip says why compute waited; an offload on time says nothing of a wait.
+  const auto lines = swapTooltipLines(waited);
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_NE(lines[3].find("compute waited"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("for this copy to free its memory"), std::string::npos) << lines[3];
+  for (const std::string& line : swapTooltipLines(onTime)) {
+    EXPECT_EQ(line.find("waited"), std::string::npos) << line;
+  }
 }
 
 TEST(SwapModelTest, FollowsTheDocument) {

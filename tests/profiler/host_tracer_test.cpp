@@ -401,6 +401,9 @@ engine::SwapPlanEvent swapPlanEvent() {
   plan.hbmTargetBytes = 4096;
   plan.pinnedBudgetBytes = 2048;
   plan.prefetchLayers = 1;
+  plan.freeLagLayers = 2;
+  plan.ops = "expert_fc1,moe_act";
+  plan.minBytes = 512;
   plan.d2hGbps = 55;
   plan.h2dGbps = 54;
   plan.bidirGbps = 36;
@@ -462,6 +465,9 @@ TEST(HostTracerSwap, WritesSwapRowsWithTheirStep) {
   EXPECT_EQ(p.mode, "auto");
   EXPECT_EQ(p.hbmTargetBytes, 4096);
   EXPECT_EQ(p.pinnedBudgetBytes, 2048);
+  EXPECT_EQ(p.freeLagLayers, 2);
+  EXPECT_EQ(p.ops, "expert_fc1,moe_act");
+  EXPECT_EQ(p.minBytes, 512);
   EXPECT_EQ(p.d2hGbps, 55);
   EXPECT_EQ(p.turnMs, 0.25);
   EXPECT_EQ(p.layerBackwardMs, (std::vector<double>{3.0, 4.0}));

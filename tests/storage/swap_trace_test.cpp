@@ -1,14 +1,17 @@
-// Swap rows in the trace store: writer -> reader round trip of every field of plans, copies and
-// step rows; swapLayerSummary and swapEvents(window) on a golden tiny trace; files without swap
-// tables (a committed fuzz-corpus trace from before swap, and one with only the early
-// placeholder table) read as "no swap"; corrupt rows are repaired and counted, never fatal; the
-// Chrome export's swap threads, late marks and watermark counters.
+// Swap rows in the trace store: writer -> reader round trip of every field of plans (with the
+// free lag, ops and min_bytes; plans of files from before those columns read 1, "" and 0),
+// copies and step rows; swapLayerSummary (stalls of both directions: reload stalls and offload
+// waits) and swapEvents(window) on a golden tiny trace; files without swap tables (a committed
+// fuzz-corpus trace from before swap, and one with only the early placeholder table) read as "no
+// swap"; corrupt rows are repaired and counted, never fatal; the Chrome export's swap threads,
+// late marks (late reloads and offloads compute waited for) and watermark counters.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +36,9 @@ SwapPlanRow goldenPlan() {
   p.hbmTargetBytes = 12'000;
   p.pinnedBudgetBytes = 8'192;
   p.prefetchLayers = 2;
+  p.freeLagLayers = 3;
+  p.ops = "expert_fc1,moe_act";
+  p.minBytes = 100;
   p.d2hGbps = 55.5;
   p.h2dGbps = 54.25;
   p.bidirGbps = 36.125;
@@ -57,10 +63,11 @@ SwapEventRow copy(int64_t step, int32_t rank, int32_t layer, const std::string& 
   return {0, step, rank, layer, op, bytes, toHost, startNs, endNs, neededNs, stallNs, true};
 }
 
-// The golden copies: rank 0 offloads layers 0 and 1 and reloads them (layer 1 late by 500 ns);
-// rank 1 offloads layer 0 in step 1.
+// The golden copies: rank 0 offloads layers 0 and 1 (compute waited 300 ns at 1200 for layer
+// 0's to free its memory) and reloads them (layer 1 late by 500 ns); rank 1 offloads layer 0 in
+// step 1.
 std::vector<SwapEventRow> goldenCopies() {
-  return {copy(0, 0, 0, "expert_fc1", 1000, true, 1000, 1500),
+  return {copy(0, 0, 0, "expert_fc1", 1000, true, 1000, 1500, 1200, 300),
           copy(0, 0, 1, "moe_act", 2000, true, 1500, 2500),
           copy(0, 0, 1, "moe_act", 2000, false, 3000, 4000, 3500, 500),
           copy(0, 0, 0, "expert_fc1", 1000, false, 4000, 4500, 5000, 0),
@@ -146,6 +153,9 @@ TEST_F(SwapTrace, EveryFieldRoundTrips) {
   EXPECT_EQ(p.hbmTargetBytes, want.hbmTargetBytes);
   EXPECT_EQ(p.pinnedBudgetBytes, want.pinnedBudgetBytes);
   EXPECT_EQ(p.prefetchLayers, want.prefetchLayers);
+  EXPECT_EQ(p.freeLagLayers, 3);
+  EXPECT_EQ(p.ops, "expert_fc1,moe_act");
+  EXPECT_EQ(p.minBytes, 100);
   EXPECT_EQ(p.d2hGbps, want.d2hGbps);
   EXPECT_EQ(p.h2dGbps, want.h2dGbps);
   EXPECT_EQ(p.bidirGbps, want.bidirGbps);
@@ -212,12 +222,14 @@ TEST_F(SwapTrace, LayerSummaryGolden) {
   struct Want {
     int32_t rank, layer;
     int64_t offloaded, reloaded;
-    int32_t offloads, reloads, late;
-    double copyMs, exposedMs, worstMs;
+    int32_t offloads, reloads, late, waits;
+    double copyMs, exposedMs, worstMs, waitMs;
   };
-  const Want want[] = {{0, 0, 1000, 1000, 1, 1, 0, 0.001, 0.0, 0.0},
-                       {0, 1, 2000, 2000, 1, 1, 1, 0.002, 0.0005, 0.0005},
-                       {1, 0, 4000, 0, 1, 0, 0, 0.001, 0.0, 0.0}};
+  // Exposed and worst stall take both directions (layer 0's offload wait, layer 1's reload
+  // stall); late counts reloads only, waits offloads only.
+  const Want want[] = {{0, 0, 1000, 1000, 1, 1, 0, 1, 0.001, 0.0003, 0.0003, 0.0003},
+                       {0, 1, 2000, 2000, 1, 1, 1, 0, 0.002, 0.0005, 0.0005, 0.0},
+                       {1, 0, 4000, 0, 1, 0, 0, 0, 0.001, 0.0, 0.0, 0.0}};
   for (size_t i = 0; i < 3; ++i) {
     SCOPED_TRACE(i);
     const SwapLayerSummary& g = (*all)[i];
@@ -228,10 +240,23 @@ TEST_F(SwapTrace, LayerSummaryGolden) {
     EXPECT_EQ(g.offloads, want[i].offloads);
     EXPECT_EQ(g.reloads, want[i].reloads);
     EXPECT_EQ(g.lateReloads, want[i].late);
+    EXPECT_EQ(g.offloadWaits, want[i].waits);
     EXPECT_NEAR(g.copyMs, want[i].copyMs, 1e-12);
     EXPECT_NEAR(g.exposedMs, want[i].exposedMs, 1e-12);
     EXPECT_NEAR(g.worstStallMs, want[i].worstMs, 1e-12);
+    EXPECT_NEAR(g.offloadWaitMs, want[i].waitMs, 1e-12);
   }
+  // A longer offload wait than the reload stall of the same layer is its worst stall.
+  execSql(m_path, "UPDATE swap_event SET stall_ns = 900 WHERE to_host = 1 AND layer = 1");
+  auto reread = openOrFail(m_path);
+  ASSERT_TRUE(reread);
+  auto both = reread->swapLayerSummary(0, 0);
+  ASSERT_TRUE(both.isOk()) << both.status().toString();
+  ASSERT_EQ(both->size(), 2u);
+  EXPECT_NEAR((*both)[1].exposedMs, 0.0014, 1e-12);
+  EXPECT_NEAR((*both)[1].worstStallMs, 0.0009, 1e-12);
+  EXPECT_EQ((*both)[1].lateReloads, 1);
+  EXPECT_EQ((*both)[1].offloadWaits, 1);
   auto stepOne = reader->swapLayerSummary(1, 1);
   ASSERT_TRUE(stepOne.isOk());
   ASSERT_EQ(stepOne->size(), 1u);
@@ -262,6 +287,29 @@ TEST_F(SwapTrace, EventsOverlappingAWindow) {
   EXPECT_EQ(starts(TimeWindow::all(), 1), std::vector<int64_t>{6000});
   EXPECT_EQ(starts({0, 5000}, 1), std::vector<int64_t>{});
   EXPECT_EQ(starts({4000, 4000}), std::vector<int64_t>{});
+}
+
+// A plan of a file from before free_lag_layers, ops and min_bytes reads 1, "" and 0 (unknown),
+// with every other field.
+TEST(SwapTraceOlderFiles, PlanWithoutSettingsReadsDefaults) {
+  TempDir dir;
+  const std::string path = dir.path("old_plan.sqlite");
+  writeGolden(path);
+  execSql(path,
+          "ALTER TABLE swap_plan DROP COLUMN free_lag_layers; "
+          "ALTER TABLE swap_plan DROP COLUMN ops; ALTER TABLE swap_plan DROP COLUMN min_bytes;");
+  auto reader = openOrFail(path);
+  ASSERT_TRUE(reader);
+  auto plans = reader->swapPlans();
+  ASSERT_TRUE(plans.isOk()) << plans.status().toString();
+  ASSERT_EQ(plans->size(), 1u);
+  const SwapPlanRow& p = plans->front();
+  EXPECT_EQ(p.freeLagLayers, 1);
+  EXPECT_EQ(p.ops, "");
+  EXPECT_EQ(p.minBytes, 0);
+  EXPECT_EQ(p.prefetchLayers, goldenPlan().prefetchLayers);
+  EXPECT_EQ(p.summary, goldenPlan().summary);
+  EXPECT_EQ(p.tensors.size(), goldenPlan().tensors.size());
 }
 
 // A trace from before swap (committed fuzz seed; its swap_event is the early placeholder with
@@ -392,6 +440,11 @@ TEST_F(SwapTrace, ChromeExportHasSwapThreadsLateMarksAndWatermarks) {
     }
   }
   int copies = 0, lateMarks = 0, counters = 0;
+  // Late: the reload its consumer waited for and the offload compute waited for.
+  const std::map<std::string, std::string> lateCopies = {
+      {"layer 1 moe_act H2D", "late: layer 1 moe_act H2D (stall 0.001 ms)"},
+      {"layer 0 expert_fc1 D2H", "late: layer 0 expert_fc1 D2H (compute waited 0.000 ms)"}};
+  std::set<std::string> lateSeen;
   for (const json& e : events) {
     if (e.value("cat", "") != "swap") continue;
     const auto where = std::pair(e["pid"].get<int64_t>(), e.value("tid", int64_t(-1)));
@@ -408,15 +461,23 @@ TEST_F(SwapTrace, ChromeExportHasSwapThreadsLateMarksAndWatermarks) {
         EXPECT_EQ(e["cname"], "terrible");
         EXPECT_DOUBLE_EQ(e["args"]["stall_ms"].get<double>(), 0.0005);
         EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1.0);  // 1000 ns
+      } else if (e["name"] == "layer 0 expert_fc1 D2H" && e["pid"] == 0) {
+        EXPECT_EQ(e["args"]["late"], true);
+        EXPECT_EQ(e["cname"], "terrible");
+        EXPECT_DOUBLE_EQ(e["args"]["stall_ms"].get<double>(), 0.0003);
       } else {
         EXPECT_EQ(e["args"]["late"], false) << e.dump();
         EXPECT_FALSE(e.contains("cname")) << e.dump();
       }
     } else if (e["ph"] == "i") {
       ++lateMarks;
-      EXPECT_EQ(e["name"], "late: layer 1 moe_act H2D (stall 0.001 ms)");
-      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 3.5);  // needed_ns 3500 from origin 0
-      EXPECT_EQ(threadNames[where], "swap H2D");
+      const std::string name = e["name"].get<std::string>();
+      const bool reload = name.find("H2D") != std::string::npos;
+      EXPECT_EQ(name, lateCopies.at(reload ? "layer 1 moe_act H2D" : "layer 0 expert_fc1 D2H"));
+      lateSeen.insert(name);
+      // needed_ns 3500 (reload) or 1200 (offload) from origin 0
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), reload ? 3.5 : 1.2);
+      EXPECT_EQ(threadNames[where], reload ? "swap H2D" : "swap D2H");
     } else if (e["ph"] == "C") {
       ++counters;
       EXPECT_EQ(e["pid"], 0);
@@ -431,7 +492,8 @@ TEST_F(SwapTrace, ChromeExportHasSwapThreadsLateMarksAndWatermarks) {
     }
   }
   EXPECT_EQ(copies, 5);
-  EXPECT_EQ(lateMarks, 1);
+  EXPECT_EQ(lateMarks, 2);
+  EXPECT_EQ(lateSeen.size(), 2u);
   EXPECT_EQ(counters, 3);
   // Both ranks have both swap threads named.
   for (int64_t pid : {0, 1}) {

@@ -99,8 +99,9 @@ class RankWriter {
                  64, 1000.0, 1 << 20, 1.0, 1e-3});
   }
 
-  // Swap: a plan at step 0 (layers 0 and 1, two tensors), per step one offload and one late
-  // reload of layer `rank` % 2, and the step's watermarks.
+  // Swap: a plan at step 0 (layers 0 and 1, two tensors; free lag 2, ops, min_bytes), per step
+  // one offload (compute waited 200 us for it from +2.8 ms in odd steps) and one late reload of
+  // layer `rank` % 2, and the step's watermarks.
   void writeSwap(int s, int64_t start) {
     const int32_t layer = m_rank % 2;
     if (s == 0) {
@@ -113,12 +114,17 @@ class RankWriter {
       plan.tensors = {{0, "expert_fc1", 512, layer == 0, "picked"},
                       {1, "expert_fc1", 512, layer == 1, "picked"}};
       plan.summary = "rank " + std::to_string(m_rank);
+      plan.freeLagLayers = 2;
+      plan.ops = "expert_fc1";
+      plan.minBytes = 256 + m_rank;
       m_w.addSwapPlan(m_run, plan);
     }
     const int64_t bytes = 512 + m_rank;
+    const bool waited = s % 2 == 1;
     m_w.addSwapEvent(m_run, {0, s, m_rank, layer, "expert_fc1", bytes, true,
-                             local(start + 2 * kNsPerMs), local(start + 3 * kNsPerMs), 0, 0,
-                             false});
+                             local(start + 2 * kNsPerMs), local(start + 3 * kNsPerMs),
+                             waited ? local(start + 2800 * kNsPerUs) : 0,
+                             waited ? 200 * kNsPerUs : 0, false});
     m_w.addSwapEvent(m_run, {0, s, m_rank, layer, "expert_fc1", bytes, false,
                              local(start + 8 * kNsPerMs), local(start + 9 * kNsPerMs),
                              local(start + 8500 * kNsPerUs), 500 * kNsPerUs, false});
@@ -319,10 +325,11 @@ TEST(TraceMerge, EveryTimeColumnMovesByItsFilesOffsetAndRowCountsAdd) {
          queryCsv(out, "SELECT name FROM pragma_table_info('" + table +
                            "') WHERE name LIKE "
                            "'%\\_ns' ESCAPE '\\' AND name NOT IN ('dur_ns', 'stall_ns')")) {
-      // sum(column) over the output = sum over inputs of (their sum + rows * offset); a swap
-      // offload's needed_ns is 0, not a time, and stays 0.
-      const std::string where =
-          table == "swap_event" && column == "needed_ns" ? " WHERE to_host = 0" : "";
+      // sum(column) over the output = sum over inputs of (their sum + rows * offset); the
+      // needed_ns of an offload compute did not wait for is 0, not a time, and stays 0.
+      const std::string where = table == "swap_event" && column == "needed_ns"
+                                    ? " WHERE to_host = 0 OR needed_ns != 0"
+                                    : "";
       __int128 want = 0;
       for (size_t i = 0; i < inputs.size(); ++i) {
         want += std::stoll(one(inputs[i], "SELECT sum(" + column + ") FROM " + table)) +
@@ -504,6 +511,9 @@ TEST(TraceMerge, KeepsEveryRanksSwapRows) {
     ASSERT_EQ(plan.tensors.size(), 2u);
     EXPECT_EQ(plan.tensors[size_t(r % 2)].swapped, true);
     EXPECT_EQ(plan.tensors[size_t(1 - r % 2)].swapped, false);
+    EXPECT_EQ(plan.freeLagLayers, 2);
+    EXPECT_EQ(plan.ops, "expert_fc1");
+    EXPECT_EQ(plan.minBytes, 256 + r);
   }
   for (int32_t r = 0; r < kWorldSize; ++r) {
     auto copies = (*reader)->swapEvents(TimeWindow::all(), r);
@@ -515,6 +525,11 @@ TEST(TraceMerge, KeepsEveryRanksSwapRows) {
     EXPECT_EQ(firstReload.startNs, kT0Ns + 8 * kNsPerMs + kShifts[0]) << r;
     EXPECT_EQ(firstReload.neededNs, kT0Ns + 8500 * kNsPerUs + kShifts[0]) << r;
     EXPECT_EQ((*copies)[0].neededNs, 0);
+    // Step 1's offload was waited for: its needed time is on the merged clock too.
+    const SwapEventRow& waitedOffload = (*copies)[2];
+    EXPECT_TRUE(waitedOffload.toHost);
+    EXPECT_EQ(waitedOffload.stallNs, 200 * kNsPerUs);
+    EXPECT_EQ(waitedOffload.neededNs, waitedOffload.startNs + 800 * kNsPerUs) << r;
     EXPECT_EQ(firstReload.bytes, 512 + r);
   }
   auto steps = (*reader)->swapSteps();
@@ -545,6 +560,30 @@ TEST(TraceMerge, InputsWithoutSwapTablesMerge) {
   EXPECT_EQ(one(out, "SELECT count(*) FROM swap_event WHERE rank = 1"), "0");
   EXPECT_EQ(count(out, "swap_plan"), kWorldSize - 1);
   EXPECT_EQ(count(out, "swap_plan_tensor"), 2 * (kWorldSize - 1));
+}
+
+// An input whose swap_plan is from before free_lag_layers, ops and min_bytes merges; its plan
+// reads 1, "" and 0 (unknown), the others keep theirs.
+TEST(TraceMerge, InputPlansWithoutSettingsMerge) {
+  TempDir dir;
+  std::vector<std::string> inputs = writeRankFiles(dir, RunSpec{}, kShifts, 0);
+  execSql(inputs[1],
+          "ALTER TABLE swap_plan DROP COLUMN free_lag_layers; "
+          "ALTER TABLE swap_plan DROP COLUMN ops; ALTER TABLE swap_plan DROP COLUMN min_bytes;");
+  const std::string out = dir.path("merged.db");
+  auto merged = mergeTraces(inputs, out);
+  ASSERT_TRUE(merged.isOk()) << merged.status().toString();
+  auto reader = TraceReader::open(out);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  auto plans = (*reader)->swapPlans();
+  ASSERT_TRUE(plans.isOk()) << plans.status().toString();
+  ASSERT_EQ(plans->size(), size_t(kWorldSize));
+  for (const SwapPlanRow& plan : *plans) {
+    SCOPED_TRACE(plan.rank);
+    EXPECT_EQ(plan.freeLagLayers, plan.rank == 1 ? 1 : 2);
+    EXPECT_EQ(plan.ops, plan.rank == 1 ? "" : "expert_fc1");
+    EXPECT_EQ(plan.minBytes, plan.rank == 1 ? 0 : 256 + plan.rank);
+  }
 }
 
 TEST(TraceMerge, WithoutSharedCollectivesAlignsRunStartsAndSaysSo) {

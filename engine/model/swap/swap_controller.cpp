@@ -50,6 +50,18 @@ bool timesMoved(const std::vector<double>& planned, const std::vector<double>& n
   return false;
 }
 
+// swap.ops as text: "" when every op is allowed (as the key's "" means), else a comma list.
+std::string opsText(const std::vector<std::string>& ops) {
+  const auto& all = swapOpNames();
+  const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& op) {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+  });
+  if (every) return "";
+  std::string text;
+  for (const std::string& op : ops) text += (text.empty() ? "" : ",") + op;
+  return text;
+}
+
 // The event of a plan made from `profile` under `settings`.
 SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile,
                         const SwapPrediction& plan, int64_t step, int32_t rank) {
@@ -62,6 +74,9 @@ SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile
   e.hbmTargetBytes = settings.hbmTargetBytes;
   e.pinnedBudgetBytes = settings.pinnedBudgetBytes;
   e.prefetchLayers = settings.prefetchLayers;
+  e.freeLagLayers = settings.freeLagLayers;
+  e.ops = opsText(settings.ops);
+  e.minBytes = settings.minBytes;
   e.d2hGbps = settings.d2hBytesPerMs / 1e6;
   e.h2dGbps = settings.h2dBytesPerMs / 1e6;
   e.bidirGbps = settings.bidirBytesPerMs / 1e6;
@@ -174,7 +189,10 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
     if (!wasOn) return std::nullopt;
   } else {
     if (m_settings.mode == SwapMode::kAuto && !m_measured) return std::nullopt;  // measuring
-    const bool due = m_settingsChanged || !m_plan || (m_measured && timesDue(step));
+    // A plan made before any step was measured (manual mode at the first step) is made again
+    // once there are times, so its prediction is not one of zero-length layers.
+    const bool due = m_settingsChanged || !m_plan || (m_measured && !m_plannedWithTimes) ||
+                     (m_measured && timesDue(step));
     if (!due) return std::nullopt;
     m_settingsChanged = false;
     std::fill(m_swapped.begin(), m_swapped.end(), 0);
@@ -192,6 +210,7 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
   m_plannedTurnMs = m_profile.turnMs;
   m_plannedFixedBytes = m_profile.fixedBytes;
   m_plannedStep = step;
+  m_plannedWithTimes = m_measured;
   for (size_t i = 0; i < m_profile.tensors.size(); ++i) {
     const SwapTensor& t = m_profile.tensors[i];
     const SwapOp op = opOf(t.op);

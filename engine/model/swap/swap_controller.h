@@ -91,6 +91,7 @@ class SwapController {
   double m_plannedTurnMs = 0;
   int64_t m_plannedFixedBytes = 0;
   int64_t m_plannedStep = 0;
+  bool m_plannedWithTimes = false;        // the current plan was made from measured times
   std::optional<SwapPrediction> m_plan;
   std::vector<uint8_t> m_swapped;          // [layers * SwapOp::kCount]
 };

@@ -151,6 +151,9 @@ struct SwapPlanEvent {
   int64_t hbmTargetBytes = 0;
   int64_t pinnedBudgetBytes = 0;
   int32_t prefetchLayers = 1;
+  int32_t freeLagLayers = 1;      // swap.free_lag_layers
+  std::string ops;                // swap.ops as a comma list; "" = all of swapOpNames()
+  int64_t minBytes = 0;           // swap.min_bytes
   double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
   int64_t fixedBytes = 0;
   double turnMs = 0;
@@ -180,8 +183,10 @@ struct SwapEvent {
   bool toHost = true;             // true: D2H offload; false: H2D reload
   int64_t startNs = 0;            // steady clock
   int64_t endNs = 0;
-  int64_t neededNs = 0;           // reload: when its consumer was ready to run; 0 for offloads
-  int64_t stallNs = 0;            // reload: how long the consumer waited (late when > 0)
+  int64_t neededNs = 0;           // reload: when its consumer was ready to run; offload: when
+                                  //   compute reached its free-lag wait (when it waited, else 0)
+  int64_t stallNs = 0;            // reload: how long the consumer waited (late when > 0);
+                                  //   offload: how long compute waited for it to free memory
   bool simulated = false;
 };
 
@@ -198,7 +203,7 @@ struct SwapStepEvent {
   int32_t lateReloads = 0;
   int64_t swappedBytes = 0;        // bytes offloaded this step
   double copyMs = 0;               // sum of copy durations, both directions
-  double exposedMs = 0;            // sum of reload stalls
+  double exposedMs = 0;            // sum of stalls: reload stalls + offload waits
   bool simulated = false;
 };
 

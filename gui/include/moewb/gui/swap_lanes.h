@@ -1,7 +1,9 @@
 // Swap lanes of the timeline: each rank with swap rows gets two lanes, "swap D2H" (offloads) and
 // "swap H2D" (reloads), one bar per copy of a swapped activation (storage::SwapEventRow), laid
-// out on the pixels of a TimelineGeometry. A reload whose consumer waited (stallNs > 0) is late:
-// it is drawn red and its stall span (neededNs -> end, clipped to the bar) is marked. Lanes of a
+// out on the pixels of a TimelineGeometry. A copy that compute waited for (stallNs > 0) is late:
+// a reload whose consumer waited (stall span neededNs -> end) or an offload compute waited for
+// at its free-lag point to free its memory (wait span neededNs -> neededNs + stallNs). It is
+// drawn red and its span, clipped to the bar, is marked. Lanes of a
 // trace whose swap rows are simulated (CPU backend: the plan's moves on the measured phases) are
 // labelled "(simulated)".
 //
@@ -29,8 +31,8 @@ struct SwapDrawItem {
   int32_t count = 1;     // copies covered; > 1 means folded
   double x0 = 0;         // left edge, plot px
   double x1 = 0;         // right edge, plot px (x1 - x0 >= 1)
-  bool late = false;     // a reload with stall > 0 (folded: any of them)
-  double stallX0 = 0;    // late only: the stall span (needed -> end), plot px, inside [x0, x1]
+  bool late = false;     // a copy with stall > 0, either direction (folded: any of them)
+  double stallX0 = 0;    // late only: the stall or wait span, plot px, inside [x0, x1]
   double stallX1 = 0;
   bool isFolded() const { return count > 1; }
   bool operator==(const SwapDrawItem&) const = default;
@@ -64,10 +66,14 @@ std::string swapItemLabel(const storage::SwapEventRow& event, int32_t count = 1)
 double swapCopyGbps(int64_t bytes, int64_t durNs);
 
 // Tooltip lines of a copy: what (layer, op, direction), bytes, duration, GB/s, and for reloads
-// the consumer's stall ("late: compute waited 1.20 ms") or "on time".
+// the consumer's stall ("late: compute waited 1.20 ms") or "on time"; for an offload with a wait
+// "compute waited 1.20 ms for this copy to free its memory".
 std::vector<std::string> swapTooltipLines(const storage::SwapEventRow& event);
 
-// Bar colours: offloads teal, reloads blue, late reloads red (the stall span a darker red).
+// Whether compute waited for `event` (a reload stall or an offload wait): drawn as late.
+bool swapCopyLate(const storage::SwapEventRow& event);
+
+// Bar colours: offloads teal, reloads blue, late copies red (the stall span a darker red).
 QColor swapItemColor(bool toHost, bool late);
 QColor swapStallColor();
 

@@ -1,7 +1,8 @@
 // SwapLayerModel: the Swap dock's per-layer table (storage::TraceReader::swapLayerSummary): per
-// (rank, layer) the bytes offloaded and reloaded, the copy time, the exposed time (reload stalls),
-// the late reloads and the worst stall. Sort with a QSortFilterProxyModel on kSortRole (raw
-// numbers; display text is formatted). setRows resets the model. GUI thread only.
+// (rank, layer) the bytes offloaded and reloaded, the copy time, the exposed time (reload stalls +
+// offload waits), the late reloads (reloads only) and the worst stall of either direction. Sort
+// with a QSortFilterProxyModel on kSortRole (raw numbers; display text is formatted). setRows
+// resets the model. GUI thread only.
 #pragma once
 
 #include <QAbstractTableModel>

@@ -90,11 +90,13 @@ class SwapModel : public QObject {
 
   // Copies overlapping `window` (all ranks), by start. Empty when nothing is open.
   Result<std::vector<storage::SwapEventRow>> events(TimeRange window);
-  // What waited for reload `event`: on a trace with GPU streams of the event's rank, the first
+  // What waited for `event`, a reload or an offload compute waited for (stallNs > 0; neededNs
+  // is then when compute reached its free-lag wait): on a trace with GPU streams of the event's
+  // rank, the first
   // kernel starting at or after neededNs on the stream that runs the most kernels from then on
   // (the compute stream; searched up to 4 s ahead); otherwise the deepest phase slice of the
-  // rank's host tracks containing neededNs. kNone when nothing matches or the event is no
-  // reload. Errors: read errors.
+  // rank's host tracks containing neededNs. kNone when nothing matches or the event is an
+  // offload without a wait. Errors: read errors.
   Result<SwapWaiter> waiterOf(const storage::SwapEventRow& event);
 
  signals:

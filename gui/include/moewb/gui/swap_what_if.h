@@ -1,14 +1,16 @@
 // The Swap dock's what-if: a stored plan's profile (storage::SwapPlanRow, read by
 // TraceReader::swapPlans) planned again with engine::planSwap under another HBM budget and
-// prefetch distance, without running anything.
+// prefetch distance and free lag, without running anything.
 //
 // swapWhatIfInput converts a plan row into the planner's inputs. The row stores the budgets, the
-// prefetch distance, the bandwidths, the per-layer times and bytes and every candidate with its
-// decision, but not [swap] ops and min_bytes; those are recovered from the decisions: the allowed
-// ops are those of every candidate not refused with "op not in swap.ops", and min_bytes is one
-// more than the largest candidate refused "below swap.min_bytes" (else the smallest allowed
-// candidate), which filters the candidates exactly as the run did. Bandwidths of 0 (unknown) keep
-// SwapSettings' defaults.
+// prefetch distance, the free lag, [swap] ops and min_bytes, the bandwidths, the per-layer times
+// and bytes and every candidate with its decision; those settings are used as stored. Plans of
+// files from before free_lag_layers, ops and min_bytes were stored read 1, "" and 0 (the three
+// together mean unknown, see storage::SwapPlanRow): then the free lag stays 1 and ops and
+// min_bytes are recovered from the decisions: the allowed ops are those of every candidate not
+// refused with "op not in swap.ops", and min_bytes is one more than the largest candidate
+// refused "below swap.min_bytes" (else 0), which filters the candidates exactly as the run did.
+// Bandwidths of 0 (unknown) keep SwapSettings' defaults.
 //
 // SwapWhatIf holds one converted plan and re-plans it with the auto policy (the only one a budget
 // steers) on each setBudget, timing the planner; SwapDecisionModel shows the per-tensor decisions.
@@ -34,8 +36,8 @@ struct SwapWhatIfInput {
 };
 
 // Converts `plan` (see the file comment). Errors: kInvalidArgument when the per-layer vectors
-// have different lengths, a tensor names a layer outside them, a mode is not off/manual/auto, or
-// a size or time is negative.
+// have different lengths, a tensor names a layer outside them, a mode is not off/manual/auto, a
+// size, time or distance is negative, or ops names an op that is not one of swapOpNames().
 Result<SwapWhatIfInput> swapWhatIfInput(const storage::SwapPlanRow& plan);
 
 // Per-tensor decisions of a prediction: layer, op, bytes (MB), keep/swap, reason.
@@ -77,7 +79,7 @@ class SwapWhatIf : public QObject {
   explicit SwapWhatIf(QObject* parent = nullptr);
 
   // Takes `plan` and re-plans it at its own HBM target (its predicted peak without swap when it
-  // has none) and prefetch distance. Errors: those of
+  // has none), prefetch distance and free lag. Errors: those of
   // swapWhatIfInput and planSwap (the what-if is then empty).
   Status setPlan(const storage::SwapPlanRow& plan);
   // Empties the what-if.
@@ -85,12 +87,15 @@ class SwapWhatIf : public QObject {
   bool hasPlan() const { return m_input.has_value(); }
   // The converted plan (valid while hasPlan()).
   const SwapWhatIfInput& input() const { return *m_input; }
-  // Re-plans with the auto policy at `hbmTargetBytes` (> 0) and `prefetchLayers` (>= 0).
+  // Re-plans with the auto policy at `hbmTargetBytes` (> 0), `prefetchLayers` (>= 0) and
+  // `freeLagLayers` (>= 0; nullopt: the current one, at first the plan's).
   // Errors: kFailedPrecondition without a plan, kInvalidArgument for a bad value, planSwap's.
-  Status setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers);
+  Status setBudget(int64_t hbmTargetBytes, int32_t prefetchLayers,
+                   std::optional<int32_t> freeLagLayers = std::nullopt);
   const engine::SwapPrediction& prediction() const { return m_prediction; }
   int64_t hbmTargetBytes() const { return m_targetBytes; }
   int32_t prefetchLayers() const { return m_prefetch; }
+  int32_t freeLagLayers() const { return m_freeLag; }
   // Wall time of the last planSwap call, ms.
   double lastPlanMs() const { return m_lastPlanMs; }
   SwapDecisionModel* decisionModel() { return &m_decisions; }
@@ -104,6 +109,7 @@ class SwapWhatIf : public QObject {
   engine::SwapPrediction m_prediction;
   int64_t m_targetBytes = 0;
   int32_t m_prefetch = 1;
+  int32_t m_freeLag = 1;
   double m_lastPlanMs = 0;
   SwapDecisionModel m_decisions;
 };

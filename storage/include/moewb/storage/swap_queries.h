@@ -22,8 +22,9 @@ struct SwapEventRow {
   bool toHost = true;        // D2H offload, else H2D reload
   int64_t startNs = 0;
   int64_t endNs = 0;
-  int64_t neededNs = 0;      // reload: consumer ready; 0 for offloads
-  int64_t stallNs = 0;       // reload: consumer wait; late when > 0
+  int64_t neededNs = 0;      // reload: consumer ready; offload: compute at its wait (or 0)
+  int64_t stallNs = 0;       // reload: consumer wait; offload: compute wait to free its memory;
+                             //   late (exposed) when > 0, either direction
   bool simulated = false;
 };
 
@@ -40,7 +41,7 @@ struct SwapStepRow {
   int32_t lateReloads = 0;
   int64_t swappedBytes = 0;
   double copyMs = 0;
-  double exposedMs = 0;
+  double exposedMs = 0;      // reload stalls + offload waits
   bool simulated = false;
 };
 
@@ -63,6 +64,12 @@ struct SwapPlanRow {
   int64_t hbmTargetBytes = 0;
   int64_t pinnedBudgetBytes = 0;
   int32_t prefetchLayers = 1;
+  // swap.free_lag_layers, swap.ops ("" = all) and swap.min_bytes. Files from before these were
+  // stored read 1, "" and 0: the three together at those values mean "unknown" (the decisions'
+  // reasons then tell ops and min_bytes; see gui swapWhatIfInput).
+  int32_t freeLagLayers = 1;
+  std::string ops;
+  int64_t minBytes = 0;
   double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
   int64_t fixedBytes = 0;
   double turnMs = 0;
@@ -84,10 +91,12 @@ struct SwapLayerSummary {
   int64_t reloadedBytes = 0;
   int32_t offloads = 0;
   int32_t reloads = 0;
-  int32_t lateReloads = 0;
+  int32_t lateReloads = 0;  // reloads with a stall (offload waits not counted)
+  int32_t offloadWaits = 0; // offloads compute waited for
   double copyMs = 0;
-  double exposedMs = 0;      // sum of reload stalls
-  double worstStallMs = 0;
+  double exposedMs = 0;      // sum of stalls: reload stalls + offload waits
+  double offloadWaitMs = 0;  // the offload waits' part of exposedMs
+  double worstStallMs = 0;   // the longest stall of either direction
 };
 
 }  // namespace moewb::storage

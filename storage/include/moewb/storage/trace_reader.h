@@ -215,8 +215,9 @@ class TraceReader {
   // Every plan with its profile, by step then rank. Cost: a scan of swap_plan and one range of
   // swap_plan_tensor / swap_plan_layer per plan.
   virtual Result<std::vector<SwapPlanRow>> swapPlans();
-  // Per (rank, layer): copies, bytes, late reloads and stalls over steps [fromStep, toStep]
-  // (inclusive; defaults: all), ordered by rank then layer. Cost: one grouped scan of swap_event.
+  // Per (rank, layer): copies, bytes, late reloads, offload waits and stalls (exposed and worst:
+  // reload stalls and offload waits alike) over steps [fromStep, toStep] (inclusive; defaults:
+  // all), ordered by rank then layer. Cost: one grouped scan of swap_event.
   virtual Result<std::vector<SwapLayerSummary>> swapLayerSummary(
       int64_t fromStep = 0, int64_t toStep = std::numeric_limits<int64_t>::max());
 
