@@ -9,7 +9,10 @@
 // steps after --warmup steps (auto mode measures one step before it plans; its warm-up starts
 // after that).
 // Usage: swap_cuda_bench CONFIG.toml [--steps N] [--warmup N] [--target-fraction F]
-//        [--manual-ops LIST] [--pinned-gb G] [--set key=value ...]
+//        [--target-gb G] [--modes off,auto,manual] [--manual-ops LIST] [--pinned-gb G]
+//        [--set key=value ...]
+// --modes runs a subset (each mode builds the model again: on h200.toml the three modes may not
+// fit one 10-minute device call); auto without off needs --target-gb.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -166,7 +169,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s CONFIG.toml [--steps N] [--warmup N] [--target-fraction F] "
-                 "[--manual-ops LIST] [--pinned-gb G] [--set key=value ...]\n",
+                 "[--target-gb G] [--modes off,auto,manual] [--manual-ops LIST] "
+                 "[--pinned-gb G] [--set key=value ...]\n",
                  argv[0]);
     return 2;
   }
@@ -175,10 +179,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", loaded.status().toString().c_str());
     return 2;
   }
+  // Line-buffered: a run cut short by a time limit keeps the rows it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   RunConfig config = loaded.value();
   int steps = 6, warmup = 2;
-  double targetFraction = 0.8, pinnedGb = 24;
-  std::string manualOps = "moe_act";
+  double targetFraction = 0.8, pinnedGb = 24, targetGb = 0;
+  std::string manualOps = "moe_act", modes = "off,auto,manual";
   for (int i = 2; i < argc; ++i) {
     const bool value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--steps") && value) {
@@ -187,6 +193,10 @@ int main(int argc, char** argv) {
       warmup = std::max(0, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--target-fraction") && value) {
       targetFraction = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--target-gb") && value) {
+      targetGb = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--modes") && value) {
+      modes = argv[++i];
     } else if (!std::strcmp(argv[i], "--manual-ops") && value) {
       manualOps = argv[++i];
     } else if (!std::strcmp(argv[i], "--pinned-gb") && value) {
@@ -206,35 +216,55 @@ int main(int argc, char** argv) {
   std::printf("%-8s %9s %8s %8s %8s %8s %8s %8s %8s %13s %7s %8s\n", "mode", "tokens/s",
               "step_ms", "peak_GB", "nosw_GB", "swap_GB", "copy_ms", "expo_ms", "expo/cp",
               "late/reloads", "d2h_GB/s", "offw_ms");
-  RunConfig off = config;
-  off.swap.mode = "off";
-  const ModeResult base = runMode("off", off, steps, warmup);
-  print(base, config);
-
-  RunConfig automatic = config;
-  automatic.swap.mode = "auto";
-  automatic.swap.pinnedBudgetGb = pinnedGb;
-  const int64_t activations = std::max<int64_t>(0, base.peakBytes - base.fixedBytes);
-  const double targetBytes = double(base.fixedBytes) + targetFraction * double(activations);
-  automatic.swap.hbmTargetGb = targetBytes / 1e9;
-  std::printf("auto: HBM target %.2f GB = fixed %.2f GB + %.0f%% of the no-swap activation peak "
-              "%.2f GB\n",
-              targetBytes / 1e9, double(base.fixedBytes) / 1e9, 100 * targetFraction,
-              double(activations) / 1e9);
-  const ModeResult autoResult = runMode("auto", automatic, steps, warmup);
-  print(autoResult, config);
-  std::printf("auto plan: %s\n", autoResult.summary.c_str());
-
-  RunConfig manual = config;
-  manual.swap.mode = "manual";
-  manual.swap.ops = manualOps;
-  manual.swap.pinnedBudgetGb = pinnedGb;
-  const ModeResult manualResult = runMode("manual", manual, steps, warmup);
-  print(manualResult, config);
-  std::printf("manual (%s) plan: %s\n", manualOps.c_str(), manualResult.summary.c_str());
-  std::printf("auto vs off: %.1f%% tokens/s, peak %.2f -> %.2f GB (target %.2f GB)\n",
-              100.0 * (autoResult.tokensPerS / base.tokensPerS - 1.0),
-              double(base.peakBytes) / 1e9, double(autoResult.peakBytes) / 1e9,
-              targetBytes / 1e9);
+  const auto wanted = [&](const char* mode) {
+    return ("," + modes + ",").find(std::string(",") + mode + ",") != std::string::npos;
+  };
+  if (wanted("auto") && !wanted("off") && targetGb <= 0) {
+    std::fprintf(stderr, "--modes without off needs --target-gb for auto (the off run sets it)\n");
+    return 2;
+  }
+  ModeResult base;
+  if (wanted("off")) {
+    RunConfig off = config;
+    off.swap.mode = "off";
+    base = runMode("off", off, steps, warmup);
+    print(base, config);
+  }
+  if (wanted("auto")) {
+    RunConfig automatic = config;
+    automatic.swap.mode = "auto";
+    automatic.swap.pinnedBudgetGb = pinnedGb;
+    const int64_t activations = std::max<int64_t>(0, base.peakBytes - base.fixedBytes);
+    const double targetBytes = targetGb > 0 ? targetGb * 1e9
+                                            : double(base.fixedBytes) +
+                                                  targetFraction * double(activations);
+    automatic.swap.hbmTargetGb = targetBytes / 1e9;
+    if (targetGb > 0) {
+      std::printf("auto: HBM target %.2f GB (--target-gb)\n", targetBytes / 1e9);
+    } else {
+      std::printf("auto: HBM target %.2f GB = fixed %.2f GB + %.0f%% of the no-swap activation "
+                  "peak %.2f GB\n",
+                  targetBytes / 1e9, double(base.fixedBytes) / 1e9, 100 * targetFraction,
+                  double(activations) / 1e9);
+    }
+    const ModeResult autoResult = runMode("auto", automatic, steps, warmup);
+    print(autoResult, config);
+    std::printf("auto plan: %s\n", autoResult.summary.c_str());
+    if (wanted("off")) {
+      std::printf("auto vs off: %.1f%% tokens/s, peak %.2f -> %.2f GB (target %.2f GB)\n",
+                  100.0 * (autoResult.tokensPerS / base.tokensPerS - 1.0),
+                  double(base.peakBytes) / 1e9, double(autoResult.peakBytes) / 1e9,
+                  targetBytes / 1e9);
+    }
+  }
+  if (wanted("manual")) {
+    RunConfig manual = config;
+    manual.swap.mode = "manual";
+    manual.swap.ops = manualOps;
+    manual.swap.pinnedBudgetGb = pinnedGb;
+    const ModeResult manualResult = runMode("manual", manual, steps, warmup);
+    print(manualResult, config);
+    std::printf("manual (%s) plan: %s\n", manualOps.c_str(), manualResult.summary.c_str());
+  }
   return 0;
 }

@@ -204,7 +204,11 @@ for step in "${steps[@]}"; do
         tail -5 "$out/racecheck.log"
       fi
       if [[ " $parts " == *" bench "* ]]; then
+        # SWAP_MODES picks bench modes (off,auto,manual); SWAP_TARGET_GB sets auto's target
+        # when off is not among them.
+        extra=(); [[ -n "${SWAP_TARGET_GB:-}" ]] && extra=(--target-gb "$SWAP_TARGET_GB")
         "$here/bin/swap_cuda_bench" "$here/configs/h200.toml" --steps "${SWAP_STEPS:-6}" \
+          --modes "${SWAP_MODES:-off,auto,manual}" "${extra[@]}" \
           >"$out/swap-bench.log" 2>&1 || status=1
         cat "$out/swap-bench.log"
       fi ;;
