@@ -168,7 +168,30 @@ Status SqliteTraceReader::verifyIsTrace() {
         "to {}",
         m_path, version, kSchemaVersion));
   }
-  return Status::ok();
+  return verifyCoreTables();
+}
+
+// Every trace since schema 1 has these tables (the others are optional: GPU, parallel, swap,
+// tuner rows arrived later and read as empty when absent). A missing one means a damaged file,
+// which is refused here, naming the tables, instead of failing later in some query.
+Status SqliteTraceReader::verifyCoreTables() {
+  static const char* const kCoreTables[] = {"run",     "string", "track",      "slice",
+                                            "counter", "step",   "expert_load"};
+  std::string missing;
+  for (const char* table : kCoreTables) {
+    MOEWB_ASSIGN_OR_RETURN(Statement query,
+                           Statement::prepare(m_db, "SELECT count(*) FROM sqlite_master WHERE "
+                                                    "type = 'table' AND name = ?1"));
+    MOEWB_RETURN_IF_ERROR(query.bindText(1, table));
+    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+    if (hasRow && query.columnInt(0) > 0) continue;
+    missing += (missing.empty() ? "" : ", ") + std::string(table);
+  }
+  if (missing.empty()) return Status::ok();
+  return dataLoss(fmt::format(
+      "trace file '{}' is damaged: it lacks the table(s) {} that every MoE Workbench trace has; "
+      "accepted: a trace written whole by moewb (or repaired from a copy)",
+      m_path, missing));
 }
 
 // The value of meta `key`, "" when the key is absent.

@@ -120,6 +120,7 @@ class SqliteTraceReader final : public TraceReader {
  private:
   explicit SqliteTraceReader(std::string path) : m_path(std::move(path)) {}
   Status verifyIsTrace();
+  Status verifyCoreTables();
   // Records a stats row of the reader's own (see TraceReader::stats): adds `count` to the row
   // `name` and keeps the first description.
   void countBadValue(const std::string& name, int64_t count, const std::string& description);

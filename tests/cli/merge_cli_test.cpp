@@ -99,6 +99,24 @@ class CliMerge : public ::testing::Test {
 TempDir* CliMerge::s_dir = nullptr;
 std::string CliMerge::s_whole, CliMerge::s_rank0, CliMerge::s_rank1;
 
+// A trace that lost a table every trace has is damaged input: info, export and merge refuse it
+// with exit 2 and a message naming the table (not exit 1 with SQLite's "no such table").
+TEST_F(CliMerge, DamagedTraceIsBadInputForInfoExportAndMerge) {
+  const std::string damaged = s_dir->file("damaged.db");
+  std::filesystem::copy_file(s_rank1, damaged, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_EQ(sqlOne(damaged, "DROP TABLE expert_load;"), "");
+  const std::vector<std::string> commands = {
+      "info --no-config " + damaged,
+      "export --chrome " + s_dir->file("damaged.json") + " " + damaged,
+      "merge -o " + s_dir->file("damaged-merged.db") + " " + s_rank0 + " " + damaged};
+  for (const std::string& command : commands) {
+    ProcessResult result = runMoewb(command, s_dir->path());
+    EXPECT_EQ(result.exitCode, 2) << command << "\n" << result.err;
+    EXPECT_NE(result.err.find("lacks the table(s) expert_load"), std::string::npos)
+        << command << "\n" << result.err;
+  }
+}
+
 TEST_F(CliMerge, JoinsTheRankFilesOnRankZerosClock) {
   const std::string out = s_dir->file("merged.db");
   ProcessResult merge = runMoewb("merge -o " + out + " " + s_rank1 + " " + s_rank0, s_dir->path());

@@ -92,6 +92,19 @@ TEST(TraceReaderOpen, SqliteDatabaseWithAForeignMetaTable) {
   expectOpenFails(format, StatusCode::kDataLoss, "meta format is 'someone-else'");
 }
 
+TEST(TraceReaderOpen, TraceMissingACoreTableIsDamagedNamingTheTables) {
+  TempDir dir;
+  const std::string path = dir.path("damaged.moewb");
+  writeRealTrace(path, 10);
+  testing::execSql(path, "DROP TABLE step; DROP TABLE expert_load;");
+  expectOpenFails(path, StatusCode::kDataLoss, "lacks the table(s) step, expert_load");
+  // An optional table (swap, GPU, parallel) may be absent: the trace still opens.
+  const std::string optional = dir.path("optional.moewb");
+  writeRealTrace(optional, 10);
+  testing::execSql(optional, "DROP TABLE swap_event; DROP TABLE gpu_kernel;");
+  EXPECT_TRUE(TraceReader::open(optional).isOk());
+}
+
 TEST(TraceReaderOpen, NewerSchemaVersion) {
   TempDir dir;
   const std::string path = dir.path("future.moewb");
