@@ -56,13 +56,7 @@ double physicalMemoryBytes() {
 
 // Whether two swap profiles list the same candidates with the same bytes.
 bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
-  if (a.tensors.size() != b.tensors.size() || a.layerOtherBytes != b.layerOtherBytes) return false;
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const SwapTensor& x = a.tensors[i];
-    const SwapTensor& y = b.tensors[i];
-    if (x.op != y.op || x.bytes != y.bytes) return false;
-  }
-  return true;
+  return a.tensors == b.tensors && a.layerOtherBytes == b.layerOtherBytes;
 }
 
 // The fp32 reference: forward, backward, clip + AdamW on the host model. With [swap] on, the

@@ -135,15 +135,10 @@ Status SqliteTraceReader::checkRunWorldSizes() {
 }
 
 Status SqliteTraceReader::verifyIsTrace() {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement hasMeta,
-      Statement::prepare(m_db,
-                         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-                         "name = 'meta'"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, hasMeta.step());
+  MOEWB_ASSIGN_OR_RETURN(const bool hasMeta, tableExists(m_db, "meta"));
   const std::string notATrace =
       fmt::format("'{}' is an SQLite database but not a MoE Workbench trace", m_path);
-  if (!hasRow || hasMeta.columnInt(0) == 0) return dataLoss(notATrace + " (it has no meta table)");
+  if (!hasMeta) return dataLoss(notATrace + " (it has no meta table)");
   Result<std::string> format = metaValue(kMetaFormat);
   if (!format.isOk()) {
     if (format.status().code() == StatusCode::kDataLoss) return format.status();
@@ -179,12 +174,8 @@ Status SqliteTraceReader::verifyCoreTables() {
                                             "counter", "step",   "expert_load"};
   std::string missing;
   for (const char* table : kCoreTables) {
-    MOEWB_ASSIGN_OR_RETURN(Statement query,
-                           Statement::prepare(m_db, "SELECT count(*) FROM sqlite_master WHERE "
-                                                    "type = 'table' AND name = ?1"));
-    MOEWB_RETURN_IF_ERROR(query.bindText(1, table));
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (hasRow && query.columnInt(0) > 0) continue;
+    MOEWB_ASSIGN_OR_RETURN(const bool present, tableExists(m_db, table));
+    if (present) continue;
     missing += (missing.empty() ? "" : ", ") + std::string(table);
   }
   if (missing.empty()) return Status::ok();

@@ -180,14 +180,6 @@ class LaneFolder {
   bool m_open = false;
 };
 
-Result<bool> tableExists(Database& db, const char* name) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1"));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(std::string(name)));
-  return query.step();
-}
-
 }  // namespace
 
 Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanes(TimeWindow window, int32_t buckets,

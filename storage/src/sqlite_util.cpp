@@ -262,4 +262,12 @@ std::string Statement::columnText(int column) const {
   return std::string(text, size_t(sqlite3_column_bytes(m_stmt, column)));
 }
 
+Result<bool> tableExists(Database& db, const char* name) {
+  MOEWB_ASSIGN_OR_RETURN(
+      Statement query,
+      Statement::prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1"));
+  MOEWB_RETURN_IF_ERROR(query.bindAll(std::string(name)));
+  return query.step();
+}
+
 }  // namespace moewb::storage::detail

@@ -178,4 +178,7 @@ Status Statement::bindAll(const Args&... args) {
   return status;
 }
 
+// Whether the main schema of `db` has a table named `name`. Cost: one probe of sqlite_master.
+Result<bool> tableExists(Database& db, const char* name);
+
 }  // namespace moewb::storage::detail

@@ -73,6 +73,8 @@ struct SwapTensor {
   int32_t layer = 0;
   std::string op;        // one of swapOpNames()
   int64_t bytes = 0;
+
+  bool operator==(const SwapTensor&) const = default;
 };
 
 // What the policy plans from: the step's candidates and the measured times of an earlier step.
