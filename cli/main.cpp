@@ -2,8 +2,41 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <string>
 
 #include "commands.h"
+
+namespace {
+
+// The names of the subcommands `app` accepts, comma separated, in registration order.
+std::string subcommandNames(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return names;
+}
+
+// Refuses a first argument that is neither an option nor a known command before CLI11 sees it:
+// CLI11 would print the top help and exit 0 for `moewb bogus --help`, and say only "A subcommand
+// is required" for `moewb bogus`. Returns the exit code, or -1 when parsing should go on.
+int refuseUnknownCommand(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "moewb: name a command (accepted: %s); moewb --help lists them\n",
+                 subcommandNames(app).c_str());
+    return moewb::cli::kExitBadInput;
+  }
+  const std::string first = argv[1];
+  if (first.empty() || first[0] == '-') return -1;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->check_name(first)) return -1;
+  }
+  std::fprintf(stderr, "moewb: unknown command '%s' (accepted: %s)\n", first.c_str(),
+               subcommandNames(app).c_str());
+  return moewb::cli::kExitBadInput;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"MoE Workbench: train a MoE model with the embedded engine, trace it into SQLite, "
@@ -20,6 +53,7 @@ int main(int argc, char** argv) {
   moewb::cli::addLaunchCommand(app, &action);
   moewb::cli::addMergeCommand(app, &action);
   moewb::cli::addTuneCommand(app, &action);
+  if (int refused = refuseUnknownCommand(app, argc, argv); refused >= 0) return refused;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,6 +14,7 @@
 
 #include "config/config_keys.h"
 #include "config/parallel_config.h"
+#include "moewb/base/text.h"
 #include "moewb/engine/swap.h"
 
 namespace moewb::engine {
@@ -230,7 +231,10 @@ const std::vector<ConfigKeyInfo>& configKeys() {
   return kKeys;
 }
 
-Result<RunConfig> parseConfigToml(const std::string& text, const std::string& sourceName) {
+namespace {
+
+// parseConfigToml before its message is shortened.
+Result<RunConfig> parseConfigTomlText(const std::string& text, const std::string& sourceName) {
   toml::table root;
   try {
     root = toml::parse(text, sourceName);
@@ -257,6 +261,19 @@ Result<RunConfig> parseConfigToml(const std::string& text, const std::string& so
   return config;
 }
 
+// A message quoting a user's value stays readable when the value is huge (a 1 MB string).
+Status shortened(const Status& status) {
+  return status.isOk() ? status : Status(status.code(), shortenLongRuns(status.message()));
+}
+
+}  // namespace
+
+Result<RunConfig> parseConfigToml(const std::string& text, const std::string& sourceName) {
+  Result<RunConfig> parsed = parseConfigTomlText(text, sourceName);
+  if (!parsed.isOk()) return shortened(parsed.status());
+  return parsed;
+}
+
 Result<RunConfig> loadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return notFound("cannot read config file '" + path + "'");
@@ -265,7 +282,10 @@ Result<RunConfig> loadConfigFile(const std::string& path) {
   return parseConfigToml(text.str(), path);
 }
 
-Status applyOverride(RunConfig& config, const std::string& assignment) {
+namespace {
+
+// applyOverride before its message is shortened.
+Status applyOverrideText(RunConfig& config, const std::string& assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     return invalidArgument("override '" + assignment + "' is not of the form section.key=value");
@@ -293,12 +313,25 @@ Status applyOverride(RunConfig& config, const std::string& assignment) {
   return setField(*spec, config, *parsed.get("v"), "override '" + assignment + "'");
 }
 
+// validateConfig before its message is shortened.
+Status validateConfigFields(const RunConfig& config);
+
+}  // namespace
+
+Status applyOverride(RunConfig& config, const std::string& assignment) {
+  return shortened(applyOverrideText(config, assignment));
+}
+
 Result<ValidConfig> ValidConfig::validate(RunConfig config) {
   MOEWB_RETURN_IF_ERROR(validateConfig(config));
   return ValidConfig(std::move(config));
 }
 
-Status validateConfig(const RunConfig& config) {
+Status validateConfig(const RunConfig& config) { return shortened(validateConfigFields(config)); }
+
+namespace {
+
+Status validateConfigFields(const RunConfig& config) {
   const auto& specs = detail::keySpecs();
   const auto& infos = configKeys();  // one per spec, same order
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -349,6 +382,8 @@ Status validateConfig(const RunConfig& config) {
   MOEWB_RETURN_IF_ERROR(validateSwap(config));
   return validateParallelConfig(config);
 }
+
+}  // namespace
 
 std::string toToml(const RunConfig& config) {
   std::ostringstream os;

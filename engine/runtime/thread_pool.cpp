@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
+#include <system_error>
 
 #include "moewb/base/check.h"
 
@@ -28,16 +30,31 @@ ThreadPool::ThreadPool(int32_t threads) {
   configureBlasOnce();
   if (threads <= 0) threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
   m_workers.reserve(size_t(threads - 1));
-  for (int32_t i = 1; i < threads; ++i) m_workers.emplace_back([this] { workerLoop(); });
+  for (int32_t i = 1; i < threads; ++i) {
+    try {
+      m_workers.emplace_back([this] { workerLoop(); });
+    } catch (const std::system_error& e) {
+      // The workers already started wait on members the unwinding would destroy: stop them first.
+      stopWorkers();
+      throw ThreadStartError("could not start thread " + std::to_string(i + 1) + " of " +
+                             std::to_string(threads) + " (" + e.what() +
+                             "): the system's limit on threads or processes is lower; set "
+                             "run.threads to at most " + std::to_string(i) +
+                             " (0 takes the number of cores)");
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stopWorkers(); }
+
+void ThreadPool::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_stop = true;
   }
   m_wake.notify_all();
   for (auto& worker : m_workers) worker.join();
+  m_workers.clear();
 }
 
 void ThreadPool::runClaimedTasks() {

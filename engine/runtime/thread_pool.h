@@ -17,14 +17,24 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 namespace moewb::engine {
 
+// Thrown by ThreadPool's constructor when the system refuses a thread (a pids or process limit);
+// what() says how many started and what run.threads to set. Runner factories turn it into a
+// Status (resource exhausted).
+class ThreadStartError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ThreadPool {
  public:
-  // `threads` counts the calling thread too; 0 = std::thread::hardware_concurrency().
+  // `threads` counts the calling thread too; 0 = std::thread::hardware_concurrency(). Throws
+  // ThreadStartError (after joining the workers it started) when a thread cannot be created.
   explicit ThreadPool(int32_t threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -46,6 +56,7 @@ class ThreadPool {
  private:
   void workerLoop();
   void runClaimedTasks();
+  void stopWorkers();  // wakes, joins and forgets every worker
 
   std::vector<std::thread> m_workers;
   std::mutex m_mutex;

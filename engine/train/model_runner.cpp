@@ -13,6 +13,7 @@
 #include "moewb/base/units.h"
 #include "runtime/phase_recorder.h"
 #include "runtime/tensor/tensor.h"
+#include "runtime/thread_pool.h"
 #include "train/checkpoint/alignment_dump.h"
 #include "train/device_backend.h"
 #include "train/optimizer.h"
@@ -334,6 +335,8 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
     return device.status();
   } catch (const std::bad_alloc&) {
     return resourceExhausted("out of memory while allocating the model");
+  } catch (const ThreadStartError& e) {
+    return resourceExhausted(e.what());
   }
 }
 

@@ -185,6 +185,15 @@ TEST(CliBadInput, BadConfigExitsTwoNamingTheKeyAndWritesNothing) {
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find("model.d_model must be an integer"), std::string::npos) << r.err;
 
+  // A huge value is quoted by its ends and length, not echoed whole (was a 1 MB message).
+  std::ofstream(dir.file("huge.toml")) << "[model]\nd_model = \"" << std::string(1 << 20, 'A')
+                                       << "\"\n";
+  r = runMoewb("config --config " + dir.file("huge.toml"), dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("model.d_model must be an integer"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(1048578 characters)"), std::string::npos) << r.err.substr(0, 400);
+  EXPECT_LT(r.err.size(), 1000u);
+
   r = runMoewb("run --config " + dir.file("missing.toml"), dir.path());
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find("missing.toml"), std::string::npos) << r.err;
@@ -213,7 +222,18 @@ TEST(CliBadInput, InfoOnNonTraceNamesTheFile) {
 
 TEST(CliBadInput, UnknownSubcommandOrOptionExitsTwo) {
   TempDir dir("cli-args");
-  EXPECT_EQ(runMoewb("frobnicate", dir.path()).exitCode, 2);
+  ProcessResult r = runMoewb("frobnicate", dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate' (accepted: run, info"), std::string::npos)
+      << r.err;
+  // CLI11 alone printed the top help and exited 0 for an unknown command with --help.
+  r = runMoewb("frobnicate --help", dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
+  r = runMoewb("", dir.path());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("name a command (accepted: run"), std::string::npos) << r.err;
+  EXPECT_EQ(runMoewb("tune --help", dir.path()).exitCode, 0);
   EXPECT_EQ(runMoewb("run --config " + tinyConfig() + " --steps zero", dir.path()).exitCode, 2);
   EXPECT_EQ(runMoewb("--version", dir.path()).exitCode, 0);
 }

@@ -33,7 +33,12 @@ Result<std::unique_ptr<CpuRankStepper>> CpuRankStepper::create(const ValidConfig
                            " but the communicator has " + std::to_string(world.worldSize()) +
                            " ranks");
   }
-  std::unique_ptr<CpuRankStepper> trainer(new CpuRankStepper(config, world, sink));
+  std::unique_ptr<CpuRankStepper> trainer;
+  try {
+    trainer.reset(new CpuRankStepper(config, world, sink));
+  } catch (const ThreadStartError& e) {
+    return resourceExhausted("rank " + std::to_string(world.rank()) + ": " + e.what());
+  }
   MOEWB_RETURN_IF_ERROR(trainer->split());
   const int32_t w = config.parallel.worldSize;
   ModelDims dims = ModelDims::fromConfig(config);

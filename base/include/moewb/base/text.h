@@ -1,0 +1,15 @@
+// Text helpers for messages shown to people.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace moewb {
+
+// Returns `message` with every run of non-whitespace longer than `maxRunChars` cut to its first
+// `maxRunChars` / 2 characters, "...", its last 16 characters and "(N characters)", so an error
+// that quotes a user's value (a 1 MB string in a config) stays readable. Cuts happen on UTF-8
+// character boundaries; shorter runs and whitespace are left as they are.
+std::string shortenLongRuns(const std::string& message, size_t maxRunChars = 200);
+
+}  // namespace moewb

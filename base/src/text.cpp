@@ -1,0 +1,44 @@
+#include "moewb/base/text.h"
+
+#include <cctype>
+
+namespace moewb {
+namespace {
+
+bool isSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+// Moves `pos` back to the start of the UTF-8 character it falls in (never before `begin`).
+size_t characterStart(const std::string& text, size_t pos, size_t begin) {
+  while (pos > begin && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) --pos;
+  return pos;
+}
+
+}  // namespace
+
+std::string shortenLongRuns(const std::string& message, size_t maxRunChars) {
+  constexpr size_t kTailChars = 16;
+  if (maxRunChars < 2 * kTailChars) maxRunChars = 2 * kTailChars;
+  std::string out;
+  out.reserve(message.size() < 4 * maxRunChars ? message.size() : 4 * maxRunChars);
+  size_t i = 0;
+  while (i < message.size()) {
+    size_t end = i;
+    const bool space = isSpace(message[i]);
+    while (end < message.size() && isSpace(message[end]) == space) ++end;
+    const size_t length = end - i;
+    if (space || length <= maxRunChars) {
+      out.append(message, i, length);
+    } else {
+      const size_t headEnd = characterStart(message, i + maxRunChars / 2, i);
+      const size_t tailStart = characterStart(message, end - kTailChars, headEnd);
+      out.append(message, i, headEnd - i);
+      out += "...";
+      out.append(message, tailStart, end - tailStart);
+      out += " (" + std::to_string(length) + " characters)";
+    }
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace moewb

@@ -1,0 +1,37 @@
+#include "moewb/base/text.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace moewb {
+namespace {
+
+TEST(Text, ShortRunsAndWhitespaceAreKept) {
+  const std::string message = "model.d_model must be an integer, got string 'wide'\n  next line";
+  EXPECT_EQ(shortenLongRuns(message), message);
+}
+
+TEST(Text, AMegabyteValueIsCutToItsEndsAndLength) {
+  const std::string value(1'000'000, 'A');
+  const std::string shortened = shortenLongRuns("got string '" + value + "' in x.toml", 200);
+  EXPECT_LT(shortened.size(), 300u);
+  EXPECT_NE(shortened.find("'AAAA"), std::string::npos) << shortened;
+  EXPECT_NE(shortened.find("...AAAA"), std::string::npos) << shortened;
+  EXPECT_NE(shortened.find("(1000002 characters)"), std::string::npos) << shortened;
+  EXPECT_NE(shortened.find(" in x.toml"), std::string::npos) << shortened;
+}
+
+TEST(Text, CutsNeverSplitAUtf8Character) {
+  std::string value;
+  for (int i = 0; i < 300; ++i) value += "\xC3\xA9";  // é, two bytes each
+  const std::string shortened = shortenLongRuns(value, 101);
+  const size_t dots = shortened.find("...");
+  ASSERT_NE(dots, std::string::npos);
+  EXPECT_EQ(dots % 2, 0u) << "the head ends inside a character";
+  const size_t tail = shortened.find(" (");
+  EXPECT_EQ((tail - dots - 3) % 2, 0u) << "the tail starts inside a character";
+}
+
+}  // namespace
+}  // namespace moewb
