@@ -16,6 +16,7 @@ struct ConfigArgs {
   std::vector<std::string> overrides;
   bool reference = false;
   bool params = false;
+  bool noMachineCheck = false;
 };
 
 int printParameters(const engine::RunConfig& config) {
@@ -70,6 +71,17 @@ int configCommand(const ConfigArgs& args) {
     std::fprintf(stderr, "moewb config: %s\n", valid.message().c_str());
     return kExitBadInput;
   }
+  // `moewb run` refuses a config whose estimate does not fit this machine; say so here too.
+  if (!args.noMachineCheck) {
+    Status fits = engine::checkFitsThisMachine(config);
+    if (!fits.isOk()) {
+      std::fprintf(stderr,
+                   "moewb config: the config is valid, but `moewb run` would refuse it on this "
+                   "machine: %s (--no-machine-check validates it for another machine)\n",
+                   fits.message().c_str());
+      return kExitBadInput;
+    }
+  }
   if (args.params) return printParameters(config);
   std::printf("%s", engine::toToml(config).c_str());
   return kExitOk;
@@ -87,6 +99,8 @@ void addConfigCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_flag("--reference", args->reference, "print every accepted key as a Markdown table");
   cmd->add_flag("--params", args->params,
                 "print the model's parameter names and shapes (as in checkpoints and dumps)");
+  cmd->add_flag("--no-machine-check", args->noMachineCheck,
+                "validate only: skip the check that a run fits this machine's memory");
   cmd->callback([args, action] { *action = [args] { return configCommand(*args); }; });
 }
 

@@ -2,8 +2,6 @@
 // and the choice between them (run.backend).
 #include "train/model_runner.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <limits>
 #include <new>
@@ -16,44 +14,11 @@
 #include "runtime/thread_pool.h"
 #include "train/checkpoint/alignment_dump.h"
 #include "train/device_backend.h"
+#include "train/memory_estimate.h"
 #include "train/optimizer.h"
 
 namespace moewb::engine {
 namespace {
-
-// Rough count of the float parameters: embedding and LM head, four D x D mixer projections and
-// the MoE FFN per layer (routed experts at their width, latent down / up, shared experts).
-double estimateParameters(const ModelDims& d) {
-  const double dm = double(d.dModel);
-  const double expertWidth = d.moe.latent() ? double(d.moe.latentDim) : dm;
-  const double moe = 3.0 * double(d.numExperts) * double(d.dFf) * expertWidth +
-                     (d.moe.latent() ? 2.0 * dm * double(d.moe.latentDim) : 0.0) +
-                     3.0 * dm * double(d.moe.sharedWidth());
-  return double(d.vocabSize) * dm * 2 + double(d.numLayers) * (4.0 * dm * dm + moe);
-}
-
-// The host model of a CUDA run: fp32 value, grad and two moments per parameter (its activations
-// live on the device).
-double estimateHostStateBytes(const ModelDims& d) { return 16.0 * estimateParameters(d); }
-
-// Rough bytes of the float parameters (value, grad, two moments) plus one step's activations.
-double estimateTrainingBytes(const ModelDims& d) {
-  const double n = double(d.tokens()), rows = n * double(d.topK);
-  const double params = estimateParameters(d);
-  const double perLayer =
-      n * double(d.dModel) * 12 +
-      double(d.batchSize) * double(d.numHeads) * double(d.seqLen) * double(d.seqLen) +
-      rows * (2.0 * double(d.dModel) + 3.0 * double(d.dFf)) + 2.0 * n * double(d.numExperts);
-  const double activations = double(d.numLayers) * perLayer + 2.0 * n * double(d.vocabSize);
-  return 4.0 * (4.0 * params + activations);
-}
-
-double physicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long pageBytes = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && pageBytes > 0 ? double(pages) * double(pageBytes) : 0.0;
-}
-
 
 // Whether two swap profiles list the same candidates with the same bytes.
 bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
@@ -305,18 +270,7 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
   const bool cpu = wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable());
   const ModelDims dims = ModelDims::fromConfig(config);
   const double memoryBytes = physicalMemoryBytes();
-  const auto fits = [&](bool onCpu) -> Status {
-    const double neededBytes = onCpu ? estimateTrainingBytes(dims) : estimateHostStateBytes(dims);
-    if (memoryBytes <= 0 || neededBytes <= 0.5 * memoryBytes) return Status::ok();
-    return resourceExhausted(
-        std::string(onCpu ? "the model and one step's activations need about "
-                          : "the host copy of the model (fp32 weights, grads and AdamW moments) "
-                            "needs about ") +
-        formatBytes(int64_t(neededBytes)) + ", more than half of the " +
-        formatBytes(int64_t(memoryBytes)) +
-        " of host memory; reduce model.d_model, moe.num_experts, moe.d_ff, model.vocab_size" +
-        (onCpu ? " or data.batch_size * model.seq_len" : ""));
-  };
+  const auto fits = [&](bool onCpu) { return checkHostMemory(dims, onCpu, memoryBytes); };
   MOEWB_RETURN_IF_ERROR(fits(cpu));
   try {
     if (cpu) return std::unique_ptr<StepRunner>(new CpuModelRunner(validConfig, ""));

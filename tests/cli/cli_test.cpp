@@ -280,6 +280,25 @@ TEST(CliConfig, ValidatesAndPrintsEffectiveConfig) {
   EXPECT_NE(r.err.find("model.num_heads"), std::string::npos) << r.err;
 }
 
+// Issue 19, item 8: `moewb config` accepted (exit 0) what `moewb run` then refused (exit 1) for
+// memory. Both now give the same refusal with exit 2; --no-machine-check validates only.
+TEST(CliConfig, ConfigAndRunRefuseWhatDoesNotFitThisMachineAlike) {
+  TempDir dir("cli-config-fit");
+  const std::string huge = " --config " + tinyConfig() +
+                           " --set run.backend=cpu --set model.d_model=65536 --set moe.d_ff=1048576";
+  ProcessResult config = runMoewb("config" + huge, dir.path());
+  ProcessResult run = runMoewb("run" + huge + " --out " + dir.file("never.sqlite"), dir.path());
+  EXPECT_EQ(config.exitCode, 2) << config.err;
+  EXPECT_EQ(run.exitCode, 2) << run.err;
+  const std::string refusal = "more than half of the";
+  ASSERT_NE(run.err.find(refusal), std::string::npos) << run.err;
+  const std::string message = run.err.substr(run.err.find(": ") + 2);  // after "moewb run: "
+  EXPECT_NE(config.err.find(message.substr(0, message.size() - 1)), std::string::npos)
+      << config.err << "\nvs\n" << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("never.sqlite")));
+  EXPECT_EQ(runMoewb("config --no-machine-check" + huge, dir.path()).exitCode, 0);
+}
+
 // docs/CONFIG.md's config reference is the output of `moewb config --reference`, so it stays true.
 TEST(CliConfig, DocsReferenceMatchesTheKeyTable) {
   TempDir dir("cli-reference");

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "recording_sink.h"
+#include "train/memory_estimate.h"
 
 namespace moewb::engine {
 namespace {
@@ -213,7 +214,39 @@ TEST(Trainer, RejectsInvalidAndOversizedConfigs) {
   huge.moe.dFf = 1048576;
   result = Trainer::create(huge, nullptr);
   ASSERT_FALSE(result.isOk());
-  EXPECT_EQ(result.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  // `moewb config` asks the same question without building anything and gets the same answer.
+  const Status fits = checkFitsThisMachine(huge);
+  EXPECT_EQ(fits.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fits.message(), result.status().message());
+  EXPECT_TRUE(checkFitsThisMachine(smallConfig()).isOk());
+}
+
+// Issue 19, item 8: the estimate left out the gated sparse layer's dense warm-up tensors (the
+// indexer's [B*T, T] logits, target, probabilities, gradient and selection), so a config that
+// could not fit trained until it ran out of memory instead of being refused.
+TEST(Trainer, MemoryEstimateCountsTheSparseLayersDenseStage) {
+  RunConfig config = smallConfig();
+  config.run.backend = "cpu";
+  config.model.seqLen = 4096;
+  config.model.mixerPattern = "A";
+  const double attention = estimateCpuTrainingBytes(ModelDims::fromConfig(config));
+  config.model.mixerPattern = "S";
+  config.sparse.warmupSteps = 10;
+  const ModelDims sparseDims = ModelDims::fromConfig(config);
+  const double tokens = double(sparseDims.tokens());
+  const double indexerBytes = 5.0 * tokens * 4096.0 * 4.0 * double(sparseDims.numLayers);
+  EXPECT_GE(estimateCpuTrainingBytes(sparseDims), attention + indexerBytes);
+  config.sparse.warmupSteps = 0;  // the sparse stage from the start: [B*T, top_k] only
+  EXPECT_LT(estimateCpuTrainingBytes(ModelDims::fromConfig(config)), attention);
+  // A machine whose half just holds the attention model takes it and refuses the sparse one.
+  const double memoryBytes = 2.02 * attention;
+  config.model.mixerPattern = "A";
+  EXPECT_TRUE(checkHostMemory(ModelDims::fromConfig(config), true, memoryBytes).isOk());
+  const Status refused = checkHostMemory(sparseDims, true, memoryBytes);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("sparse.warmup_steps = 0"), std::string::npos)
+      << refused.message();
 }
 
 }  // namespace

@@ -98,8 +98,7 @@ class Trainer {
   // of a run with parallel.world_size > 1 (whose ranks start with the first step; `sink` gets
   // rank 0's events). `sink` may be null; otherwise it must outlive the Trainer. Errors:
   // kInvalidArgument for a bad config (validateConfig's message, or more than 2^31-1 routed rows
-  // per step); kResourceExhausted when the model and one step's activations would not fit in half
-  // of the machine's memory; the CUDA backend's with run.backend = "cuda".
+  // per step, or checkFitsThisMachine's refusal); the CUDA backend's with run.backend = "cuda".
   static Result<std::unique_ptr<Trainer>> create(const RunConfig& config, EventSink* sink);
   // The same for any topology (see TrainerOptions), from a config validated once before
   // (ValidConfig: no second validation). Errors as above but the validation's, and for a
@@ -257,5 +256,12 @@ class Trainer {
   int64_t m_checkpointEverySteps = 0;
   std::string m_checkpointDir;
 };
+
+// Ok when a one-rank run of `config` fits this machine's host memory on the backend it would
+// take (run.backend; "auto" takes the GPU when this build has it and a device is visible): the
+// same estimate and refusal Trainer::create gives, without allocating anything. The refusal is
+// kInvalidArgument naming the estimate, the machine's memory and the keys that reduce it. Runs
+// with parallel.world_size > 1 are not estimated (ok).
+Status checkFitsThisMachine(const RunConfig& config);
 
 }  // namespace moewb::engine
