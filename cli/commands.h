@@ -20,6 +20,7 @@ void addConfigCommand(CLI::App& app, std::function<int()>* action);
 void addCaptureCommand(CLI::App& app, std::function<int()>* action);
 void addLaunchCommand(CLI::App& app, std::function<int()>* action);
 void addMergeCommand(CLI::App& app, std::function<int()>* action);
+void addDiffCommand(CLI::App& app, std::function<int()>* action);
 void addTuneCommand(CLI::App& app, std::function<int()>* action);
 
 }  // namespace moewb::cli

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   moewb::cli::addCaptureCommand(app, &action);
   moewb::cli::addLaunchCommand(app, &action);
   moewb::cli::addMergeCommand(app, &action);
+  moewb::cli::addDiffCommand(app, &action);
   moewb::cli::addTuneCommand(app, &action);
   if (int refused = refuseUnknownCommand(app, argc, argv); refused >= 0) return refused;
   try {

@@ -27,6 +27,7 @@
 #include <iterator>
 
 #include "chart_view.h"
+#include "compare_window.h"
 #include "heatmap_panel.h"
 #include "live_control_panel.h"
 #include "moewb/base/units.h"
@@ -208,6 +209,7 @@ void MainWindow::createDocks() {
   liveDock->hide();
   createParallelDock();
   createSwapDock();
+  createSelectionDock();
   m_gpuTable->verticalHeader()->hide();
   m_gpuTable->verticalHeader()->setDefaultSectionSize(22);
   m_gpuTable->setAlternatingRowColors(true);
@@ -309,6 +311,7 @@ void MainWindow::createActions() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   m_openAction = file->addAction(tr("&Open trace..."), this, &MainWindow::openDialog);
   m_openAction->setShortcut(QKeySequence::Open);
+  addCompareActions(file, this, [this] { return m_document.path(); });  // compare_window.h
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

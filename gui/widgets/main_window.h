@@ -15,7 +15,8 @@
 // (userMessage: no status-code names, no source locations); live-control replies (a refused
 // patch) go to the panel and the status bar.
 // Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh),
-// main_window_swap.cpp (the Swap dock and swap selection).
+// main_window_swap.cpp (the Swap dock and swap selection), main_window_selection.cpp (the
+// Selection dock: the aggregate of the timeline's range selection).
 #pragma once
 
 #include <QMainWindow>
@@ -42,6 +43,7 @@ class LiveControlPanel;
 class ParallelModel;
 class ParallelPanel;
 class RunController;
+class SelectionModel;
 class SwapModel;
 class SwapPanel;
 class TimelineView;
@@ -97,6 +99,11 @@ class MainWindow : public QMainWindow {
   SwapModel* swapModel() const { return m_swap; }
   // The "GPU kernel" dock.
   QDockWidget* gpuDock() const { return m_gpuDock; }
+  // The "Selection" dock (main_window_selection.cpp): the aggregate table of the timeline's
+  // range selection (a proxy sorted on SelectionModel::kSortRole over selectionModel()).
+  QDockWidget* selectionDock() const { return m_selectionDock; }
+  QTableView* selectionTable() const { return m_selectionTable; }
+  SelectionModel* selectionModel() const { return m_selection; }
   // Selects what waited for `event`, a reload or an offload with a wait (SwapModel::waiterOf):
   // a kernel goes to the GPU kernel dock and is marked on the timeline, a phase slice is
   // outlined and its step shown.
@@ -127,6 +134,7 @@ class MainWindow : public QMainWindow {
   void updateParallelDock();
   void createSwapDock();
   void updateSwapDock();
+  void createSelectionDock();
   void selectCollectiveSlice(qint64 trackId, qint64 startNs);
   void highlightCollective(const storage::MatchedCollective& match, bool zoom);
   void createStatusBar();
@@ -170,6 +178,10 @@ class MainWindow : public QMainWindow {
   SwapPanel* m_swapPanel = nullptr;
   QDockWidget* m_swapDock = nullptr;
   bool m_swapTrace = false;  // the open trace has swap rows (dock shown once for it)
+  SelectionModel* m_selection = nullptr;
+  QTableView* m_selectionTable = nullptr;
+  QLabel* m_selectionLabel = nullptr;
+  QDockWidget* m_selectionDock = nullptr;
   uint64_t m_memoryChartRevision = ~uint64_t(0);  // document memoryRevision() drawn
   bool m_memoryChartHasSteps = false;  // hidden until a run started here is live
   bool m_parallelTrace = false;       // the open trace has world size > 1 (dock shown once for it)

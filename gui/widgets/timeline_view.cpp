@@ -16,10 +16,12 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   setFocusPolicy(Qt::StrongFocus);
   setStatusTip(
       tr("Timeline: wheel or +/- zooms at the cursor, drag or arrows pan, Home fits all, "
-         "double-click zooms to a slice, click a step to show its expert load"));
+         "double-click zooms to a slice, click a step to show its expert load, Shift+drag "
+         "selects a range (Esc clears), Ctrl+F finds slices by name"));
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
   m_geometry = fitGeometry({}, plotWidth());
+  createSearchBar();
 }
 
 void TimelineView::setDocument(TraceDocument* document) {
@@ -33,6 +35,7 @@ void TimelineView::setDocument(TraceDocument* document) {
       m_highlights.clear();
       m_swapEvents.clear();
       m_swapItems.clear();
+      if (m_range) setSelectedRange(std::nullopt);
       onDataChanged();
     };
     // A streamed load starts fitted to the whole file and keeps the user's zoom from then on.
@@ -67,6 +70,8 @@ double TimelineView::plotWidth() const {
 }
 
 void TimelineView::onDataChanged() {
+  if (m_range && !(m_document && m_document->isOpen())) setSelectedRange(std::nullopt);
+  refreshSearch();
   layoutLanes();
   updateLegend();
   if (m_fit) {
@@ -260,6 +265,7 @@ void TimelineView::updateLegend() {
 
 void TimelineView::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
+  placeSearchBar();
   if (m_fit) {
     setGeometryChecked(fitGeometry(dataBounds(), plotWidth()), true);
   } else {

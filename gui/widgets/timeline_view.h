@@ -29,8 +29,15 @@
 // reloads with their stall span needed -> end marked, offloads compute waited for with their
 // wait span needed -> needed + stall); the tooltip gives layer, op, bytes, duration, GB/s and
 // the stall or wait. Clicking a copy emits swapCopyActivated (the main window selects what waited).
+// Range selection (Perfetto style): Shift+drag selects a time range on all lanes, shaded, with
+// its start, end and duration in the ruler; rangeSelected reports it (the main window's
+// Selection dock aggregates it), Esc clears it (rangeCleared).
+// Search: Ctrl-F opens a bar over the ruler (TimelineSearchBar); the host slices whose name
+// contains the text (case-insensitive, TimelineSearch) are highlighted in the lanes with a
+// "k of n" count; Enter / F3 go to the next match, Shift+Enter / Shift+F3 to the previous one,
+// centring the view on it and selecting it (as a click would); Esc closes the bar.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
-// timeline_view_swap.cpp (the swap lanes).
+// timeline_view_swap.cpp (the swap lanes), timeline_view_range.cpp (range selection, search).
 #pragma once
 
 #include <QWidget>
@@ -43,12 +50,14 @@
 #include "moewb/gui/swap_lanes.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
+#include "moewb/gui/timeline_search.h"
 
 class QPainter;
 
 namespace moewb::gui {
 
 class SwapModel;
+class TimelineSearchBar;
 class TraceDocument;
 
 // A host slice to outline, named by its track and start (e.g. one peer of a collective).
@@ -127,6 +136,24 @@ class TimelineView : public QWidget {
   // Shows `range` (clamped to the data).
   void showTimeRange(TimeRange range);
 
+  // The range selection, if any (Shift+drag makes one, Esc clears it).
+  std::optional<TimeRange> selectedRange() const { return m_range; }
+  // Selects `range` (clamped to the data; emits rangeSelected) or, with nullopt or an empty
+  // range, clears the selection (emits rangeCleared when there was one).
+  void setSelectedRange(std::optional<TimeRange> range);
+
+  // Shows the search bar and focuses its field (Ctrl-F).
+  void openSearch();
+  // Hides the bar and forgets the search (highlights go).
+  void closeSearch();
+  // Searches for `text` as if typed into the bar (the bar shows it).
+  void setSearchText(const QString& text);
+  // Goes to the next (forward) or previous match: centres the view on it (zooming out to fit a
+  // longer slice) and selects it as a click would (stepActivated, sliceActivated).
+  void searchStep(bool forward);
+  const TimelineSearch& search() const { return m_search; }
+  TimelineSearchBar* searchBar() const { return m_searchBar; }
+
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
@@ -141,6 +168,10 @@ class TimelineView : public QWidget {
   void swapCopyActivated(const moewb::storage::SwapEventRow& event);
   // The visible window changed (zoom, pan, fit, resize).
   void windowChanged();
+  // The user selected a time range (Shift+drag) or setSelectedRange set one.
+  void rangeSelected(qint64 startNs, qint64 endNs);
+  // The range selection was cleared (Esc, setSelectedRange(nullopt), a newly opened file).
+  void rangeCleared();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -207,6 +238,21 @@ class TimelineView : public QWidget {
   // Index into m_memory of the stack drawn in memory row `row`, or -1.
   int memoryStackOfRow(int row) const;
   void paintLegend(QPainter& p) const;
+  // Range selection and search (timeline_view_range.cpp).
+  void paintRange(QPainter& p) const;
+  void paintRangeLabels(QPainter& p) const;
+  void paintSearchMatches(QPainter& p) const;
+  void createSearchBar();
+  void placeSearchBar();
+  // Runs the search again after the data changed, keeping the current match where it still is.
+  void refreshSearch();
+  void updateSearchCount();
+  // Whether a Shift+drag range selection handled the mouse event.
+  bool rangePress(QMouseEvent* event);
+  bool rangeMove(QMouseEvent* event);
+  bool rangeRelease(QMouseEvent* event);
+  // The time at widget x, clamped to the data bounds.
+  int64_t timeAtWidgetX(int x) const;
   void paintEmpty(QPainter& p) const;
 
   static constexpr int kGutterPx = 150;
@@ -239,6 +285,11 @@ class TimelineView : public QWidget {
   bool m_dragMoved = false;
   QPoint m_dragLast;
   std::optional<int64_t> m_selectedStep;
+  std::optional<TimeRange> m_range;  // the range selection
+  bool m_rangeDragging = false;      // a Shift+drag is under way
+  int m_rangeAnchorX = 0;            // widget x where it started
+  TimelineSearch m_search;
+  TimelineSearchBar* m_searchBar = nullptr;
 };
 
 }  // namespace moewb::gui

@@ -1,4 +1,5 @@
-// TimelineView input: wheel/keys zoom about the cursor, drag pans, clicks select, tooltips.
+// TimelineView input: wheel/keys zoom about the cursor, drag pans, Shift+drag selects a range
+// (timeline_view_range.cpp), Esc clears it, Ctrl+F / F3 search, clicks select, tooltips.
 #include <QHelpEvent>
 #include <QKeyEvent>
 #include <QMouseEvent>
@@ -30,6 +31,10 @@ void TimelineView::wheelEvent(QWheelEvent* event) {
 }
 
 void TimelineView::mousePressEvent(QMouseEvent* event) {
+  if (rangePress(event)) {
+    event->accept();
+    return;
+  }
   if (event->button() == Qt::LeftButton) {
     m_dragging = true;
     m_dragMoved = false;
@@ -40,6 +45,10 @@ void TimelineView::mousePressEvent(QMouseEvent* event) {
 }
 
 void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  if (rangeMove(event)) {
+    event->accept();
+    return;
+  }
   const int marker = m_dragging ? -1 : configMarkerAt(event->position().toPoint());
   if (marker != m_hoverMarker) {
     m_hoverMarker = marker;
@@ -58,6 +67,10 @@ void TimelineView::mouseMoveEvent(QMouseEvent* event) {
 }
 
 void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
+  if (rangeRelease(event)) {
+    event->accept();
+    return;
+  }
   if (event->button() == Qt::LeftButton && m_dragging) {
     m_dragging = false;
     unsetCursor();
@@ -118,6 +131,11 @@ void TimelineView::mouseDoubleClickEvent(QMouseEvent* event) {
 }
 
 void TimelineView::keyPressEvent(QKeyEvent* event) {
+  if (event->matches(QKeySequence::Find)) {  // also without the window shortcut (inactive window)
+    openSearch();
+    event->accept();
+    return;
+  }
   const QPoint cursor = mapFromGlobal(QCursor::pos());
   const double anchor =
       rect().contains(cursor) && cursor.x() >= kGutterPx ? plotX(cursor.x()) : plotWidth() / 2;
@@ -137,6 +155,19 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
       break;
     case Qt::Key_Right:
       panBy(plotWidth() * kKeyPanFraction);
+      break;
+    case Qt::Key_F3:
+      searchStep(!(event->modifiers() & Qt::ShiftModifier));
+      break;
+    case Qt::Key_Escape:
+      if (m_range) {
+        setSelectedRange(std::nullopt);
+      } else if (!m_search.text().isEmpty()) {
+        closeSearch();
+      } else {
+        QWidget::keyPressEvent(event);
+        return;
+      }
       break;
     default:
       QWidget::keyPressEvent(event);

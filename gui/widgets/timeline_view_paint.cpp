@@ -33,13 +33,16 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.setClipRect(QRect(kGutterPx, kRulerPx, width() - kGutterPx, height() - kRulerPx - kLegendPx));
   paintItems(p);
   paintHighlights(p);
+  paintSearchMatches(p);
   paintGpu(p);
   paintSwap(p);
   paintMemory(p);
   paintMarkers(p);
+  paintRange(p);
   p.restore();
   paintRuler(p);
   paintMarkerFlags(p);
+  paintRangeLabels(p);
   paintGutter(p);
   paintGpuGutter(p);
   paintSwapGutter(p);
