@@ -2,14 +2,60 @@
 // kernels are in experts_cuda.cu.
 #include "ops/experts/experts_cuda.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ops/experts/experts_cuda_kernels.h"
+#include "ops/experts/experts_wgmma_cuda.h"
 
 namespace moewb::engine::cuda {
 namespace {
+
+std::atomic<int> gWgmmaMode{int(ExpertsWgmmaMode::kEnvironment)};
+
+// MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
+// ("dgrad"), 1 the fc stages only ("fc"), 0 none ("0"), -1 any other value (`text`).
+struct WgmmaEnvironment {
+  int on = 3;
+  std::string text;
+};
+
+const WgmmaEnvironment& wgmmaEnvironment() {
+  static const WgmmaEnvironment value = [] {
+    WgmmaEnvironment env;
+    const char* v = std::getenv("MOEWB_GROUPED_WGMMA");
+    if (v == nullptr) return env;
+    env.text = v;
+    const char* names[] = {"0", "fc", "dgrad", "1"};
+    env.on = -1;
+    for (int i = 0; i < 4; ++i) {
+      if (env.text == names[i]) env.on = i;
+    }
+    return env;
+  }();
+  return value;
+}
+
+// Per device ordinal: 0 not yet asked, 1 unsupported, 2 supported.
+constexpr int kMaxDevices = 64;
+std::atomic<int> gWgmmaSupport[kMaxDevices];
+
+bool askWgmmaSupport([[maybe_unused]] int device) {
+#if MOEWB_EXPERTS_WGMMA
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0 && expertsWgmmaLoadable();
+#else
+  return false;
+#endif
+}
 
 Result<ExpertsLaunchShape> checkShapes(const char* op, const DeviceTensor<bf16>& x,
                                        const DeviceTensor<int32_t>& offsets,
@@ -47,6 +93,47 @@ Result<ExpertsLaunchShape> checkShapes(const char* op, const DeviceTensor<bf16>&
 }
 
 }  // namespace
+
+void setExpertsWgmmaMode(ExpertsWgmmaMode mode) {
+  gWgmmaMode.store(int(mode));
+}
+
+bool expertsWgmmaSupported() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (device < 0 || device >= kMaxDevices) return askWgmmaSupport(device);
+  int known = gWgmmaSupport[device].load();
+  if (known == 0) {
+    known = askWgmmaSupport(device) ? 2 : 1;
+    gWgmmaSupport[device].store(known);
+  }
+  return known == 2;
+}
+
+Status expertsWgmmaStages(WgmmaStages& stages) {
+  stages = WgmmaStages{};
+  const auto mode = ExpertsWgmmaMode(gWgmmaMode.load());
+  int on = mode == ExpertsWgmmaMode::kOn ? 3 : 0;
+  if (mode == ExpertsWgmmaMode::kEnvironment) {
+    const WgmmaEnvironment& env = wgmmaEnvironment();
+    if (env.on < 0) {
+      return invalidArgument("MOEWB_GROUPED_WGMMA=" + env.text +
+                             ": accepted values are 0 (grouped expert GEMMs on mma.sync only), "
+                             "fc (wgmma for the forward and dRowWeight GEMMs), dgrad (those and "
+                             "dh / dx) and 1 (all of them and the weight gradients: the default "
+                             "on compute capability 9.0)");
+    }
+    on = env.on;
+  }
+  if (on == 0 || !expertsWgmmaSupported()) return Status::ok();
+  stages.fc = true;
+  stages.dgrad = on >= 2;
+  stages.wgrad = on >= 3;
+  return Status::ok();
+}
 
 Result<DeviceTensor<bf16>> expertsForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
                                               const DeviceTensor<int32_t>& offsets,

@@ -41,8 +41,9 @@
 // 16-byte stores. Mainloop v1 (grouped_gemm_cuda.cuh, round 1, selectable per stage by kVersion
 // in experts_mma_cuda.cu): 8 warps of 64 x 32, K step 32, 4 stages, padded shared memory; same
 // results bitwise except dRowWeight's reduction order (bench/scratch/grouped_gemm_01.md, round
-// 2). Other D, F (or unaligned pointers) fall back to WMMA 64 x 64 tiles with scalar loads
-// (experts_cuda.cu).
+// 2). On compute capability 9.0 the same stages run a wgmma mainloop instead (sm_90a object,
+// grouped_gemm_wgmma_cuda.cuh; switch: experts_wgmma_cuda.h, MOEWB_GROUPED_WGMMA). Other D, F
+// (or unaligned pointers) fall back to WMMA 64 x 64 tiles with scalar loads (experts_cuda.cu).
 // Costs: 6 R D F flops forward, 12 R D F backward (+2 R D F with the folded combine, plus the
 // R x D weighted dYPerm and a ceil(D / 128) x N k fp32 workspace).
 #pragma once

@@ -77,4 +77,56 @@ Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& sh
 Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
                                 const ExpertsBackwardArgs& args, const GluParams& activation);
 
+// ---- wgmma (sm_90a) stages: experts_wgmma_cuda.cu, built when MOEWB_EXPERTS_WGMMA is 1
+// (engine/ops/experts/cuda_sources.cmake). Called by experts_mma_cuda.cu, same preconditions as
+// the mma.sync pipeline (aligned pointers, D % 8 == 0, F % 8 == 0) plus expertsWgmmaStages().
+
+// Which stages of this launch run wgmma: `fc` (forward gate+up, forward down, the dRowWeight
+// recompute), `dgrad` (dh, dx) and `wgrad` (the three weight gradients). All false unless the
+// build has them and the current device is compute capability 9.0 and loads them; then
+// setExpertsWgmmaMode / MOEWB_GROUPED_WGMMA (read once: 0 none, fc, dgrad (fc + dgrad), 1 or
+// unset all). Errors: kInvalidArgument for another MOEWB_GROUPED_WGMMA value.
+struct WgmmaStages {
+  bool fc = false;
+  bool dgrad = false;
+  bool wgrad = false;
+};
+Status expertsWgmmaStages(WgmmaStages& stages);
+
+// One row-tile stage launch: grid (column tiles, `slots` row-tile slots) over the schedule
+// tileStart (grouped_schedule_kernel, 128-row tiles).
+struct GroupedRowStage {
+  cudaStream_t stream = nullptr;
+  unsigned slots = 0;
+  int64_t d = 0, f = 0;
+  int numExperts = 0;
+  const int32_t* offsets = nullptr;
+  const int32_t* tileStart = nullptr;
+};
+
+#if MOEWB_EXPERTS_WGMMA
+// True when the sm_90a kernels load on the current device (cudaFuncGetAttributes succeeds).
+bool expertsWgmmaLoadable();
+// Forward gate+up (writes args.gatePre, upPre, hidden).
+Status expertsWgmmaGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardArgs& args,
+                                const GluParams& activation);
+// Forward down: y = bf16(h Wd^T), times rowWeight[r] when rowWeight is set.
+Status expertsWgmmaDownLaunch(const GroupedRowStage& s, const bf16* hidden, const bf16* down,
+                              const float* rowWeight, bf16* y);
+// dRowWeight part 1: args.rowWeightPartial [ceil(D / 128), maxRows] per-column-tile dots.
+Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args,
+                                   int64_t maxRows);
+// dh = dYRows Wd, then the GLU backward into args.dGate / dUp.
+Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
+                            const ExpertsBackwardArgs& args, const GluParams& activation);
+// dx = dGate Wg + dUp Wu into args.dx.
+Status expertsWgmmaDxLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args);
+// grad [E, mSize, nSize] += a^T b per expert (a [N k, mSize], b through bIndex); expertOrder as
+// grouped_expert_order_kernel's (or null).
+Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b,
+                               const int32_t* bIndex, int64_t mSize, int64_t nSize,
+                               int64_t experts, const int32_t* offsets,
+                               const int32_t* expertOrder, float* grad);
+#endif
+
 }  // namespace moewb::engine::cuda

@@ -4,6 +4,11 @@
 // and v2 (grouped_gemm_v2_cuda.cuh: 64 x 64 warp tiles, K step 64, swizzled shared memory,
 // epilogues through shared memory). Same grids and workspaces, same results bitwise
 // (bench/scratch/grouped_gemm_02.cu checks it) except dRowWeight's fixed reduction order.
+// On compute capability 9.0, when the build has the sm_90a object (MOEWB_EXPERTS_WGMMA), forward
+// gate+up, forward down, the dRowWeight recompute, dh, dx and the weight gradients run the wgmma
+// mainloop instead (experts_wgmma_cuda.cu; expertsWgmmaStages: MOEWB_GROUPED_WGMMA=0 turns it
+// off, =fc / =dgrad keep the later stages on kVersion's): same grids and workspaces, results
+// within rounding of v2's (checked by bench/scratch/grouped_gemm_03.cu, ExpertsWgmmaCudaTest).
 #include <cstdint>
 #include <string>
 
@@ -66,18 +71,17 @@ Status schedule(cudaStream_t stream, const int32_t* offsets, int64_t experts, in
   return Status::ok();
 }
 
-// Per-stage launches (version `ver` as kVersion; grids: 128-row tile slots x column tiles).
-struct RowStage {
-  cudaStream_t stream;
-  unsigned slots;
-  int64_t d, f;
-  int numExperts;
-  const int32_t* offsets;
-  const int32_t* tileStart;
-};
+// Per-stage launches (version `ver` as kVersion, or kWgmma where the stage has a wgmma kernel;
+// grids: 128-row tile slots x column tiles).
+using RowStage = GroupedRowStage;
+constexpr int kWgmma = 3;
 
 Status launchGateUp(const RowStage& s, int ver, const ExpertsForwardArgs& args,
-                    const GluDeviceParams& glu) {
+                    const GluParams& activation) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) return expertsWgmmaGateUpLaunch(s, args, activation);
+#endif
+  const GluDeviceParams glu = gluDeviceParams(activation);
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_fwd_gate_up_kernel, g2::kSmemBytes));
     g2::grouped_fwd_gate_up_kernel<<<dim3(tiles(s.f, g2::kGateUpCols), s.slots), g2::kThreads,
@@ -98,6 +102,9 @@ Status launchGateUp(const RowStage& s, int ver, const ExpertsForwardArgs& args,
 
 Status launchDown(const RowStage& s, int ver, const bf16* hidden, const bf16* down,
                   const float* rowWeight, bf16* y) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) return expertsWgmmaDownLaunch(s, hidden, down, rowWeight, y);
+#endif
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_fwd_down_kernel, g2::kSmemBytes));
     g2::grouped_fwd_down_kernel<<<dim3(tiles(s.d, g2::kBN), s.slots), g2::kThreads, g2::kSmemBytes,
@@ -117,6 +124,9 @@ Status launchDown(const RowStage& s, int ver, const bf16* hidden, const bf16* do
 // partial [ceil(d / 128), maxRows] of dRowWeight (the per-column-tile dots).
 Status launchRowWeight(const RowStage& s, int ver, const ExpertsBackwardArgs& args,
                        int64_t maxRows) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) return expertsWgmmaRowWeightLaunch(s, args, maxRows);
+#endif
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_bwd_rowweight_kernel, g2::kSmemBytes));
     g2::grouped_bwd_rowweight_kernel<<<dim3(tiles(s.d, kTileN), s.slots), g2::kThreads,
@@ -136,7 +146,11 @@ Status launchRowWeight(const RowStage& s, int ver, const ExpertsBackwardArgs& ar
 }
 
 Status launchDh(const RowStage& s, int ver, const bf16* dYRows, const ExpertsBackwardArgs& args,
-                const GluDeviceParams& glu) {
+                const GluParams& activation) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) return expertsWgmmaDhLaunch(s, dYRows, args, activation);
+#endif
+  const GluDeviceParams glu = gluDeviceParams(activation);
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_bwd_dh_kernel, g2::kSmemBytes));
     g2::grouped_bwd_dh_kernel<<<dim3(tiles(s.f, g2::kBN), s.slots), g2::kThreads, g2::kSmemBytes,
@@ -156,6 +170,9 @@ Status launchDh(const RowStage& s, int ver, const bf16* dYRows, const ExpertsBac
 }
 
 Status launchDx(const RowStage& s, int ver, const ExpertsBackwardArgs& args) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) return expertsWgmmaDxLaunch(s, args);
+#endif
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_bwd_dx_kernel, g2::kSmemBytes));
     g2::grouped_bwd_dx_kernel<<<dim3(tiles(s.d, g2::kBN), s.slots), g2::kThreads, g2::kSmemBytes,
@@ -177,6 +194,12 @@ Status launchDx(const RowStage& s, int ver, const ExpertsBackwardArgs& args) {
 Status launchWgrad(cudaStream_t stream, int ver, const bf16* a, const bf16* b,
                    const int32_t* bIndex, int64_t mSize, int64_t nSize, int64_t experts,
                    const int32_t* offsets, const int32_t* expertOrder, float* grad) {
+#if MOEWB_EXPERTS_WGMMA
+  if (ver == kWgmma) {
+    return expertsWgmmaWgradLaunch(stream, a, b, bIndex, mSize, nSize, experts, offsets,
+                                   expertOrder, grad);
+  }
+#endif
   if (ver == 2) {
     MOEWB_RETURN_IF_ERROR(allowSmem(g2::grouped_wgrad_kernel, g2::kSmemBytes));
     const dim3 grid(tiles(nSize, g2::kBN), tiles(mSize, g2::kBM), unsigned(experts));
@@ -193,6 +216,21 @@ Status launchWgrad(cudaStream_t stream, int ver, const bf16* a, const bf16* b,
   return Status::ok();
 }
 
+// Per stage: kWgmma where expertsWgmmaStages turns it on, else kVersion's.
+struct LaunchVersions {
+  int gateUp, down, dh, dx, wgrad;
+};
+Status launchVersions(LaunchVersions& v) {
+  WgmmaStages wgmma;
+  MOEWB_RETURN_IF_ERROR(expertsWgmmaStages(wgmma));
+  v.gateUp = wgmma.fc ? kWgmma : kVersion.gateUp;
+  v.down = wgmma.fc ? kWgmma : kVersion.down;
+  v.dh = wgmma.dgrad ? kWgmma : kVersion.dh;
+  v.dx = wgmma.dgrad ? kWgmma : kVersion.dx;
+  v.wgrad = wgmma.wgrad ? kWgmma : kVersion.wgrad;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
@@ -200,8 +238,10 @@ Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& sh
   RowStage s{stream, 0, shape.d, shape.f, int(shape.experts), args.offsets, args.tileStart};
   MOEWB_RETURN_IF_ERROR(rowTileSlots(shape, s.slots));
   MOEWB_RETURN_IF_ERROR(schedule(stream, args.offsets, shape.experts, args.tileStart));
-  MOEWB_RETURN_IF_ERROR(launchGateUp(s, kVersion.gateUp, args, gluDeviceParams(activation)));
-  return launchDown(s, kVersion.down, args.hidden, args.down, args.rowWeight, args.y);
+  LaunchVersions ver{};
+  MOEWB_RETURN_IF_ERROR(launchVersions(ver));
+  MOEWB_RETURN_IF_ERROR(launchGateUp(s, ver.gateUp, args, activation));
+  return launchDown(s, ver.down, args.hidden, args.down, args.rowWeight, args.y);
 }
 
 Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
@@ -211,6 +251,8 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
   RowStage s{stream, 0, d, f, numExperts, args.offsets, args.tileStart};
   MOEWB_RETURN_IF_ERROR(rowTileSlots(shape, s.slots));
   MOEWB_RETURN_IF_ERROR(schedule(stream, args.offsets, shape.experts, args.tileStart));
+  LaunchVersions ver{};
+  MOEWB_RETURN_IF_ERROR(launchVersions(ver));
   // Gradient of the unweighted output rows: dY, or dYPerm = bf16(w_r dy[token(r)]) formed by a
   // pre-pass with the folded combine (bitwise the unfused combine's dYPerm).
   const bf16* dYRows = args.dY;
@@ -229,7 +271,7 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
     if (args.rowWeightPartial == nullptr || args.dRowWeight == nullptr) {
       return invalidArgument("experts: rowWeightPartial / dRowWeight missing");
     }
-    MOEWB_RETURN_IF_ERROR(launchRowWeight(s, kVersion.down, args, shape.maxRows));
+    MOEWB_RETURN_IF_ERROR(launchRowWeight(s, ver.down, args, shape.maxRows));
     const int64_t sumBlocks = shape.maxRows / 256 + 1;
     const unsigned blocks = unsigned(sumBlocks < 1024 ? sumBlocks : 1024);
     gg::grouped_rowweight_sum_kernel<<<blocks, 256, 0, stream>>>(
@@ -237,9 +279,8 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
         args.dRowWeight);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  const GluDeviceParams glu = gluDeviceParams(activation);
-  MOEWB_RETURN_IF_ERROR(launchDh(s, kVersion.dh, dYRows, args, glu));
-  MOEWB_RETURN_IF_ERROR(launchDx(s, kVersion.dx, args));
+  MOEWB_RETURN_IF_ERROR(launchDh(s, ver.dh, dYRows, args, activation));
+  MOEWB_RETURN_IF_ERROR(launchDx(s, ver.dx, args));
   // dWd [E, D, F] += dYRows^T h;  dWg / dWu [E, F, D] += dg^T x / du^T x (x through gatherIndex).
   // Hot experts' weight-gradient CTAs (the longest: K = their rows) first.
   if (args.expertOrder != nullptr) {
@@ -247,12 +288,12 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
                                                             args.expertOrder);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  const int ver = kVersion.wgrad;
-  MOEWB_RETURN_IF_ERROR(launchWgrad(stream, ver, dYRows, args.hidden, nullptr, d, f, shape.experts,
+  const int wv = ver.wgrad;
+  MOEWB_RETURN_IF_ERROR(launchWgrad(stream, wv, dYRows, args.hidden, nullptr, d, f, shape.experts,
                                     args.offsets, args.expertOrder, args.gradDown));
-  MOEWB_RETURN_IF_ERROR(launchWgrad(stream, ver, args.dGate, args.x, args.gatherIndex, f, d,
+  MOEWB_RETURN_IF_ERROR(launchWgrad(stream, wv, args.dGate, args.x, args.gatherIndex, f, d,
                                     shape.experts, args.offsets, args.expertOrder, args.gradGate));
-  return launchWgrad(stream, ver, args.dUp, args.x, args.gatherIndex, f, d, shape.experts,
+  return launchWgrad(stream, wv, args.dUp, args.x, args.gatherIndex, f, d, shape.experts,
                      args.offsets, args.expertOrder, args.gradUp);
 }
 

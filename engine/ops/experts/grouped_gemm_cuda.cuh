@@ -20,7 +20,9 @@
 // accumulator fragments.
 //
 // Defines __global__ functions: include from ONE translation unit of a program (the engine's is
-// experts_mma_cuda.cu).
+// experts_mma_cuda.cu). A translation unit that needs only the device helpers (loaders, tile
+// schedule lookup; the sm_90a experts_wgmma_cuda.cu) defines MOEWB_GROUPED_DEVICE_PARTS_ONLY
+// before the include and gets no kernel definitions.
 //
 // Shape rules (checked by the launchers): every contiguous extent (D, F) a multiple of 8 and every
 // base pointer 16-byte aligned (a 16-byte chunk is then wholly inside or outside the matrix).
@@ -322,6 +324,7 @@ __device__ __forceinline__ void groupedMainloop(unsigned char* smem, const LoadA
 // ---------------------------------------------------------------------------------------------
 // Device tile schedule for the row-tile stages.
 
+#ifndef MOEWB_GROUPED_DEVICE_PARTS_ONLY
 // tileStart[e] = sum_{e' < e} ceil(count_e' / tileRows); one thread.
 __global__ void grouped_schedule_kernel(const int32_t* offsets, int numExperts, int tileRows,
                                         int32_t* tileStart) {
@@ -333,6 +336,7 @@ __global__ void grouped_schedule_kernel(const int32_t* offsets, int numExperts, 
   }
   tileStart[numExperts] = running;
 }
+#endif  // MOEWB_GROUPED_DEVICE_PARTS_ONLY
 
 struct RowTile {
   int expert;
@@ -383,6 +387,7 @@ using DgradSmem = MainloopSmem<RowsLoader, WeightKNLoader, kNB>;
 template <int kNB>
 using WgradSmem = MainloopSmem<LoadKRows<kBM>, LoadKRows<kBN>, kNB>;
 
+#ifndef MOEWB_GROUPED_DEVICE_PARTS_ONLY
 // CTAs per SM for a kNB kernel (registers: ~64 kNB accumulators per thread).
 #define MOEWB_GROUPED_BOUNDS(kNB) __launch_bounds__(kThreads, (kNB) == 1 ? 2 : 1)
 
@@ -713,5 +718,6 @@ __global__ void grouped_weighted_rows_kernel(const bf16_t* dy, const float* rowW
 }
 
 #undef MOEWB_GROUPED_BOUNDS
+#endif  // MOEWB_GROUPED_DEVICE_PARTS_ONLY
 
 }  // namespace moewb::engine::cuda::grouped

@@ -22,7 +22,9 @@
 // is reduced in a different (still fixed) order: per warp row, lanes over 4 columns each, then
 // xor shuffles 16, 8, 4, 2, 1. Deterministic run to run; no atomics.
 //
-// Defines __global__ functions: include from ONE translation unit of a program.
+// Defines __global__ functions: include from ONE translation unit of a program; with
+// MOEWB_GROUPED_DEVICE_PARTS_ONLY defined before the include, only the loaders and epilogues
+// (the wgmma kernels of grouped_gemm_wgmma_cuda.cuh reuse them in their own translation unit).
 // Shape rules as v1 (checked by the launchers): D % 8 == 0, F % 8 == 0, 16-byte aligned bases.
 #pragma once
 
@@ -362,6 +364,95 @@ __device__ __forceinline__ void downEpilogue(const unsigned char* smem, const Ro
   }
 }
 
+// dh epilogue from the staged tile (f columns n0..n0+127 of dh = dY Wd): (dg, du) = GLU backward
+// at the saved (g, u) into dGate / dUp [N k, f], 16-byte chunks.
+__device__ __forceinline__ void dhEpilogue(const unsigned char* smem, const RowTile& tile,
+                                           int64_t n0, int64_t f, const GluDeviceParams& glu,
+                                           const bf16_t* gatePre, const bf16_t* upPre,
+                                           bf16_t* dGate, bf16_t* dUp) {
+  constexpr int kChunks = kBN / 8;
+  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
+    const int i = q / kChunks, c = (q % kChunks) * 8;
+    const int64_t r = tile.begin + i, col = n0 + c;
+    if (r >= tile.end || col >= f) continue;
+    const int64_t at = r * f + col;
+    float dh[8], g[8], u[8], dg[8], du[8];
+    readStaged8(smem, i, c, dh);
+    unpackBf16x8(*reinterpret_cast<const uint4*>(gatePre + at), g);
+    unpackBf16x8(*reinterpret_cast<const uint4*>(upPre + at), u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) gluBackwardDevice(glu, g[e], u[e], dh[e], dg[e], du[e]);
+    *reinterpret_cast<uint4*>(dGate + at) = packBf16x8(dg);
+    *reinterpret_cast<uint4*>(dUp + at) = packBf16x8(du);
+  }
+}
+
+// dx epilogue from the staged tile (d columns n0..n0+127): dx [N k, d] = bf16(acc).
+__device__ __forceinline__ void dxEpilogue(const unsigned char* smem, const RowTile& tile,
+                                           int64_t n0, int64_t d, bf16_t* dx) {
+  constexpr int kChunks = kBN / 8;
+  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
+    const int i = q / kChunks, c = (q % kChunks) * 8;
+    const int64_t r = tile.begin + i, col = n0 + c;
+    if (r >= tile.end || col >= d) continue;
+    float v[8];
+    readStaged8(smem, i, c, v);
+    *reinterpret_cast<uint4*>(dx + r * d + col) = packBf16x8(v);
+  }
+}
+
+// Weight-gradient epilogue from the staged tile (rows m0.., columns n0.. of one expert's
+// [mSize, nSize] fp32 gradient `out`): out += acc, float4 read-add-write (the CTA owns the tile).
+__device__ __forceinline__ void wgradEpilogue(const unsigned char* smem, int64_t m0, int64_t n0,
+                                              int64_t mSize, int64_t nSize, float* out) {
+  const float* s = reinterpret_cast<const float*>(smem);
+  constexpr int kChunks = kBN / 4;
+  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
+    const int i = q / kChunks, c = (q % kChunks) * 4;
+    const int64_t row = m0 + i, col = n0 + c;
+    if (row >= mSize || col >= nSize) continue;
+    const float4 add = *reinterpret_cast<const float4*>(s + i * kEpiLd + c);
+    float4* p = reinterpret_cast<float4*>(out + row * nSize + col);
+    float4 v = *p;
+    v.x += add.x;
+    v.y += add.y;
+    v.z += add.z;
+    v.w += add.w;
+    *p = v;
+  }
+}
+
+// dRowWeight epilogue from the staged tile (d columns n0..n0+127): partialTile[r] = sum over the
+// tile's columns n of dy[outputIndex[r]][n] * bf16(acc[r][n]). Fixed order: lane sums its 4
+// columns in order, then xor shuffles 16, 8, 4, 2, 1.
+__device__ __forceinline__ void rowWeightEpilogue(const unsigned char* smem, const RowTile& tile,
+                                                  int64_t n0, int64_t d, const bf16_t* dy,
+                                                  const int32_t* outputIndex, float* partialTile) {
+  const float* s = reinterpret_cast<const float*>(smem);
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t col = n0 + lane * 4;
+  for (int i = warp; i < kBM; i += kThreads / 32) {
+    const int64_t r = tile.begin + i;
+    if (r >= tile.end) break;  // warp-uniform
+    float sum = 0.0f;
+    if (col < d) {
+      const float4 v = *reinterpret_cast<const float4*>(s + i * kEpiLd + lane * 4);
+      const uint2 raw = *reinterpret_cast<const uint2*>(dy + int64_t(outputIndex[r]) * d + col);
+      const __nv_bfloat162* g = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      const __nv_bfloat162 y01 = __floats2bfloat162_rn(v.x, v.y);
+      const __nv_bfloat162 y23 = __floats2bfloat162_rn(v.z, v.w);
+      sum += __low2float(g[0]) * __low2float(y01);
+      sum += __high2float(g[0]) * __high2float(y01);
+      sum += __low2float(g[1]) * __low2float(y23);
+      sum += __high2float(g[1]) * __high2float(y23);
+    }
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (lane == 0) partialTile[r] = sum;
+  }
+}
+
+#ifndef MOEWB_GROUPED_DEVICE_PARTS_ONLY
 // g = x Wg^T, u = x Wu^T, h = glu(g, u): x [N k or N, d] (through gatherIndex), gate / up
 // [E, f, d], gatePre / upPre / hidden [N k, f]. Grid (ceil(f / 64), row-tile slots).
 __global__ void __launch_bounds__(kThreads, 2)
@@ -424,21 +515,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   Accum acc;
   mainloop(smem, la, lb, kTiles, acc);
   stageAccum(smem, acc);
-  constexpr int kChunks = kBN / 8;
-  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
-    const int i = q / kChunks, c = (q % kChunks) * 8;
-    const int64_t r = tile.begin + i, col = n0 + c;
-    if (r >= tile.end || col >= f) continue;
-    const int64_t at = r * f + col;
-    float dh[8], g[8], u[8], dg[8], du[8];
-    readStaged8(smem, i, c, dh);
-    unpackBf16x8(*reinterpret_cast<const uint4*>(gatePre + at), g);
-    unpackBf16x8(*reinterpret_cast<const uint4*>(upPre + at), u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) gluBackwardDevice(glu, g[e], u[e], dh[e], dg[e], du[e]);
-    *reinterpret_cast<uint4*>(dGate + at) = packBf16x8(dg);
-    *reinterpret_cast<uint4*>(dUp + at) = packBf16x8(du);
-  }
+  dhEpilogue(smem, tile, n0, f, glu, gatePre, upPre, dGate, dUp);
 }
 
 // dx = dg Wg + du Wu (one accumulator, K = 2 f): dGate / dUp [N k, f], gate / up [E, f, d],
@@ -460,15 +537,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   Accum acc;
   mainloop(smem, la, lb, 2 * kTilesPart, acc);
   stageAccum(smem, acc);
-  constexpr int kChunks = kBN / 8;
-  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
-    const int i = q / kChunks, c = (q % kChunks) * 8;
-    const int64_t r = tile.begin + i, col = n0 + c;
-    if (r >= tile.end || col >= d) continue;
-    float v[8];
-    readStaged8(smem, i, c, v);
-    *reinterpret_cast<uint4*>(dx + r * d + col) = packBf16x8(v);
-  }
+  dxEpilogue(smem, tile, n0, d, dx);
 }
 
 // grad[e] (mSize x nSize, fp32) += A_e^T B_e over expert e's rows: a [N k, mSize], b [N k or N,
@@ -491,22 +560,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   Accum acc;
   mainloop(smem, la, lb, kTiles, acc);
   stageAccum(smem, acc);
-  float* out = grad + int64_t(e) * mSize * nSize;
-  const float* s = reinterpret_cast<const float*>(smem);
-  constexpr int kChunks = kBN / 4;
-  for (int q = int(threadIdx.x); q < kBM * kChunks; q += kThreads) {
-    const int i = q / kChunks, c = (q % kChunks) * 4;
-    const int64_t row = m0 + i, col = n0 + c;
-    if (row >= mSize || col >= nSize) continue;
-    const float4 add = *reinterpret_cast<const float4*>(s + i * kEpiLd + c);
-    float4* p = reinterpret_cast<float4*>(out + row * nSize + col);
-    float4 v = *p;
-    v.x += add.x;
-    v.y += add.y;
-    v.z += add.z;
-    v.w += add.w;
-    *p = v;
-  }
+  wgradEpilogue(smem, m0, n0, mSize, nSize, grad + int64_t(e) * mSize * nSize);
 }
 
 // Folded combine, part 1: partial[blockIdx.x][r] = sum over this CTA's 128 columns n of
@@ -531,28 +585,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   Accum acc;
   mainloop(smem, la, lb, kTiles, acc);
   stageAccum(smem, acc);
-  const float* s = reinterpret_cast<const float*>(smem);
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t col = n0 + lane * 4;
-  for (int i = warp; i < kBM; i += kThreads / 32) {
-    const int64_t r = tile.begin + i;
-    if (r >= tile.end) break;  // warp-uniform
-    float sum = 0.0f;
-    if (col < d) {
-      const float4 v = *reinterpret_cast<const float4*>(s + i * kEpiLd + lane * 4);
-      const uint2 raw = *reinterpret_cast<const uint2*>(dy + int64_t(outputIndex[r]) * d + col);
-      const __nv_bfloat162* g = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const __nv_bfloat162 y01 = __floats2bfloat162_rn(v.x, v.y);
-      const __nv_bfloat162 y23 = __floats2bfloat162_rn(v.z, v.w);
-      sum += __low2float(g[0]) * __low2float(y01);
-      sum += __high2float(g[0]) * __high2float(y01);
-      sum += __low2float(g[1]) * __low2float(y23);
-      sum += __high2float(g[1]) * __high2float(y23);
-    }
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    if (lane == 0) partial[int64_t(blockIdx.x) * maxRows + r] = sum;
-  }
+  rowWeightEpilogue(smem, tile, n0, d, dy, outputIndex,
+                    partial + int64_t(blockIdx.x) * maxRows);
 }
+
+#endif  // MOEWB_GROUPED_DEVICE_PARTS_ONLY
 
 }  // namespace moewb::engine::cuda::grouped::v2

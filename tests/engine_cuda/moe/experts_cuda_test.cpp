@@ -9,18 +9,23 @@
 // D = 72, 136, 264 and F = 40, 96, 136 (the mma.sync path, D % 8 == F % 8 == 0, with several
 // row, column and K tiles), D = 320, F = 192 (whole 64-deep K tiles, half a 128-column tile) and
 // D = 130 (not a multiple of 8: the WMMA fallback). 257 k rows give experts whose rows are not a
-// multiple of 128 and experts of one row.
+// multiple of 128 and experts of one row. On an H200 (1)-(3) run the sm_90a wgmma stages (the
+// default switch). (4) ExpertsWgmmaCudaTest: every wgmma stage (experts_wgmma_cuda.h) forced on
+// against forced off, plain and fused, within the tolerance of (1), and bitwise equal run to run
+// (skips unless the device is compute capability 9.0 and the build has the sm_90a object).
 #include "ops/experts/experts_cuda.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "moe_cuda_test_util.h"
 #include "ops/combine/combine_cuda.h"
 #include "ops/experts/experts.h"
+#include "ops/experts/experts_wgmma_cuda.h"
 #include "ops/permute/permute_cuda.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/thread_pool.h"
@@ -330,6 +335,126 @@ TEST_F(ExpertsCudaTest, FusedEqualsUnfused) {
       EXPECT_LT(relativeError(a3, a1), 1e-5) << what;
       EXPECT_LT(relativeError(b3, b1), 1e-5) << what;
       EXPECT_LT(relativeError(c3, c1), 1e-5) << what;
+    }
+  }
+}
+
+// The wgmma stages forced on against forced off (the mma.sync kernels) on the same problem.
+class ExpertsWgmmaCudaTest : public ExpertsCudaTest {
+ protected:
+  void SetUp() override {
+    ExpertsCudaTest::SetUp();
+    if (IsSkipped()) return;
+    if (!expertsWgmmaSupported()) {
+      GTEST_SKIP() << "no sm_90a wgmma kernels for this device or build";
+    }
+  }
+  void TearDown() override {
+    setExpertsWgmmaMode(ExpertsWgmmaMode::kEnvironment);
+    ExpertsCudaTest::TearDown();
+  }
+};
+
+// Every output of one experts forward + backward, on the host (rows < R where rows vary).
+struct ExpertsRun {
+  std::vector<std::pair<const char*, Tensor<float>>> outputs;
+};
+
+// Forward + backward into zero gradients; `fused`: gather by index, row weights in the epilogue
+// and dRowWeight (the folded combine), else the permuted rows and dYPerm.
+void runExperts(CudaContext& context, const Problem& p, const DeviceWeights& dw, int64_t f,
+                bool fused, const Tensor<float>& dY, ExpertsRun& run) {
+  const MoeShape& s = p.shape;
+  const int64_t d = p.d, rows = p.plan.rows(), maxRows = s.n * s.k;
+  const GluParams glu;
+  DeviceExpertsIo io;
+  MOEWB_ASSIGN_OR_FAIL(auto rowWeight, poisonedFloat(context, {maxRows}));
+  if (fused) {
+    MOEWB_ASSERT_OK(slotsToRowsCuda(context, p.dWeight, p.dPlan, rowWeight));
+    io.gatherIndex = &p.dPlan.rowToken;
+    io.rowWeight = &rowWeight;
+    io.outputIndex = &p.dPlan.rowToken;
+  }
+  const DeviceTensor<bf16>& x = fused ? p.dx : p.xPerm;
+  DeviceExpertsSaved saved;
+  MOEWB_ASSIGN_OR_FAIL(DeviceTensor<bf16> y,
+                       expertsForwardCuda(context, x, p.dPlan.offsets, dw.view(), saved, glu, io));
+  Tensor<float> zerosF({s.e, f, d}), zerosD({s.e, d, f});
+  MOEWB_ASSIGN_OR_FAIL(auto dDY, toDeviceBf16(context, dY, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(auto gGate, toDevice(context, zerosF, MemoryCategory::kGrads));
+  MOEWB_ASSIGN_OR_FAIL(auto gUp, toDevice(context, zerosF, MemoryCategory::kGrads));
+  MOEWB_ASSIGN_OR_FAIL(auto gDown, toDevice(context, zerosD, MemoryCategory::kGrads));
+  MOEWB_ASSIGN_OR_FAIL(auto dRowWeight, poisonedFloat(context, {maxRows}));
+  MOEWB_ASSIGN_OR_FAIL(
+      DeviceTensor<bf16> dx,
+      expertsBackwardCuda(context, dDY, x, p.dPlan.offsets, dw.view(), saved,
+                          DeviceExpertGrads{gGate, gUp, gDown}, glu, io,
+                          fused ? &dRowWeight : nullptr));
+  auto addRows = [&](const char* name, const DeviceTensor<bf16>& t) {
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> host, toHostFloat(context, t));
+    run.outputs.emplace_back(name, moetest::slice(host, rows));
+  };
+  auto addAll = [&](const char* name, const DeviceTensor<float>& t) {
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> host, toHost(context, t));
+    run.outputs.emplace_back(name, std::move(host));
+  };
+  addRows("y", y);
+  addRows("gatePre", saved.gatePre);
+  addRows("upPre", saved.upPre);
+  addRows("hidden", saved.hidden);
+  addRows("dx", dx);
+  addAll("gradGate", gGate);
+  addAll("gradUp", gUp);
+  addAll("gradDown", gDown);
+  if (fused) {
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> host, toHost(context, dRowWeight));
+    run.outputs.emplace_back("dRowWeight", moetest::slice(host, rows));
+  }
+}
+
+// Ragged experts (one of 2056 rows: 17 row tiles, the last partial), many empty experts (E = 64
+// with 126 rows), D and F not multiples of the 128-wide tiles nor of the 64-deep K step, whole
+// K tiles, and a wider problem (16 K tiles of D).
+TEST_F(ExpertsWgmmaCudaTest, WgmmaMatchesMmaSyncAndIsDeterministic) {
+  struct Case {
+    int64_t d, f;
+    MoeShape shape;
+  };
+  const std::vector<Case> cases{{264, 136, {257, 1, 8}}, {264, 136, {63, 64, 2}},
+                                {264, 136, {257, 64, 8}}, {320, 192, {257, 8, 8}},
+                                {1024, 512, {512, 8, 4}}};
+  uint64_t seed = 11000;
+  for (const Case& c : cases) {
+    Problem p;
+    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    for (bool fused : {false, true}) {
+      const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) +
+                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain");
+      const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
+      const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
+      ExpertsRun off, on, again;
+      setExpertsWgmmaMode(ExpertsWgmmaMode::kOff);
+      runExperts(context(), p, dw, c.f, fused, dY, off);
+      if (HasFatalFailure()) return;
+      setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      runExperts(context(), p, dw, c.f, fused, dY, on);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, again);
+      if (HasFatalFailure()) return;
+      ASSERT_EQ(on.outputs.size(), off.outputs.size());
+      for (size_t i = 0; i < on.outputs.size(); ++i) {
+        const auto& [name, got] = on.outputs[i];
+        EXPECT_LT(relativeError(got, off.outputs[i].second), 1e-2) << what << " " << name;
+        const Tensor<float>& repeat = again.outputs[i].second;
+        ASSERT_EQ(repeat.numel(), got.numel()) << what << " " << name;
+        for (int64_t j = 0; j < got.numel(); ++j) {
+          ASSERT_EQ(std::memcmp(&repeat[j], &got[j], sizeof(float)), 0)
+              << what << " " << name << " not bitwise deterministic at " << j;
+        }
+      }
     }
   }
 }

@@ -1,0 +1,118 @@
+// Launchers of the wgmma grouped expert GEMMs (grouped_gemm_wgmma_cuda.cuh): forward gate+up,
+// forward down (plain or row-weighted), the dRowWeight recompute, dh (+ GLU backward), dx and the
+// weight gradients.
+// The only translation unit of
+// the engine compiled for sm_90a (its own object library, engine/ops/experts/cuda_sources.cmake):
+// it defines the wg:: kernels and none of v1 / v2's (MOEWB_GROUPED_DEVICE_PARTS_ONLY; those live
+// in experts_mma_cuda.cu, which calls these launchers per expertsWgmmaStages()). Grids,
+// schedule and workspaces are v2's, so the caller's rowTileSlots / tileStart serve both.
+#define MOEWB_GROUPED_DEVICE_PARTS_ONLY 1
+
+#include <cstdint>
+
+#include "ops/experts/experts_cuda_kernels.h"
+#include "ops/experts/grouped_gemm_wgmma_cuda.cuh"
+#include "runtime/cuda/cuda_check.h"
+
+namespace moewb::engine::cuda {
+namespace {
+
+namespace wg = grouped::wg;
+
+// Round 2 (bench/scratch/grouped_gemm_03.md): the weight gradients read the gather index one K
+// tile ahead, the dRowWeight epilogue batches its loads. Same bits as round 1; false selects
+// round 1's kernels (still defined in grouped_gemm_wgmma_cuda.cuh, compared by grouped_gemm_04.cu).
+constexpr bool kRound2Kernels = true;
+
+unsigned columnTiles(int64_t extent, int64_t tile) {
+  const int64_t n = (extent + tile - 1) / tile;
+  return unsigned(n > 0 ? n : 1);
+}
+
+// Opts the kernel in to wg::kSmemBytes of dynamic shared memory (above the 48 KB default).
+template <class Kernel>
+Status allowSmem(Kernel kernel) {
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kSmemBytes));
+  return Status::ok();
+}
+
+}  // namespace
+
+bool expertsWgmmaLoadable() {
+  cudaFuncAttributes attributes{};
+  const bool ok = cudaFuncGetAttributes(&attributes, wg::grouped_fwd_down_kernel) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();  // not sticky: clear it for the next launch check
+  return ok;
+}
+
+Status expertsWgmmaGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardArgs& args,
+                                const GluParams& activation) {
+  MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_fwd_gate_up_kernel));
+  wg::grouped_fwd_gate_up_kernel<<<dim3(columnTiles(s.f, grouped::v2::kGateUpCols), s.slots),
+                                   wg::kThreads, wg::kSmemBytes, s.stream>>>(
+      args.x, args.gatherIndex, args.gate, args.up, s.d, s.f, s.offsets, s.tileStart,
+      s.numExperts, gluDeviceParams(activation), args.gatePre, args.upPre, args.hidden);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status expertsWgmmaDownLaunch(const GroupedRowStage& s, const bf16* hidden, const bf16* down,
+                              const float* rowWeight, bf16* y) {
+  MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_fwd_down_kernel));
+  wg::grouped_fwd_down_kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads,
+                                wg::kSmemBytes, s.stream>>>(hidden, down, s.d, s.f, s.offsets,
+                                                            s.tileStart, s.numExperts, rowWeight,
+                                                            y);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args,
+                                   int64_t maxRows) {
+  const auto kernel = kRound2Kernels ? wg::grouped_bwd_rowweight_batched_kernel
+                                     : wg::grouped_bwd_rowweight_kernel;
+  MOEWB_RETURN_IF_ERROR(allowSmem(kernel));
+  kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads, wg::kSmemBytes, s.stream>>>(
+      args.hidden, args.down, s.d, s.f, s.offsets, s.tileStart, s.numExperts, args.dY,
+      args.outputIndex, maxRows, args.rowWeightPartial);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
+                            const ExpertsBackwardArgs& args, const GluParams& activation) {
+  MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_bwd_dh_kernel));
+  wg::grouped_bwd_dh_kernel<<<dim3(columnTiles(s.f, wg::kBN), s.slots), wg::kThreads,
+                              wg::kSmemBytes, s.stream>>>(
+      dYRows, args.down, s.d, s.f, s.offsets, s.tileStart, s.numExperts,
+      gluDeviceParams(activation), args.gatePre, args.upPre, args.dGate, args.dUp);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status expertsWgmmaDxLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args) {
+  MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_bwd_dx_kernel));
+  wg::grouped_bwd_dx_kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads,
+                              wg::kSmemBytes, s.stream>>>(args.dGate, args.dUp, args.gate,
+                                                          args.up, s.d, s.f, s.offsets,
+                                                          s.tileStart, s.numExperts, args.dx);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b,
+                               const int32_t* bIndex, int64_t mSize, int64_t nSize,
+                               int64_t experts, const int32_t* offsets,
+                               const int32_t* expertOrder, float* grad) {
+  const auto kernel =
+      kRound2Kernels ? wg::grouped_wgrad_prefetch_kernel : wg::grouped_wgrad_kernel;
+  MOEWB_RETURN_IF_ERROR(allowSmem(kernel));
+  const dim3 grid(columnTiles(nSize, wg::kBN), columnTiles(mSize, wg::kBM), unsigned(experts));
+  kernel<<<grid, wg::kThreads, wg::kSmemBytes, stream>>>(
+      a, b, bIndex, mSize, nSize, offsets, expertOrder, grad);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+}  // namespace moewb::engine::cuda
