@@ -5,12 +5,17 @@
 // run on tensor cores when kda_detail::kKdaRecurrentOnTensorCores, else on the fp32-FMA kernels;
 // the intra-chunk forward and the per-chunk backward on tensor cores when kKdaIntraOnTensorCores
 // / kKdaChunkBwdOnTensorCores and the shape allows (chunk and keyDim multiples of 16, valueDim of
-// 8), else on the round-1 kernels.
+// 8), else on the round-1 kernels. With kKdaRecurrentRound3 (kda_recurrent_r3.cuh) the tensor-core
+// recurrences are round 3's (split state in shared memory, half-size warp tiles, value tile 16 or
+// 32 by the grid), else round 2's; with kKdaProductsRound3 (kda_products_r3.cuh) the backward
+// products split their operands once while staging, else round 2's kda_bwd_products_kernel.
 #include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
+#include "ops/kda/kda_products_r3.cuh"
 #include "ops/kda/kda_recurrent_mma.cuh"
+#include "ops/kda/kda_recurrent_r3.cuh"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
 
@@ -48,12 +53,18 @@ Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
                                  const KdaWyWorkspace& work, const float* aqk,
                                  const float* initialState, float* statesOut, float* vnOut,
                                  bf16* o, float* finalState) {
+  const kda_detail::CoreArgs args = coreArgs(dims);
+  if (kda_detail::kKdaRecurrentOnTensorCores && kda_detail::kKdaRecurrentRound3) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchRecurrentForwardR3(
+        stream, args, work.w, work.u, work.qg, work.kDec, work.eGC, aqk, initialState,
+        statesOut, vnOut, o, finalState));
+    return Status::ok();
+  }
   const auto launch = kda_detail::kKdaRecurrentOnTensorCores
                           ? kda_detail::launchRecurrentForwardMma
                           : kda_detail::launchRecurrentForward;
-  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, coreArgs(dims), work.w, work.u, work.qg, work.kDec,
-                                    work.eGC, aqk, initialState, statesOut, vnOut, o,
-                                    finalState));
+  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, work.w, work.u, work.qg, work.kDec, work.eGC,
+                                    aqk, initialState, statesOut, vnOut, o, finalState));
   return Status::ok();
 }
 
@@ -61,12 +72,18 @@ Status launchKdaStateBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const KdaWyWorkspace& work, const float* aqk, const bf16* dO,
                               const float* dFinalState, float* dStatesOut, float* dvnOut,
                               float* dInitialState) {
+  const kda_detail::CoreArgs args = coreArgs(dims);
+  if (kda_detail::kKdaRecurrentOnTensorCores && kda_detail::kKdaRecurrentRound3) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchStateBackwardR3(
+        stream, args, dO, dFinalState, work.w, work.qg, work.kDec, work.eGC, aqk, dStatesOut,
+        dvnOut, dInitialState));
+    return Status::ok();
+  }
   const auto launch = kda_detail::kKdaRecurrentOnTensorCores
                           ? kda_detail::launchStateBackwardMma
                           : kda_detail::launchStateBackward;
-  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, coreArgs(dims), dO, dFinalState, work.w, work.qg,
-                                    work.kDec, work.eGC, aqk, dStatesOut, dvnOut,
-                                    dInitialState));
+  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, dO, dFinalState, work.w, work.qg, work.kDec,
+                                    work.eGC, aqk, dStatesOut, dvnOut, dInitialState));
   return Status::ok();
 }
 
@@ -74,7 +91,9 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const KdaChunkBackwardArgs& in) {
   const kda_detail::CoreArgs args = coreArgs(dims);
   const kda_detail::IntraBwdArgs p = intraBwdArgs(in);
-  MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchBackwardProducts(stream, args, p));
+  const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
+                                                       : kda_detail::launchBackwardProducts;
+  MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
   const auto launch = kda_detail::kKdaChunkBwdOnTensorCores && kda_detail::kdaBwdMmaSupported(args)
                           ? kda_detail::launchChunkBackwardMma
                           : kda_detail::launchChunkBackward;

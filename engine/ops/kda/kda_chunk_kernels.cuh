@@ -504,17 +504,15 @@ __global__ void __launch_bounds__(kProdThreads)
     stageRows(ys, ld, p.v + at.row0 * oStride + at.vCol, oStride, nPad, c, vd, vpad);
   }
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  if (z == 1) {  // rowsum(S ⊙ dS), one row per warp, fixed shuffle order
+  __syncthreads();
+  if (z == 1) {  // rowsum(S ⊙ dS), one row per warp, fixed shuffle order; dS from the staged ys
     for (int d = warp; d < kd; d += kProdThreads / 32) {
       float acc = 0.f;
-      for (int e = lane; e < vd; e += 32) {
-        acc += p.states[sBase + d * vd + e] * p.dStates[sBase + d * vd + e];
-      }
+      for (int e = lane; e < vd; e += 32) acc += p.states[sBase + d * vd + e] * ys[d * ld + e];
       for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
       if (lane == 0) p.sds[at.slot * kd + d] = acc;
     }
   }
-  __syncthreads();
   const int gid = lane >> 2, tig = lane & 3;
   const int m0 = (warp & 3) * 16;
   const int nTiles = nPad / 8, perWarp = (nTiles + 1) / 2, ntBegin = (warp >> 2) * perWarp;

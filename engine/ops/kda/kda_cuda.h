@@ -2,10 +2,10 @@
 // (kda.h) and the gate / short conv / L2 norm (kda_gate.h). The whole mixer layer built on them is
 // model/layers/kda_layer_cuda.h.
 //
-// Core (kernels in kda_chunk_kernels.cuh, kda_recurrent_mma.cuh, kda_intra_mma.cuh and
-// kda_bwd_mma.cuh, launched from kda_chunk_cuda.cu, allocation in kda_chunk_cuda.cpp;
-// bench/scratch/kda_chunk_02.cu runs the same kernels), chunked WY / UT form of §2.3 with every
-// sum accumulated in fp32:
+// Core (kernels in kda_chunk_kernels.cuh, kda_recurrent_mma.cuh, kda_recurrent_r3.cuh,
+// kda_products_r3.cuh, kda_intra_mma.cuh and kda_bwd_mma.cuh, launched from kda_chunk_cuda.cu,
+// allocation in kda_chunk_cuda.cpp; bench/scratch/kda_chunk_03.cu runs the same kernels), chunked
+// WY / UT form of §2.3 with every sum accumulated in fp32:
 //   intra-chunk kernel   one CTA per (chunk, b, hv), all chunks in parallel: G = cumsum(g), the
 //                        decayed Aqk and L (exp(G_i - G_j), j <= i, never a positive exponent),
 //                        M = (I + L)^{-1} by forward substitution (one column per thread, fp32),
@@ -15,8 +15,10 @@
 //                        16-token blocks and W / U on tensor cores (block J < I factored through
 //                        the first row r of I, exp(G_i - G_r) exp(G_r - G_j), both <= 1), the
 //                        diagonal blocks elementwise; other shapes: fp32 FMA throughout.
-//   recurrent kernel     one CTA (8 warps) per (b, hv, value tile of 32) walking the chunks in
-//                        order with the transposed state slice S^T [32, K] in fp32 shared memory:
+//   recurrent kernel     one CTA (16 warps) per (b, hv, value tile of 32) walking the chunks in
+//                        order (8 warps and tiles of 16 when the tile-32 grid would leave SMs
+//                        idle), the transposed state slice S^T [32, K] in fp32 shared memory
+//                        (plus its bf16 hi / lo split, the tensor-core operand):
 //                        Vn = U - W S, O = (q ⊙ e^G) S + Aqk Vn, S <- e^{G_C} S +
 //                        (k ⊙ e^{G_C - G})^T Vn, the products on tensor cores (below), the state
 //                        update an fp32 FMA per element; the chunk's operands stream in with

@@ -8,7 +8,8 @@
 // per-chunk backward run on tensor cores with split bf16 hi + lo operands (~1e-5 relative), so
 // the tolerances are those of the fp32 kernels; the shapes cover both paths (K = 40, V = 24 run
 // the fp32 intra / per-chunk kernels; K = 48, V = 8, C = 32 with a 13-token last chunk the
-// tensor-core ones). A second run must reproduce the backward bitwise when HV == H.
+// tensor-core ones). A second run must reproduce the backward bitwise when HV == H. Many-head
+// cases cover both value tiles of the round-3 recurrences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -173,6 +174,17 @@ TEST_F(KdaChunkCudaTest, GatesAtTheLowerBound) {
   checkCore(context(), KdaCoreDims{1, 150, 1, 1, 128, 128, 64}, 91, true, /*lowerBound=*/true);
   checkCore(context(), KdaCoreDims{2, 45, 2, 2, 40, 24, 16}, 92, true, /*lowerBound=*/true);
   checkCore(context(), KdaCoreDims{1, 77, 1, 2, 48, 8, 32}, 93, true, /*lowerBound=*/true);
+}
+
+// The recurrences take value tiles of 16 (8 warps per CTA) when the B * HV * ceil(V / 32) CTAs
+// of tile 32 fill at most half the SMs (66 of 132 on the H200) and tiles of 32 (16 warps)
+// otherwise, so every case above runs the 16-wide tile. These grids (136, 204 and 68 CTAs of 32)
+// run the 32-wide one: T not a multiple of the chunk, a partial last value tile (V = 120 -> 24
+// columns), GVA with K != V, and a grid between half and all of the SMs.
+TEST_F(KdaChunkCudaTest, ManyHeadsTakeTheWideValueTile) {
+  checkCore(context(), KdaCoreDims{1, 70, 34, 34, 128, 120, 64}, 97, true);
+  checkCore(context(), KdaCoreDims{2, 45, 17, 34, 64, 96, 32}, 98, true);  // GVA, c = 13
+  checkCore(context(), KdaCoreDims{1, 70, 17, 17, 128, 120, 64}, 99, true);  // 68 CTAs
 }
 
 // HV == H: every dq / dk element has one owner thread, every other sum a fixed order, so two
