@@ -7,6 +7,8 @@
 //   --size WxH                            window size (default 1600x1000)
 //   --timeline-height PX                  give the timeline PX pixels (all lanes down to swap)
 //   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
+//   --compare B.sqlite [--warmup N]       open the Compare window on FILE (A) against B instead
+//                                         (with --screenshot: render it once compared, and exit)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDateTime>
@@ -14,6 +16,7 @@
 #include <QTimer>
 #include <cstdio>
 
+#include "compare_window.h"
 #include "main_window.h"
 #include "theme.h"
 #include "timeline_view.h"
@@ -39,6 +42,8 @@ struct Options {
   QSize size{1600, 1000};
   int timelineHeight = 0;  // --timeline-height, 0 = default
   QString swapTab;         // --swap-tab
+  QString compareWith;     // --compare
+  qint64 warmupSteps = 1;  // --warmup (of --compare)
 };
 
 // Applies the layout options (--timeline-height, --swap-tab) once a trace is in.
@@ -92,7 +97,14 @@ Options parseOptions(const QApplication& app) {
   QCommandLineOption swapTabOpt(QStringLiteral("swap-tab"),
                                 QStringLiteral("Swap dock tab: memory, pcie, layers, what-if"),
                                 QStringLiteral("TAB"));
-  parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt});
+  QCommandLineOption compareOpt(QStringLiteral("compare"),
+                                QStringLiteral("open the Compare window on FILE (A) against B"),
+                                QStringLiteral("B"));
+  QCommandLineOption warmupOpt(QStringLiteral("warmup"),
+                               QStringLiteral("with --compare: first steps left out (default 1)"),
+                               QStringLiteral("N"));
+  parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt,
+                     compareOpt, warmupOpt});
   parser.process(app);
   Options o;
   if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
@@ -107,11 +119,38 @@ Options parseOptions(const QApplication& app) {
   o.windowSpec = parser.value(windowOpt);
   o.timelineHeight = parser.value(heightOpt).toInt();
   o.swapTab = parser.value(swapTabOpt);
+  o.compareWith = parser.value(compareOpt);
+  if (parser.isSet(warmupOpt)) o.warmupSteps = parser.value(warmupOpt).toLongLong();
   const QStringList size = parser.value(sizeOpt).split(QLatin1Char('x'));
   if (size.size() == 2 && size[0].toInt() > 0 && size[1].toInt() > 0) {
     o.size = QSize(size[0].toInt(), size[1].toInt());
   }
   return o;
+}
+
+// --compare: the Compare window on o.file (A) against o.compareWith (B); with --screenshot it
+// renders the window once the comparison ended and exits (1 when it failed).
+int runCompare(QApplication& app, const Options& o) {
+  moewb::gui::CompareWindow window;
+  window.resize(o.size);
+  window.show();
+  if (!o.screenshot.isEmpty()) {
+    QObject::connect(&window, &moewb::gui::CompareWindow::finished, &window, [&window, o](bool ok) {
+      QTimer::singleShot(300, &window, [&window, o, ok] {
+        const bool saved = window.grab().save(o.screenshot);
+        if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(o.screenshot));
+        if (!ok) std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(window.headerText()));
+        QCoreApplication::exit(saved && ok ? 0 : 1);
+      });
+    });
+  }
+  moewb::gui::CompareRequest request;
+  request.pathA = o.file;
+  request.pathB = o.compareWith;
+  request.a.warmupSteps = o.warmupSteps;
+  request.b.warmupSteps = o.warmupSteps;
+  window.beginCompare(request);
+  return app.exec();
 }
 
 }  // namespace
@@ -122,6 +161,7 @@ int main(int argc, char** argv) {
   QApplication::setOrganizationName(QStringLiteral("moewb"));
   moewb::gui::theme::apply(app);
   const Options o = parseOptions(app);
+  if (!o.compareWith.isEmpty()) return runCompare(app, o);
 
   moewb::gui::MainWindow window;
   window.resize(o.size);
