@@ -7,11 +7,13 @@
 //   --size WxH                            window size (default 1600x1000)
 //   --timeline-height PX                  give the timeline PX pixels (all lanes down to swap)
 //   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
+//   --select A:B                          select ms A..B after the trace start (the Selection dock)
 //   --compare B.sqlite [--warmup N]       open the Compare window on FILE (A) against B instead
 //                                         (with --screenshot: render it once compared, and exit)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDateTime>
+#include <QElapsedTimer>
 #include <QSize>
 #include <QTimer>
 #include <cstdio>
@@ -42,6 +44,7 @@ struct Options {
   QSize size{1600, 1000};
   int timelineHeight = 0;  // --timeline-height, 0 = default
   QString swapTab;         // --swap-tab
+  QString selectSpec;      // --select
   QString compareWith;     // --compare
   qint64 warmupSteps = 1;  // --warmup (of --compare)
 };
@@ -49,6 +52,13 @@ struct Options {
 // Applies the layout options (--timeline-height, --swap-tab) once a trace is in.
 void applyLayout(moewb::gui::MainWindow* window, const Options& o) {
   if (o.timelineHeight > 0) window->setTimelineHeight(o.timelineHeight);
+  const QStringList range = o.selectSpec.split(QLatin1Char(':'));
+  if (range.size() == 2) {
+    const int64_t origin = window->document()->timeBounds().startNs;
+    const auto ms = [](const QString& text) { return int64_t(text.toDouble() * 1e6); };
+    window->timelineView()->setSelectedRange(
+        moewb::gui::TimeRange{origin + ms(range[0]), origin + ms(range[1])});
+  }
   if (!o.swapTab.isEmpty() && !window->showSwapTab(o.swapTab)) {
     std::fprintf(stderr, "moewb-gui: --swap-tab %s: no swap rows in the trace or not one of "
                  "memory, pcie, layers, what-if\n", qPrintable(o.swapTab));
@@ -63,6 +73,12 @@ void screenshotAndQuit(moewb::gui::MainWindow* window, const QString& path, bool
   QTimer::singleShot(300, window, [window, path, ok, o] {
     if (!o.windowSpec.isEmpty()) applyWindow(window, o.windowSpec);
     applyLayout(window, o);
+    // A selection's GPU rows are read on a worker: give them time before rendering.
+    if (!o.selectSpec.isEmpty()) {
+      QElapsedTimer waited;
+      waited.start();
+      while (waited.elapsed() < 3000) QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+    }
     const bool saved = window->saveScreenshot(path);
     if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(path));
     if (!window->lastError().isEmpty()) {
@@ -97,6 +113,9 @@ Options parseOptions(const QApplication& app) {
   QCommandLineOption swapTabOpt(QStringLiteral("swap-tab"),
                                 QStringLiteral("Swap dock tab: memory, pcie, layers, what-if"),
                                 QStringLiteral("TAB"));
+  QCommandLineOption selectOpt(QStringLiteral("select"),
+                               QStringLiteral("select ms A..B after the trace start"),
+                               QStringLiteral("A:B"));
   QCommandLineOption compareOpt(QStringLiteral("compare"),
                                 QStringLiteral("open the Compare window on FILE (A) against B"),
                                 QStringLiteral("B"));
@@ -104,7 +123,7 @@ Options parseOptions(const QApplication& app) {
                                QStringLiteral("with --compare: first steps left out (default 1)"),
                                QStringLiteral("N"));
   parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt,
-                     compareOpt, warmupOpt});
+                     compareOpt, warmupOpt, selectOpt});
   parser.process(app);
   Options o;
   if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
@@ -120,6 +139,7 @@ Options parseOptions(const QApplication& app) {
   o.timelineHeight = parser.value(heightOpt).toInt();
   o.swapTab = parser.value(swapTabOpt);
   o.compareWith = parser.value(compareOpt);
+  o.selectSpec = parser.value(selectOpt);
   if (parser.isSet(warmupOpt)) o.warmupSteps = parser.value(warmupOpt).toLongLong();
   const QStringList size = parser.value(sizeOpt).split(QLatin1Char('x'));
   if (size.size() == 2 && size[0].toInt() > 0 && size[1].toInt() > 0) {
