@@ -7,6 +7,7 @@
 #include <QPainterPath>
 #include <QToolTip>
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "theme.h"
@@ -265,10 +266,15 @@ void ChartView::paintMarkers(QPainter& p, const QRectF& plot) const {
 
 void ChartView::paintAxes(QPainter& p, const QRectF& plot) const {
   const QFontMetrics fm(font());
+  // A label is drawn only where it clears the last one drawn (a short chart keeps its grid
+  // lines but not every label: overlapping labels read as one garbled number).
+  double lastLabelY = std::numeric_limits<double>::infinity();
   for (double v : m_y.values) {
     const double y = toScreen({m_x.min, v}).y();
     p.setPen(theme::gridLine());
     p.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
+    if (lastLabelY - y < fm.height()) continue;
+    lastLabelY = y;
     p.setPen(theme::dimText());
     p.drawText(QRectF(0, y - 9, kLeftPx - 8, 18), Qt::AlignRight | Qt::AlignVCenter, m_format(v));
   }
