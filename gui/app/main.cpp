@@ -8,6 +8,7 @@
 //   --timeline-height PX                  give the timeline PX pixels (all lanes down to swap)
 //   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
 //   --select A:B                          select ms A..B after the trace start (the Selection dock)
+//   --study STUDY.sqlite                  also open a `moewb tune` study in the Tuner window
 //   --compare B.sqlite [--warmup N]       open the Compare window on FILE (A) against B instead
 //                                         (with --screenshot: render it once compared, and exit)
 #include <QApplication>
@@ -21,6 +22,7 @@
 #include "compare_window.h"
 #include "main_window.h"
 #include "theme.h"
+#include "tuner_window.h"
 #include "timeline_view.h"
 
 namespace {
@@ -45,6 +47,7 @@ struct Options {
   int timelineHeight = 0;  // --timeline-height, 0 = default
   QString swapTab;         // --swap-tab
   QString selectSpec;      // --select
+  QString study;           // --study
   QString compareWith;     // --compare
   qint64 warmupSteps = 1;  // --warmup (of --compare)
 };
@@ -116,6 +119,9 @@ Options parseOptions(const QApplication& app) {
   QCommandLineOption selectOpt(QStringLiteral("select"),
                                QStringLiteral("select ms A..B after the trace start"),
                                QStringLiteral("A:B"));
+  QCommandLineOption studyOpt(QStringLiteral("study"),
+                              QStringLiteral("open a moewb tune study in the Tuner window"),
+                              QStringLiteral("STUDY"));
   QCommandLineOption compareOpt(QStringLiteral("compare"),
                                 QStringLiteral("open the Compare window on FILE (A) against B"),
                                 QStringLiteral("B"));
@@ -123,7 +129,7 @@ Options parseOptions(const QApplication& app) {
                                QStringLiteral("with --compare: first steps left out (default 1)"),
                                QStringLiteral("N"));
   parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt,
-                     compareOpt, warmupOpt, selectOpt});
+                     compareOpt, warmupOpt, selectOpt, studyOpt});
   parser.process(app);
   Options o;
   if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
@@ -140,6 +146,7 @@ Options parseOptions(const QApplication& app) {
   o.swapTab = parser.value(swapTabOpt);
   o.compareWith = parser.value(compareOpt);
   o.selectSpec = parser.value(selectOpt);
+  o.study = parser.value(studyOpt);
   if (parser.isSet(warmupOpt)) o.warmupSteps = parser.value(warmupOpt).toLongLong();
   const QStringList size = parser.value(sizeOpt).split(QLatin1Char('x'));
   if (size.size() == 2 && size[0].toInt() > 0 && size[1].toInt() > 0) {
@@ -187,6 +194,7 @@ int main(int argc, char** argv) {
   window.resize(o.size);
   if (!o.screenshot.isEmpty()) window.setErrorDialogsEnabled(false);
   window.show();
+  if (!o.study.isEmpty()) moewb::gui::openStudyWindow(o.study, &window);
 
   // The trace loads on a worker while the window is already up; the screenshot (without --run)
   // waits for the load to end.

@@ -89,6 +89,8 @@ void ExpertLoadModel::resize(int layers, int experts) {
   for (auto& [step, grid] : m_grids) {
     grid.tokens = relayout(grid.tokens, int64_t(0));
     grid.dropped = relayout(grid.dropped, int64_t(0));
+    grid.biasSum = relayout(grid.biasSum, 0.0);
+    grid.biasRows = relayout(grid.biasRows, int32_t(0));
   }
   m_max = relayout(m_max, int64_t(0));
   m_sum = relayout(m_sum, 0.0);
@@ -103,10 +105,14 @@ void ExpertLoadModel::addToGrid(const storage::ExpertLoadRow& r) {
   if (g.tokens.size() != cells) {
     g.tokens.assign(cells, 0);
     g.dropped.assign(cells, 0);
+    g.biasSum.assign(cells, 0.0);
+    g.biasRows.assign(cells, 0);
   }
   const size_t i = size_t(r.layer) * size_t(m_experts) + size_t(r.expert);
   g.tokens[i] += r.tokens;
   g.dropped[i] += r.dropped;
+  g.biasSum[i] += r.bias;
+  g.biasRows[i] += 1;
 }
 
 void ExpertLoadModel::recomputeAggregates() {

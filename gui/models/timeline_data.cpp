@@ -131,4 +131,35 @@ std::pair<size_t, size_t> TimelineData::visibleRange(const TimelineLane& lane, i
   return {first, std::max(first, last)};
 }
 
+LayerSplit splitLaneByLayer(const TimelineLane& lane) {
+  LayerSplit split;
+  split.layers.push_back(-1);
+  for (const TimelineSlice& s : lane.slices) {
+    if (s.layer >= 0) split.layers.push_back(s.layer);
+    // Consecutive slices mostly repeat a few layers: dedupe as we go to keep this small.
+    if (split.layers.size() > 64) {
+      std::sort(split.layers.begin(), split.layers.end());
+      split.layers.erase(std::unique(split.layers.begin(), split.layers.end()),
+                         split.layers.end());
+    }
+  }
+  std::sort(split.layers.begin(), split.layers.end());
+  split.layers.erase(std::unique(split.layers.begin(), split.layers.end()), split.layers.end());
+  split.lanes.resize(split.layers.size());
+  for (TimelineLane& sub : split.lanes) {
+    sub.track = lane.track;
+    sub.depth = lane.depth;
+  }
+  for (const TimelineSlice& s : lane.slices) {
+    const int32_t layer = std::max(s.layer, -1);
+    const auto it = std::lower_bound(split.layers.begin(), split.layers.end(), layer);
+    TimelineLane& sub = split.lanes[size_t(it - split.layers.begin())];
+    const int64_t prevMax =
+        sub.maxEndNs.empty() ? std::numeric_limits<int64_t>::min() : sub.maxEndNs.back();
+    sub.slices.push_back(s);
+    sub.maxEndNs.push_back(std::max(prevMax, s.endNs()));
+  }
+  return split;
+}
+
 }  // namespace moewb::gui

@@ -56,13 +56,20 @@ DrawItem makeItem(const TimelineGeometry& g, int32_t lane, size_t first, size_t 
 }  // namespace
 
 DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g, double minWidthPx) {
+  std::vector<const TimelineLane*> lanes;
+  lanes.reserve(data.lanes().size());
+  for (const TimelineLane& lane : data.lanes()) lanes.push_back(&lane);
+  return buildDrawList(lanes, data.revision(), g, minWidthPx);
+}
+
+DrawList buildDrawList(const std::vector<const TimelineLane*>& lanes, uint64_t dataRevision,
+                       const TimelineGeometry& g, double minWidthPx) {
   DrawList list;
   list.geometry = g;
-  list.dataRevision = data.revision();
+  list.dataRevision = dataRevision;
   const double minNs = std::max(minWidthPx, 0.0) * g.nsPerPx();
-  const auto& lanes = data.lanes();
   for (size_t laneIndex = 0; laneIndex < lanes.size(); ++laneIndex) {
-    const TimelineLane& lane = lanes[laneIndex];
+    const TimelineLane& lane = *lanes[laneIndex];
     auto [first, last] = TimelineData::visibleRange(lane, g.startNs, g.endNs);
     size_t i = first;
     while (i < last) {

@@ -6,8 +6,11 @@
 #include <QLabel>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStackedWidget>
 #include <QVBoxLayout>
 
+#include "expert_strip_view.h"
+#include "expert_time_panel.h"
 #include "heatmap_view.h"
 #include "moewb/gui/expert_load_model.h"
 
@@ -16,8 +19,10 @@ namespace moewb::gui {
 HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
   auto* title = new QLabel(tr("<b>Expert load</b> (tokens routed per layer and expert)"), this);
   m_mode = new QComboBox(this);
-  m_mode->addItems({tr("One step"), tr("Max over steps"), tr("Mean over steps")});
-  m_mode->setToolTip(tr("Show one step, or per cell the maximum / mean over all steps"));
+  m_mode->addItems(
+      {tr("One step"), tr("Max over steps"), tr("Mean over steps"), tr("Over time")});
+  m_mode->setToolTip(tr("Show one step, per cell the maximum / mean over all steps, or one "
+                        "layer's experts over the steps"));
   m_slider = new QSlider(Qt::Horizontal, this);
   m_slider->setToolTip(tr("Step shown by the heat map"));
   m_spin = new QSpinBox(this);
@@ -26,6 +31,10 @@ HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
   m_hover->setText(tr("Hover a cell for its numbers."));
   m_hover->setStyleSheet(QStringLiteral("color: #9aa0ac;"));
   m_view = new HeatmapView(this);
+  m_timePanel = new ExpertTimePanel(this);
+  m_pages = new QStackedWidget(this);
+  m_pages->addWidget(m_view);
+  m_pages->addWidget(m_timePanel);
 
   auto* controls = new QHBoxLayout;
   controls->addWidget(title);
@@ -36,15 +45,19 @@ HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 4);
   layout->addLayout(controls);
-  layout->addWidget(m_view, 1);
+  layout->addWidget(m_pages, 1);
   layout->addWidget(m_hover);
 
   connect(m_mode, &QComboBox::currentIndexChanged, this, &HeatmapPanel::onModeChanged);
   connect(m_slider, &QSlider::valueChanged, this, [this](int v) { showStep(v); });
   connect(m_spin, &QSpinBox::valueChanged, this, [this](int v) { showStep(v); });
-  connect(m_view, &HeatmapView::hoverTextChanged, this, [this](const QString& text) {
+  auto showHover = [this](const QString& text) {
     m_hover->setText(text.isEmpty() ? tr("Hover a cell for its numbers.") : text);
-  });
+  };
+  connect(m_view, &HeatmapView::hoverTextChanged, this, showHover);
+  connect(m_timePanel->strip(), &ExpertStripView::hoverTextChanged, this, showHover);
+  connect(m_timePanel, &ExpertTimePanel::cellActivated, this,
+          &HeatmapPanel::expertCellActivated);
   syncControls();
 }
 
@@ -52,6 +65,7 @@ void HeatmapPanel::setModel(ExpertLoadModel* model) {
   if (m_model) disconnect(m_model, nullptr, this, nullptr);
   m_model = model;
   m_view->setModel(model);
+  m_timePanel->setSource(model);
   if (m_model) {
     connect(m_model, &ExpertLoadModel::stepsChanged, this, &HeatmapPanel::syncControls);
     connect(m_model, &QAbstractItemModel::modelReset, this, &HeatmapPanel::syncControls);
@@ -61,13 +75,20 @@ void HeatmapPanel::setModel(ExpertLoadModel* model) {
 
 void HeatmapPanel::showStep(qint64 step) {
   if (m_syncing || !m_model) return;
-  if (m_model->mode() != ExpertLoadModel::Mode::kStep) m_mode->setCurrentIndex(0);
+  // In "Over time" the step is marked on the strip; otherwise the heat map shows that step.
+  const bool overTime = m_mode->currentIndex() == kOverTimeIndex;
+  if (!overTime && m_model->mode() != ExpertLoadModel::Mode::kStep) m_mode->setCurrentIndex(0);
   m_model->setStep(step);
   syncControls();
 }
 
 void HeatmapPanel::onModeChanged(int index) {
+  m_pages->setCurrentIndex(index == kOverTimeIndex ? 1 : 0);
   if (!m_model) return;
+  if (index == kOverTimeIndex) {
+    syncControls();
+    return;
+  }
   static constexpr ExpertLoadModel::Mode kModes[] = {ExpertLoadModel::Mode::kStep,
                                                      ExpertLoadModel::Mode::kMaxOverSteps,
                                                      ExpertLoadModel::Mode::kMeanOverSteps};
@@ -84,7 +105,8 @@ void HeatmapPanel::syncControls() {
   const int last = int(lastStep);
   m_slider->setRange(first, last);
   m_spin->setRange(first, last);
-  const bool stepMode = m_model && m_model->mode() == ExpertLoadModel::Mode::kStep;
+  const bool stepMode = m_model && m_model->mode() == ExpertLoadModel::Mode::kStep &&
+                        m_mode->currentIndex() != kOverTimeIndex;
   m_slider->setEnabled(any && stepMode);
   m_spin->setEnabled(any && stepMode);
   m_mode->setEnabled(any);
@@ -92,6 +114,7 @@ void HeatmapPanel::syncControls() {
     m_slider->setValue(int(m_model->step()));
     m_spin->setValue(int(m_model->step()));
   }
+  m_timePanel->strip()->setMarkedStep(m_model && any ? m_model->step() : -1);
   m_syncing = false;
 }
 

@@ -1,7 +1,9 @@
 // HeatmapPanel: the expert-load heat map with its controls: a mode selector (one step / max over
-// steps / mean over steps), a step slider with a spin box, and a line that describes the hovered
-// cell. Keeps the controls in sync with the ExpertLoadModel (new steps of a live run extend the
-// slider; the model follows the last step unless the user picked another). GUI thread only.
+// steps / mean over steps / over time), a step slider with a spin box, and a line that describes
+// the hovered cell. "Over time" swaps the heat map for an ExpertTimePanel (one layer's expert x
+// step strip); its cell clicks come out as expertCellActivated. Keeps the controls in sync with
+// the ExpertLoadModel (new steps of a live run extend the slider; the model follows the last step
+// unless the user picked another). GUI thread only.
 #pragma once
 
 #include <QWidget>
@@ -10,10 +12,12 @@ class QComboBox;
 class QLabel;
 class QSlider;
 class QSpinBox;
+class QStackedWidget;
 
 namespace moewb::gui {
 
 class ExpertLoadModel;
+class ExpertTimePanel;
 class HeatmapView;
 
 class HeatmapPanel : public QWidget {
@@ -25,9 +29,18 @@ class HeatmapPanel : public QWidget {
   // Shows `model` (not owned).
   void setModel(ExpertLoadModel* model);
   HeatmapView* view() const { return m_view; }
+  ExpertTimePanel* timePanel() const { return m_timePanel; }
+  QComboBox* modeChooser() const { return m_mode; }
+  // Index of the "Over time" mode in modeChooser().
+  static constexpr int kOverTimeIndex = 3;
+
+ signals:
+  // A cell of the "Over time" strip was clicked (step, layer, expert).
+  void expertCellActivated(qint64 step, int layer, int expert);
 
  public slots:
-  // Shows `step` in step mode (e.g. when a step is clicked on the timeline).
+  // Shows `step` in step mode (e.g. when a step is clicked on the timeline); in "Over time"
+  // mode it stays there and marks the step on the strip.
   void showStep(qint64 step);
 
  private:
@@ -36,6 +49,8 @@ class HeatmapPanel : public QWidget {
 
   ExpertLoadModel* m_model = nullptr;
   HeatmapView* m_view = nullptr;
+  ExpertTimePanel* m_timePanel = nullptr;
+  QStackedWidget* m_pages = nullptr;
   QComboBox* m_mode = nullptr;
   QSlider* m_slider = nullptr;
   QSpinBox* m_spin = nullptr;

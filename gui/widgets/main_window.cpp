@@ -32,12 +32,14 @@
 #include "live_control_panel.h"
 #include "moewb/base/units.h"
 #include "moewb/gui/config_markers.h"
+#include "moewb/gui/expert_time_model.h"
 #include "moewb/gui/parallel_model.h"
 #include "moewb/storage/run_liveness.h"
 #include "parallel_panel.h"
 #include "run_controller.h"
 #include "theme.h"
 #include "timeline_view.h"
+#include "tuner_window.h"
 
 namespace moewb::gui {
 
@@ -69,6 +71,23 @@ void MainWindow::createCentralArea() {
   m_heatmap = new HeatmapPanel;
   m_heatmap->setModel(m_document.expertLoadModel());
   connect(m_timeline, &TimelineView::stepActivated, m_heatmap, &HeatmapPanel::showStep);
+  // A click on an "Over time" strip cell: that step in the heat map, and the timeline zoomed to
+  // the step's experts.fwd slice of the layer (outlined).
+  connect(m_heatmap, &HeatmapPanel::expertCellActivated, this, [this](qint64 step, int layer) {
+    m_heatmap->showStep(step);
+    const auto found = findLayerSlice(m_document.timeline(), m_document.stepModel()->rows(),
+                                      "experts.fwd", step, layer);
+    if (!found) {
+      statusBar()->showMessage(tr("No experts.fwd of layer %1 at step %2.").arg(layer).arg(step));
+      return;
+    }
+    const TimelineSlice& s = found->slice;
+    const int64_t padNs = std::max<int64_t>(s.durNs / 4, 1);
+    m_timeline->showTimeRange({s.startNs - padNs, s.endNs() + padNs});
+    m_timeline->setHighlightedSlices({{found->track, s.startNs, s.durNs}});
+    statusBar()->showMessage(tr("Step %1, layer %2: experts.fwd took %3").arg(step).arg(layer)
+                                 .arg(QString::fromStdString(formatDurationNs(s.durNs))), 15000);
+  });
 
   m_lossChart = new ChartView;
   m_lossChart->setTitle(tr("Loss per step"));
@@ -312,6 +331,7 @@ void MainWindow::createActions() {
   m_openAction = file->addAction(tr("&Open trace..."), this, &MainWindow::openDialog);
   m_openAction->setShortcut(QKeySequence::Open);
   addCompareActions(file, this, [this] { return m_document.path(); });  // compare_window.h
+  addTunerActions(file, this);  // tuner_window.h: File > Open study...
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
@@ -341,6 +361,7 @@ void MainWindow::createActions() {
   };
   QAction* zoomIn = view->addAction(tr("Zoom &in"), this, [=] { zoomAtCentre(1.5625); });
   QAction* zoomOut = view->addAction(tr("Zoom &out"), this, [=] { zoomAtCentre(0.64); });
+  view->addAction(tr("Expand &layers"), m_timeline, &TimelineView::toggleAllLayers);
   m_openAction->setIcon(style()->standardIcon(QStyle::SP_DialogOpenButton));
   m_runAction->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
   m_stopAction->setIcon(style()->standardIcon(QStyle::SP_MediaStop));

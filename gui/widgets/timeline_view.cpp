@@ -31,6 +31,7 @@ void TimelineView::setDocument(TraceDocument* document) {
     auto reset = [this] {
       m_fit = true;
       m_selectedStep.reset();
+      m_selectedSlice.reset();
       m_selectedGpuSlice.reset();
       m_highlights.clear();
       m_swapEvents.clear();
@@ -122,7 +123,7 @@ void TimelineView::rebuildDrawList() {
     m_drawList = {};
     return;
   }
-  m_drawList = buildDrawList(m_document->timeline(), m_geometry);
+  m_drawList = buildDrawList(m_displayLanes, m_document->timeline().revision(), m_geometry);
   rebuildMemory();
   rebuildGpu();
   rebuildSwap();
@@ -226,17 +227,90 @@ int TimelineView::configMarkerAt(const QPoint& pos) const {
   return markerNear(m_markers, plotX(pos.x()), 4.0);
 }
 
-void TimelineView::layoutLanes() {
-  m_rows.clear();
-  if (!m_document) return;
-  const auto& lanes = m_document->timeline().lanes();
-  int y = kRulerPx + 6;
-  for (size_t i = 0; i < lanes.size(); ++i) {
-    const bool first = i == 0 || !(lanes[i - 1].track == lanes[i].track);
-    if (first && i > 0) y += kTrackGapPx;
-    m_rows.push_back({int(i), y, first});
+namespace {
+constexpr int32_t kPhasesDepth = 2;  // the depth of the per-layer phases (docs/TRACE-FORMAT.md)
+}  // namespace
+
+bool TimelineView::layersExpanded(TrackId track) const {
+  return m_layersAll != m_layersToggled.contains(track.value);
+}
+
+void TimelineView::toggleLayers(TrackId track) {
+  if (!m_layersToggled.erase(track.value)) m_layersToggled.insert(track.value);
+  relayout();
+}
+
+void TimelineView::setLayersExpanded(bool expanded) {
+  m_layersAll = expanded;
+  m_layersToggled.clear();
+  relayout();
+}
+
+void TimelineView::toggleAllLayers() {
+  bool all = true;
+  for (const LaneRow& row : m_rows) {
+    if (row.expandable && row.layer == -2) all = false;
+  }
+  setLayersExpanded(!all);
+}
+
+void TimelineView::relayout() {
+  layoutLanes();
+  rebuildDrawList();
+  updateGeometry();
+  update();
+}
+
+int TimelineView::addLaneRows(int index, int y) {
+  const TimelineLane& lane = m_document->timeline().lanes()[size_t(index)];
+  const bool first = m_rows.empty() || !(m_displayLanes.back()->track == lane.track);
+  if (first && !m_rows.empty()) y += kTrackGapPx;
+  m_firstRowOfLane[size_t(index)] = int(m_rows.size());
+  const bool expandable = lane.depth == kPhasesDepth;
+  if (!expandable || !layersExpanded(lane.track)) {
+    m_rows.push_back({int(m_rows.size()), index, -2, y, first, expandable});
+    m_displayLanes.push_back(&lane);
+    return y + kLaneHeightPx;
+  }
+  const LayerSplit& split = m_splits.emplace_back(splitLaneByLayer(lane));
+  for (size_t k = 0; k < split.lanes.size(); ++k) {
+    m_rows.push_back({int(m_rows.size()), index, split.layers[k], y, first && k == 0, k == 0});
+    m_displayLanes.push_back(&split.lanes[k]);
     y += kLaneHeightPx;
   }
+  return y;
+}
+
+int TimelineView::rowOf(int dataLane, int32_t layer) const {
+  if (dataLane < 0 || size_t(dataLane) >= m_firstRowOfLane.size()) return -1;
+  const int first = m_firstRowOfLane[size_t(dataLane)];
+  if (m_rows[size_t(first)].layer == -2) return first;
+  // The rows of one data lane are contiguous (layers ascending) and end where the next begins.
+  const int last = size_t(dataLane) + 1 < m_firstRowOfLane.size()
+                       ? m_firstRowOfLane[size_t(dataLane) + 1]
+                       : int(m_rows.size());
+  auto begin = m_rows.begin() + first, end = m_rows.begin() + last;
+  auto it = std::lower_bound(begin, end, std::max(layer, -1),
+                             [](const LaneRow& r, int32_t l) { return r.layer < l; });
+  return it != end && it->layer == std::max(layer, -1) ? int(it - m_rows.begin()) : first;
+}
+
+void TimelineView::layoutLanes() {
+  m_rows.clear();
+  m_displayLanes.clear();
+  m_splits.clear();
+  m_firstRowOfLane.clear();
+  if (!m_document) return;
+  const auto& lanes = m_document->timeline().lanes();
+  m_firstRowOfLane.assign(lanes.size(), 0);
+  // The sub-lanes are referenced by pointer: no reallocation while the rows are built.
+  size_t expanded = 0;
+  for (const TimelineLane& lane : lanes) {
+    if (lane.depth == kPhasesDepth && layersExpanded(lane.track)) ++expanded;
+  }
+  m_splits.reserve(expanded);
+  int y = kRulerPx + 6;
+  for (size_t i = 0; i < lanes.size(); ++i) y = addLaneRows(int(i), y);
   const size_t gpuLaneCount = m_document->gpuLaneTracks().size();
   m_gpuTop = y + (gpuLaneCount ? kTrackGapPx : 0);
   y = m_gpuTop + int(gpuLaneCount) * kLaneHeightPx;
@@ -304,7 +378,7 @@ TimelineView::Hit TimelineView::hitAt(const QPoint& pos) const {
   hit.x = plotX(pos.x());
   hit.item = hitTest(m_drawList, lane, plotX(pos.x()));
   if (hit.item) {
-    const TimelineLane& l = m_document->timeline().lanes()[size_t(lane)];
+    const TimelineLane& l = *m_displayLanes[size_t(lane)];
     hit.slice = &l.slices[size_t(hit.item->sliceIndex)];
   }
   return hit;
@@ -312,7 +386,8 @@ TimelineView::Hit TimelineView::hitAt(const QPoint& pos) const {
 
 QString TimelineView::laneLabel(const LaneRow& row) const {
   const TimelineData& data = m_document->timeline();
-  const TimelineLane& lane = data.lanes()[size_t(row.lane)];
+  const TimelineLane& lane = *m_displayLanes[size_t(row.lane)];
+  if (row.layer >= 0) return tr("L%1").arg(row.layer);
   if (row.firstOfTrack) {
     const TimelineTrack* track = data.track(lane.track);
     QString name =
@@ -324,7 +399,7 @@ QString TimelineView::laneLabel(const LaneRow& row) const {
     case 1:
       return tr("passes");
     case 2:
-      return tr("phases");
+      return row.layer == -1 ? tr("phases: other") : tr("phases");
     default:
       return tr("depth %1").arg(lane.depth);
   }

@@ -36,12 +36,19 @@
 // contains the text (case-insensitive, TimelineSearch) are highlighted in the lanes with a
 // "k of n" count; Enter / F3 go to the next match, Shift+Enter / Shift+F3 to the previous one,
 // centring the view on it and selecting it (as a click would); Esc closes the bar.
+// Layers: the "phases" lane (depth 2) of a track shows every layer's phases in one row by
+// default; clicking its label (the disclosure triangle) expands it into one row per layer ("L0",
+// "L1", ...) under a first row of the slices without a layer (loss, embedding, optimizer), and
+// clicking again collapses it; setLayersExpanded / toggleAllLayers (View > Expand layers) do it
+// for every track. The split copies the lane's slices once per expand or data change
+// (splitLaneByLayer), never per frame; the draw list then treats each layer row as a lane.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
 // timeline_view_swap.cpp (the swap lanes), timeline_view_range.cpp (range selection, search).
 #pragma once
 
 #include <QWidget>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "moewb/gui/config_markers.h"
@@ -154,6 +161,28 @@ class TimelineView : public QWidget {
   const TimelineSearch& search() const { return m_search; }
   TimelineSearchBar* searchBar() const { return m_searchBar; }
 
+  // One painted lane row: a data lane, or one layer row of an expanded phases lane.
+  struct LaneRow {
+    int lane = 0;      // index into the draw list's lanes (DrawItem::lane), = row index
+    int dataLane = 0;  // index into TimelineData::lanes()
+    int layer = -2;    // -2: the whole data lane; -1: the slices without a layer; >= 0: a layer
+    int top = 0;       // y of the lane's top, px
+    bool firstOfTrack = false;
+    bool expandable = false;  // carries the disclosure triangle (first row of a phases lane)
+  };
+  // The rows in display order (draw-list lane i is row i).
+  const std::vector<LaneRow>& laneRows() const { return m_rows; }
+  // Expands (true) or collapses every track's phases lane into per-layer rows.
+  void setLayersExpanded(bool expanded);
+  // Expands every phases lane unless all are already expanded, then collapses them all.
+  void toggleAllLayers();
+  // Expands or collapses the phases lane of `track` alone.
+  void toggleLayers(TrackId track);
+  // Whether the phases lane of `track` is shown as one row per layer.
+  bool layersExpanded(TrackId track) const;
+  // The host slice selected by the last click on an unfolded slice (a copy), if any.
+  const std::optional<TimelineSlice>& selectedSlice() const { return m_selectedSlice; }
+
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
@@ -186,12 +215,6 @@ class TimelineView : public QWidget {
   bool event(QEvent* event) override;
 
  private:
-  // One lane's place on screen.
-  struct LaneRow {
-    int lane = 0;  // index into TimelineData::lanes()
-    int top = 0;   // y of the lane's top, px
-    bool firstOfTrack = false;
-  };
   struct Hit {
     const DrawItem* item = nullptr;
     const TimelineSlice* slice = nullptr;
@@ -210,6 +233,12 @@ class TimelineView : public QWidget {
   int swapLaneAtY(int y) const;
   QString swapTooltipText(const storage::SwapEventRow& event) const;
   void layoutLanes();
+  // Appends the rows of data lane `index` (one, or one per layer when expanded) from y.
+  int addLaneRows(int index, int y);
+  // The row showing slices of `layer` from data lane `dataLane`, or -1.
+  int rowOf(int dataLane, int32_t layer) const;
+  // Lays the lanes out again and rebuilds the draw list (after an expand or collapse).
+  void relayout();
   void updateLegend();
   double plotWidth() const;
   double plotX(double widgetX) const { return widgetX - kGutterPx; }
@@ -266,6 +295,12 @@ class TimelineView : public QWidget {
   TimelineGeometry m_geometry;
   DrawList m_drawList;
   std::vector<LaneRow> m_rows;
+  std::vector<const TimelineLane*> m_displayLanes;  // per row: its data lane or layer sub-lane
+  std::vector<LayerSplit> m_splits;                 // the expanded lanes' sub-lanes
+  std::vector<int> m_firstRowOfLane;                // per data lane: its first row
+  bool m_layersAll = false;           // the default state of every phases lane
+  std::set<int64_t> m_layersToggled;  // tracks whose phases lane differs from m_layersAll
+  std::optional<TimelineSlice> m_selectedSlice;
   std::vector<ConfigMarker> m_markers;
   std::vector<MemoryStack> m_memory;
   int m_memoryTop = 0;  // y of the first memory row, px

@@ -35,6 +35,15 @@ void TimelineView::mousePressEvent(QMouseEvent* event) {
     event->accept();
     return;
   }
+  if (event->button() == Qt::LeftButton && event->position().x() < kGutterPx && m_document) {
+    // A click on the label of a phases lane expands or collapses its layer rows.
+    const int lane = laneAtY(int(event->position().y()));
+    if (lane >= 0 && m_rows[size_t(lane)].expandable) {
+      toggleLayers(m_displayLanes[size_t(lane)]->track);
+      event->accept();
+      return;
+    }
+  }
   if (event->button() == Qt::LeftButton) {
     m_dragging = true;
     m_dragMoved = false;
@@ -80,13 +89,15 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
       const storage::GpuLaneItem* gpu = hit.item ? nullptr : gpuItemAtPos(pos);
       const storage::SwapEventRow* copy = hit.item || gpu ? nullptr : swapEventAtPos(pos);
       m_selectedGpuSlice.reset();
+      m_selectedSlice.reset();
       if (copy) {
         const storage::SwapEventRow event = *copy;  // the slot may rebuild the lanes
         if (event.step >= 0) m_selectedStep = event.step;
         emit swapCopyActivated(event);
       }
       if (hit.slice && !hit.item->isFolded()) {
-        const TimelineLane& lane = m_document->timeline().lanes()[size_t(hit.item->lane)];
+        const TimelineLane& lane = *m_displayLanes[size_t(hit.item->lane)];
+        m_selectedSlice = *hit.slice;
         emit sliceActivated(lane.track.value, hit.slice->startNs);
       }
       if (hit.slice && hit.slice->step >= 0 && !hit.item->isFolded()) {

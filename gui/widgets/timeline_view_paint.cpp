@@ -245,7 +245,7 @@ void TimelineView::paintItems(QPainter& p) const {
     const int top = m_rows[size_t(item.lane)].top;
     const QRectF r(kGutterPx + item.x0, top + 2, item.x1 - item.x0, kLaneHeightPx - 4);
     if (item.isFolded()) continue;
-    const TimelineLane& lane = data.lanes()[size_t(item.lane)];
+    const TimelineLane& lane = *m_displayLanes[size_t(item.lane)];
     const TimelineSlice& s = lane.slices[size_t(item.sliceIndex)];
     const std::string& name = data.name(s.nameId);
     const QColor color = phaseColor(name);
@@ -277,12 +277,11 @@ void TimelineView::paintItems(QPainter& p) const {
 // a collective narrower than a pixel (folded into a run) still shows.
 void TimelineView::paintHighlights(QPainter& p) const {
   if (m_highlights.empty()) return;
-  const auto& lanes = m_document->timeline().lanes();
   p.save();
   p.setBrush(Qt::NoBrush);
   for (const TimelineHighlight& h : m_highlights) {
     for (const LaneRow& row : m_rows) {
-      const TimelineLane& lane = lanes[size_t(row.lane)];
+      const TimelineLane& lane = *m_displayLanes[size_t(row.lane)];
       if (!(lane.track == h.track) || lane.depth != 0) continue;
       double x0 = m_geometry.xOf(h.startNs), x1 = m_geometry.xOf(h.startNs + h.durNs);
       if (x1 - x0 < 3) {
@@ -345,7 +344,26 @@ void TimelineView::paintGutter(QPainter& p) const {
     p.setFont(row.firstOfTrack ? bold : font());
     p.setPen(row.firstOfTrack ? theme::text() : theme::dimText());
     const QString label = laneLabel(row);
-    const int indent = row.firstOfTrack ? 0 : 12;
+    int indent = row.firstOfTrack ? 0 : 12;
+    if (row.expandable) {
+      // Disclosure triangle: pointing right when collapsed, down when expanded.
+      const double cx = r.left() + indent + 4, cy = r.center().y() + 0.5;
+      QPolygonF tri;
+      if (row.layer == -2) {
+        tri << QPointF(cx - 3, cy - 5) << QPointF(cx + 3, cy) << QPointF(cx - 3, cy + 5);
+      } else {
+        tri << QPointF(cx - 5, cy - 3) << QPointF(cx + 5, cy - 3) << QPointF(cx, cy + 3);
+      }
+      p.save();
+      p.setRenderHint(QPainter::Antialiasing, true);
+      p.setPen(Qt::NoPen);
+      p.setBrush(theme::dimText());
+      p.drawPolygon(tri);
+      p.restore();
+      indent += 12;
+    } else if (row.layer >= 0) {
+      indent += 12;
+    }
     p.drawText(r.adjusted(indent, 0, 0, 0), Qt::AlignVCenter | Qt::AlignLeft,
                QFontMetrics(p.font()).elidedText(label, Qt::ElideRight, r.width() - indent));
   }

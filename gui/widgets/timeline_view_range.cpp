@@ -180,6 +180,7 @@ void TimelineView::searchStep(bool forward) {
     showTimeRange({startNs, startNs + windowNs});
   }
   m_selectedGpuSlice.reset();
+  m_selectedSlice = slice;
   emit sliceActivated(lane.track.value, slice.startNs);
   if (slice.step >= 0) {
     m_selectedStep = slice.step;
@@ -243,23 +244,30 @@ void TimelineView::paintSearchMatches(QPainter& p) const {
   QColor fill = kMatchColor;
   fill.setAlpha(170);
   p.save();
-  for (const LaneRow& row : m_rows) {
-    const TimelineLane& lane = lanes[size_t(row.lane)];
-    const auto& hits = m_search.laneMatches(size_t(row.lane));
+  // Per data lane, its matches in the window; each goes to the row of its layer (one row when the
+  // lane is collapsed), at most one box per pixel column of a row.
+  std::vector<double> lastRight;
+  for (size_t laneIndex = 0; laneIndex < lanes.size() && laneIndex < m_firstRowOfLane.size();
+       ++laneIndex) {
+    const TimelineLane& lane = lanes[laneIndex];
+    const auto& hits = m_search.laneMatches(laneIndex);
     if (hits.empty()) continue;
+    const int firstRow = m_firstRowOfLane[laneIndex];
+    lastRight.assign(m_rows.size() - size_t(firstRow), -1e9);
     const auto [first, last] =
         TimelineData::visibleRange(lane, m_geometry.startNs, m_geometry.endNs);
     auto it = std::lower_bound(hits.begin(), hits.end(), int32_t(first));
-    double lastRight = -1e9;
     for (; it != hits.end() && size_t(*it) < last; ++it) {
       const TimelineSlice& s = lane.slices[size_t(*it)];
       double x0 = m_geometry.xOf(s.startNs), x1 = m_geometry.xOf(s.endNs());
       if (x1 < 0) continue;
+      const int row = rowOf(int(laneIndex), s.layer);
+      double& right = lastRight[size_t(row - firstRow)];
       if (x1 - x0 < 2) x1 = x0 + 2;
-      if (x1 <= lastRight) continue;  // this pixel column already shows a match
-      x0 = std::max(x0, lastRight);
-      lastRight = x1;
-      const QRectF r(kGutterPx + x0, row.top + 1, x1 - x0, kLaneHeightPx - 2);
+      if (x1 <= right) continue;  // this pixel column already shows a match
+      x0 = std::max(x0, right);
+      right = x1;
+      const QRectF r(kGutterPx + x0, m_rows[size_t(row)].top + 1, x1 - x0, kLaneHeightPx - 2);
       p.fillRect(r, fill);
       p.setPen(QPen(kMatchColor, 2));
       p.drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));
@@ -268,13 +276,13 @@ void TimelineView::paintSearchMatches(QPainter& p) const {
   if (m_search.current() >= 0) {
     const SearchMatch& m = m_search.matches()[size_t(m_search.current())];
     const TimelineSlice& s = lanes[size_t(m.lane)].slices[size_t(m.index)];
-    for (const LaneRow& row : m_rows) {
-      if (row.lane != m.lane) continue;
+    const int row = rowOf(m.lane, s.layer);
+    if (row >= 0) {
       double x0 = m_geometry.xOf(s.startNs), x1 = m_geometry.xOf(s.endNs());
       if (x1 - x0 < 4) x0 = (x0 + x1) / 2 - 2, x1 = x0 + 4;
       p.setBrush(Qt::NoBrush);
       p.setPen(QPen(theme::accent(), 3));
-      p.drawRect(QRectF(kGutterPx + x0, row.top + 1, x1 - x0, kLaneHeightPx - 2));
+      p.drawRect(QRectF(kGutterPx + x0, m_rows[size_t(row)].top + 1, x1 - x0, kLaneHeightPx - 2));
     }
   }
   p.restore();

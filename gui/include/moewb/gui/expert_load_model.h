@@ -26,6 +26,14 @@ class ExpertLoadModel : public QAbstractTableModel {
 
  public:
   enum class Mode { kStep, kMaxOverSteps, kMeanOverSteps };
+  // One step's cells, [layers * experts] layer-major: tokens and dropped summed over ranks, the
+  // router bias summed over the rows read (biasRows of them; the mean is biasSum / biasRows).
+  struct Grid {
+    std::vector<int64_t> tokens;   // [layers * experts]
+    std::vector<int64_t> dropped;  // [layers * experts]
+    std::vector<double> biasSum;   // [layers * experts]
+    std::vector<int32_t> biasRows; // [layers * experts]
+  };
   static constexpr int kNormalizedLoadRole = Qt::UserRole + 1;  // double
   static constexpr int kDroppedRole = Qt::UserRole + 2;         // qlonglong
 
@@ -48,6 +56,8 @@ class ExpertLoadModel : public QAbstractTableModel {
   // The first and last step that have rows; {0, 0} with hasSteps() false when none. O(1).
   std::pair<int64_t, int64_t> stepRange() const;
   bool hasSteps() const { return !m_grids.empty(); }
+  // Every step's grid, by step (for views over time, e.g. ExpertTimeModel). O(1).
+  const std::map<int64_t, Grid>& grids() const { return m_grids; }
 
   // The value and normalised load of a cell in the current mode (0 outside the grid).
   double value(int layer, int expert) const;
@@ -66,10 +76,6 @@ class ExpertLoadModel : public QAbstractTableModel {
   void stepsChanged();
 
  private:
-  struct Grid {
-    std::vector<int64_t> tokens;   // [layers * experts]
-    std::vector<int64_t> dropped;  // [layers * experts]
-  };
   void resize(int layers, int experts);
   void addToGrid(const storage::ExpertLoadRow& row);
   void recomputeAggregates();

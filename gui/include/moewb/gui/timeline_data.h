@@ -133,11 +133,29 @@ class TimelineData {
   uint64_t m_revision = 0;
 };
 
+// One lane split by decoder layer (the timeline's "one phase lane per layer"): sub-lane 0 holds
+// the slices without a layer (layer -1: loss, embedding, optimizer, ...), then one sub-lane per
+// layer present, ascending. Each sub-lane has the source's track and depth, its slices in start
+// order and its running end maximum, so it works with visibleRange, buildDrawList and
+// dominantSpans like any lane.
+struct LayerSplit {
+  std::vector<int32_t> layers;      // layer of each sub-lane: -1 (always first), then ascending
+  std::vector<TimelineLane> lanes;  // one per entry of `layers`
+};
+// Splits `lane` by TimelineSlice::layer. O(slices + layers log layers); the caller keeps it
+// until the data changes (it copies the slices).
+LayerSplit splitLaneByLayer(const TimelineLane& lane);
+
 // Builds the draw list of `data` for window `g`: slices narrower than minWidthPx that follow each
 // other with gaps under minWidthPx are folded into one item; a single narrow slice is kept as
 // its own item widened to 1 px. Items of each lane are ordered by x.
 DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g,
                        double minWidthPx = 3.0);
+// The same for an explicit list of lanes (e.g. data lanes with some replaced by their
+// LayerSplit sub-lanes): DrawItem::lane and DominantSpan::lane index `lanes`; `dataRevision` is
+// stored in the list. Every pointer must be non-null.
+DrawList buildDrawList(const std::vector<const TimelineLane*>& lanes, uint64_t dataRevision,
+                       const TimelineGeometry& g, double minWidthPx = 3.0);
 
 // Per pixel column of g covered by lane.slices[first, first + count): the name with the most busy
 // time in the column (ties: the smaller name id); adjacent columns with the same name merged.
