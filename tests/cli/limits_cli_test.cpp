@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "cli_process.h"
@@ -30,9 +31,16 @@ TEST(CliLimits, MoreThreadsThanTheProcessLimitIsAPlainRefusal) {
   if (prefix.empty()) GTEST_SKIP() << "prlimit or setpriv is not installed";
   TempDir dir("cli-limits");
   ::chmod(dir.path().c_str(), 0777);  // nobody writes the trace here
+  // The checkout may sit in a directory only root can read (mktemp -d): give nobody a copy.
+  const std::string config = dir.file("tiny.toml");
+  std::filesystem::copy_file(tinyConfig(), config);
+  ::chmod(config.c_str(), 0644);
+  if (runProgram(prefix + MOEWB_CLI_PATH + " --version", dir.path()).exitCode != 0) {
+    GTEST_SKIP() << "the limited user cannot run " << MOEWB_CLI_PATH;
+  }
   const std::string trace = dir.file("t.sqlite");
   for (const std::string ranks : {"1", "2"}) {
-    ProcessResult r = runProgram(prefix + MOEWB_CLI_PATH + " run --config " + tinyConfig() +
+    ProcessResult r = runProgram(prefix + MOEWB_CLI_PATH + " run --config " + config +
                                      " --steps 2 --set run.threads=200 --set parallel.world_size=" +
                                      ranks + " --set parallel.fsdp=" + ranks + " --out " + trace,
                                  dir.path());
