@@ -79,11 +79,15 @@ Status checkHostMemory(const ModelDims& dims, bool onCpu, double memoryBytes) {
              : ""));
 }
 
+bool runsOnCpuBackend(const RunConfig& config) {
+  const std::string& wanted = config.run.backend;
+  return wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable());
+}
+
 Status checkFitsThisMachine(const RunConfig& config) {
   if (config.parallel.worldSize > 1) return Status::ok();
-  const std::string& wanted = config.run.backend;
-  const bool cpu = wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable());
-  return checkHostMemory(ModelDims::fromConfig(config), cpu, physicalMemoryBytes());
+  return checkHostMemory(ModelDims::fromConfig(config), runsOnCpuBackend(config),
+                         physicalMemoryBytes());
 }
 
 }  // namespace moewb::engine

@@ -22,6 +22,10 @@ double estimateCpuTrainingBytes(const ModelDims& dims);
 // activations live on the device).
 double estimateHostStateBytes(const ModelDims& dims);
 
+// Whether a one-rank run of `config` takes the CPU backend: run.backend = "cpu", or "auto"
+// without a CUDA device (or without the CUDA backend in this build).
+bool runsOnCpuBackend(const RunConfig& config);
+
 // This machine's physical memory in bytes (0 when unknown).
 double physicalMemoryBytes();
 

@@ -267,7 +267,7 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
   // has the CUDA backend, a device is visible and the model's settings run there. On the GPU
   // the host keeps only the parameter state; on the CPU also one step's activations.
   const std::string& wanted = config.run.backend;
-  const bool cpu = wanted == "cpu" || (wanted == "auto" && !cudaDeviceAvailable());
+  const bool cpu = runsOnCpuBackend(config);
   const ModelDims dims = ModelDims::fromConfig(config);
   const double memoryBytes = physicalMemoryBytes();
   const auto fits = [&](bool onCpu) { return checkHostMemory(dims, onCpu, memoryBytes); };

@@ -59,8 +59,13 @@ void applyLayout(moewb::gui::MainWindow* window, const Options& o) {
   if (range.size() == 2) {
     const int64_t origin = window->document()->timeBounds().startNs;
     const auto ms = [](const QString& text) { return int64_t(text.toDouble() * 1e6); };
-    window->timelineView()->setSelectedRange(
-        moewb::gui::TimeRange{origin + ms(range[0]), origin + ms(range[1])});
+    const moewb::gui::TimeRange wanted{origin + ms(range[0]), origin + ms(range[1])};
+    const auto current = window->timelineView()->selectedRange();
+    // Applied at open and again before a screenshot: select once (each selection re-reads the
+    // GPU rows inside it on a worker).
+    if (!current || current->startNs != wanted.startNs || current->endNs != wanted.endNs) {
+      window->timelineView()->setSelectedRange(wanted);
+    }
   }
   if (!o.swapTab.isEmpty() && !window->showSwapTab(o.swapTab)) {
     std::fprintf(stderr, "moewb-gui: --swap-tab %s: no swap rows in the trace or not one of "
