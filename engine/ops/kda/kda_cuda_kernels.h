@@ -88,6 +88,14 @@ Status launchKdaGateBackward(cudaStream_t stream, const KdaGateParams& params, i
 Status launchKdaColumnSums(cudaStream_t stream, const float* in, int64_t n, int64_t cols,
                            int64_t fold, float* part, float* out);
 
+// out[d] += sum_s sum_h part[s, h * fold + d] for d < fold (cols a multiple of fold), in a fixed
+// order (splits outer, h inner): the fold every token reduction ends with.
+Status launchKdaFoldMod(cudaStream_t stream, const float* part, int64_t splits, int64_t cols,
+                        int64_t fold, float* out);
+
+// Short causal conv + SiLU over [B*T, channels] rows (kda_conv_cuda.cu): y, pre [B*T, channels].
+// Vectorised kernels when channels % 8 == 0 and the pointers are 16-byte aligned, scalar ones
+// otherwise; both give the same bits.
 Status launchKdaShortConvForward(cudaStream_t stream, int64_t batch, int64_t seqLen,
                                  int64_t channels, int64_t width, const bf16* x, const bf16* w,
                                  bf16* y, bf16* pre);
@@ -97,6 +105,10 @@ Status launchKdaShortConvBackward(cudaStream_t stream, int64_t batch, int64_t se
                                   int64_t channels, int64_t width, const bf16* dy, const bf16* x,
                                   const bf16* w, const bf16* pre, bf16* dx, float* dw,
                                   float* part);
+
+// Tests only: false forces the scalar short-conv kernels (to check the vectorised ones against
+// them bitwise); true (the default) lets the launchers choose. Process-wide.
+void setKdaShortConvVectorised(bool on);
 
 }  // namespace moewb::engine::cuda
 
@@ -122,5 +134,9 @@ Status launchKdaGatedNormBackward(cudaStream_t stream, int64_t n, int64_t numHea
                                   const bf16* gatePre, const bf16* bg, const bf16* normWeight,
                                   const float* rstd, bf16* dO, bf16* dGate, float* dGateF,
                                   float* wTerms);
+
+// Tests only: false forces the scalar short-conv kernels (to check the vectorised ones against
+// them bitwise); true (the default) lets the launchers choose. Process-wide.
+void setKdaShortConvVectorised(bool on);
 
 }  // namespace moewb::engine::cuda

@@ -1,7 +1,7 @@
-// Element-wise and per-head kernels around the KDA core on the GPU (kda_cuda.h): the forget gate,
-// the short causal conv + SiLU, the per-head L2 norm (each forward and backward), and the
-// deterministic token reductions the weight gradients need: per-column partial sums over fixed
-// row splits, then one fixed-order fold into the fp32 gradient. All math in fp32.
+// Element-wise and per-head kernels around the KDA core on the GPU (kda_cuda.h): the forget gate
+// and the per-head L2 norm (each forward and backward; the short conv is in kda_conv_cuda.cu),
+// and the deterministic token reductions the weight gradients need: per-column partial sums over
+// fixed row splits, then one fixed-order fold into the fp32 gradient. All math in fp32.
 #include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
@@ -108,72 +108,6 @@ __global__ void kda_column_partials_kernel(const float* in, int64_t n, int64_t c
   part[blockIdx.y * cols + c] = acc;
 }
 
-__global__ void kda_conv_fwd_kernel(int64_t total, int64_t seqLen, int64_t channels, int width,
-                                    const bf16* x, const bf16* w, bf16* y, bf16* pre) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / channels, c = i % channels, t = row % seqLen;
-    float acc = 0.f;
-    for (int j = 0; j < width; ++j) {
-      const int64_t back = width - 1 - j;
-      if (back > t) continue;
-      acc += __bfloat162float(w[c * width + j]) * __bfloat162float(x[i - back * channels]);
-    }
-    pre[i] = __float2bfloat16(acc);
-    y[i] = __float2bfloat16(acc * sigmoidf(acc));
-  }
-}
-
-// Gradient of SiLU at the stored pre-activation u.
-__device__ float siluGrad(float dy, float u) {
-  const float s = sigmoidf(u);
-  return dy * s * (1.f + u * (1.f - s));
-}
-
-__global__ void kda_conv_bwd_kernel(int64_t total, int64_t seqLen, int64_t channels, int width,
-                                    const bf16* dy, const bf16* w, const bf16* pre, bf16* dx) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / channels, c = i % channels, t = row % seqLen;
-    float acc = 0.f;
-    for (int j = 0; j < width; ++j) {
-      const int64_t ahead = width - 1 - j;  // the output this tap feeds is `ahead` tokens later
-      if (t + ahead >= seqLen) continue;
-      const int64_t at = i + ahead * channels;
-      acc += __bfloat162float(w[c * width + j]) *
-             siluGrad(__bfloat162float(dy[at]), __bfloat162float(pre[at]));
-    }
-    dx[i] = __float2bfloat16(acc);
-  }
-}
-
-// grid (column blocks, splits): part[s, c * W + j] = sum over rows of split s of du[row, c] *
-// x[row - (W - 1 - j), c].
-__global__ void kda_conv_dw_kernel(int64_t n, int64_t seqLen, int64_t channels, int width,
-                                   int64_t rowsPerSplit, const bf16* dy, const bf16* x,
-                                   const bf16* pre, float* part) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= channels) return;
-  const int64_t r0 = blockIdx.y * rowsPerSplit, r1 = min(n, r0 + rowsPerSplit);
-  float acc[kKdaMaxConvWidth];
-#pragma unroll
-  for (int j = 0; j < kKdaMaxConvWidth; ++j) acc[j] = 0.f;
-  for (int64_t row = r0; row < r1; ++row) {
-    const int64_t t = row % seqLen, i = row * channels + c;
-    const float du = siluGrad(__bfloat162float(dy[i]), __bfloat162float(pre[i]));
-#pragma unroll
-    for (int j = 0; j < kKdaMaxConvWidth; ++j) {
-      const int64_t back = width - 1 - j;
-      if (j < width && back <= t) acc[j] += du * __bfloat162float(x[i - back * channels]);
-    }
-  }
-  float* out = part + blockIdx.y * channels * width + c * width;
-#pragma unroll
-  for (int j = 0; j < kKdaMaxConvWidth; ++j) {
-    if (j < width) out[j] = acc[j];
-  }
-}
-
 // One warp per (row, head).
 __global__ void kda_l2norm_fwd_kernel(int64_t rowsHeads, int64_t headDim, float scale, float eps,
                                       const bf16* x, bf16* y, float* rinv) {
@@ -269,32 +203,10 @@ Status launchKdaColumnSums(cudaStream_t stream, const float* in, int64_t n, int6
   return Status::ok();
 }
 
-Status launchKdaShortConvForward(cudaStream_t stream, int64_t batch, int64_t seqLen,
-                                 int64_t channels, int64_t width, const bf16* x, const bf16* w,
-                                 bf16* y, bf16* pre) {
-  const int64_t total = batch * seqLen * channels;
-  if (total == 0) return Status::ok();
-  kda_conv_fwd_kernel<<<gridFor(total, kThreads), kThreads, 0, stream>>>(
-      total, seqLen, channels, int(width), x, w, y, pre);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::ok();
-}
-
-Status launchKdaShortConvBackward(cudaStream_t stream, int64_t batch, int64_t seqLen,
-                                  int64_t channels, int64_t width, const bf16* dy, const bf16* x,
-                                  const bf16* w, const bf16* pre, bf16* dx, float* dw,
-                                  float* part) {
-  const int64_t n = batch * seqLen, total = n * channels;
-  if (total == 0) return Status::ok();
-  kda_conv_bwd_kernel<<<gridFor(total, kThreads), kThreads, 0, stream>>>(
-      total, seqLen, channels, int(width), dy, w, pre, dx);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  const int64_t splits = kdaSplits(n);
-  kda_conv_dw_kernel<<<dim3(blocksFor(channels), unsigned(splits)), kThreads, 0, stream>>>(
-      n, seqLen, channels, int(width), kdaRowsPerSplit(n), dy, x, pre, part);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  const int64_t taps = channels * width;
-  kda_fold_mod_kernel<<<blocksFor(taps), kThreads, 0, stream>>>(part, splits, taps, taps, dw);
+Status launchKdaFoldMod(cudaStream_t stream, const float* part, int64_t splits, int64_t cols,
+                        int64_t fold, float* out) {
+  if (fold == 0) return Status::ok();
+  kda_fold_mod_kernel<<<blocksFor(fold), kThreads, 0, stream>>>(part, splits, cols, fold, out);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }

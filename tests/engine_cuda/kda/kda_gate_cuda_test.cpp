@@ -1,13 +1,16 @@
 // The KDA gate (both variants), short causal conv + SiLU and per-head L2 norm on the GPU against
 // the CPU references in double, forward and backward, on bf16-rounded inputs with NaN-poisoned
-// outputs; weight gradients are added into nonzero starting values.
+// outputs; weight gradients are added into nonzero starting values. The short conv's vectorised
+// kernels are also checked bitwise against its scalar ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cuda_test_util.h"
 #include "ops/kda/kda_cuda.h"
+#include "ops/kda/kda_cuda_kernels.h"
 #include "ops/kda/kda_gate.h"
 #include "runtime/thread_pool.h"
 
@@ -105,6 +108,98 @@ TEST_F(KdaGateCudaTest, ShortConvForwardAndBackwardMatchReference) {
     EXPECT_LT(relativeError(dxGot, toFloat(dxRef)), 1e-2);
     EXPECT_LT(relativeError(dwGot, toFloat(dwRef)), 1e-2);
   }
+}
+
+struct ConvOutputs {
+  Tensor<float> y, pre, dx, dw;
+};
+
+// Runs the short conv forward and backward once (dw added into dw0) and reads the outputs back.
+ConvOutputs runShortConv(CudaContext& context, int64_t batch, int64_t seqLen, int64_t ch,
+                         int64_t width, const Tensor<float>& x, const Tensor<float>& w,
+                         const Tensor<float>& dy, const Tensor<float>& dw0) {
+  const int64_t n = batch * seqLen;
+  ConvOutputs out;
+  auto xDev = toDeviceBf16(context, x, kAct);
+  auto wDev = toDeviceBf16(context, w, kAct);
+  auto dyDev = toDeviceBf16(context, dy, kAct);
+  auto dwDev = toDevice(context, dw0, kAct);
+  auto yDev = poisonedBf16(context, {n, ch});
+  auto preDev = poisonedBf16(context, {n, ch});
+  auto dxDev = poisonedBf16(context, {n, ch});
+  if (!xDev.isOk() || !wDev.isOk() || !dyDev.isOk() || !dwDev.isOk() || !yDev.isOk() ||
+      !preDev.isOk() || !dxDev.isOk()) {
+    ADD_FAILURE() << "device allocation failed";
+    return out;
+  }
+  EXPECT_TRUE(kdaShortConvForwardCuda(context.stream(), batch, seqLen, ch, width, xDev->data(),
+                                      wDev->data(), yDev->data(), preDev->data())
+                  .isOk());
+  EXPECT_TRUE(kdaShortConvBackwardCuda(context, batch, seqLen, ch, width, dyDev->data(),
+                                       xDev->data(), wDev->data(), preDev->data(), dxDev->data(),
+                                       dwDev->data())
+                  .isOk());
+  out.y = toHostFloat(context, *yDev).value();
+  out.pre = toHostFloat(context, *preDev).value();
+  out.dx = toHostFloat(context, *dxDev).value();
+  out.dw = toHost(context, *dwDev).value();
+  return out;
+}
+
+int64_t countDifferent(const Tensor<float>& a, const Tensor<float>& b) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++count;
+  }
+  return count;
+}
+
+// The vectorised kernels (channels % 8 == 0) against the scalar ones, bitwise: sequences shorter
+// and longer than a 16-row run, runs that cross a sequence boundary, every width class.
+TEST_F(KdaGateCudaTest, ShortConvVectorisedEqualsScalarBitwise) {
+  uint64_t seed = 70;
+  struct Shape {
+    int64_t batch, seqLen, ch, width;
+  };
+  for (const Shape s : {Shape{3, 37, 64, 4}, Shape{2, 5, 16, 7}, Shape{1, 40, 8, 1},
+                        Shape{4, 19, 136, 3}, Shape{2, 300, 2048, 4}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seqLen) +
+                 " C=" + std::to_string(s.ch) + " W=" + std::to_string(s.width));
+    const int64_t n = s.batch * s.seqLen;
+    const Tensor<float> x = roundedToBf16(randomTensor({n, s.ch}, ++seed));
+    const Tensor<float> w = roundedToBf16(randomTensor({s.ch, s.width}, ++seed, 0.5));
+    const Tensor<float> dy = roundedToBf16(randomTensor({n, s.ch}, ++seed));
+    const Tensor<float> dw0 = randomTensor({s.ch, s.width}, ++seed);
+    const ConvOutputs vec = runShortConv(context(), s.batch, s.seqLen, s.ch, s.width, x, w, dy, dw0);
+    setKdaShortConvVectorised(false);
+    const ConvOutputs scalar =
+        runShortConv(context(), s.batch, s.seqLen, s.ch, s.width, x, w, dy, dw0);
+    setKdaShortConvVectorised(true);
+    EXPECT_EQ(countDifferent(vec.y, scalar.y), 0);
+    EXPECT_EQ(countDifferent(vec.pre, scalar.pre), 0);
+    EXPECT_EQ(countDifferent(vec.dx, scalar.dx), 0);
+    EXPECT_EQ(countDifferent(vec.dw, scalar.dw), 0);
+  }
+}
+
+// Channels not a multiple of 8 take the scalar kernels; still the reference's numbers.
+TEST_F(KdaGateCudaTest, ShortConvScalarPathMatchesReference) {
+  ThreadPool pool(2);
+  const int64_t batch = 2, seqLen = 21, ch = 36, width = 4, n = batch * seqLen;
+  const Tensor<float> x = roundedToBf16(randomTensor({n, ch}, 90));
+  const Tensor<float> w = roundedToBf16(randomTensor({ch, width}, 91, 0.5));
+  const Tensor<float> dy = roundedToBf16(randomTensor({n, ch}, 92));
+  const Tensor<float> dw0 = randomTensor({ch, width}, 93);
+  const ConvOutputs got = runShortConv(context(), batch, seqLen, ch, width, x, w, dy, dw0);
+  Tensor<double> preRef;
+  const Tensor<double> yRef = kdaShortConvForward(pool, batch, seqLen, toDouble(x), toDouble(w),
+                                                  preRef);
+  Tensor<double> dwRef = toDouble(dw0);
+  const Tensor<double> dxRef = kdaShortConvBackward(pool, batch, seqLen, toDouble(dy),
+                                                    toDouble(x), toDouble(w), preRef, dwRef);
+  EXPECT_LT(relativeError(got.y, toFloat(yRef)), 1e-2);
+  EXPECT_LT(relativeError(got.dx, toFloat(dxRef)), 1e-2);
+  EXPECT_LT(relativeError(got.dw, toFloat(dwRef)), 1e-2);
 }
 
 TEST_F(KdaGateCudaTest, L2NormForwardAndBackwardMatchReference) {
