@@ -8,8 +8,11 @@
 // 8), else on the round-1 kernels. With kKdaRecurrentRound3 (kda_recurrent_r3.cuh) the tensor-core
 // recurrences are round 3's (split state in shared memory, half-size warp tiles, value tile 16 or
 // 32 by the grid), else round 2's; with kKdaProductsRound3 (kda_products_r3.cuh) the backward
-// products split their operands once while staging, else round 2's kda_bwd_products_kernel.
+// products split their operands once while staging, else round 2's kda_bwd_products_kernel;
+// with kKdaBwdChunkRound4 (kda_bwd_chunk_r4.cuh) the per-chunk backward stages every MMA operand
+// split once and loads fragments with ldmatrix (same bits as round 2; bench/scratch/kda_chunk_04).
 #include "runtime/cuda/cuda_check.h"
+#include "ops/kda/kda_bwd_chunk_r4.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
@@ -94,6 +97,10 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
   const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
                                                        : kda_detail::launchBackwardProducts;
   MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
+  if (kda_detail::kKdaBwdChunkRound4 && kda_detail::kdaBwdChunkR4Supported(args)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR4(stream, args, p));
+    return Status::ok();
+  }
   const auto launch = kda_detail::kKdaChunkBwdOnTensorCores && kda_detail::kdaBwdMmaSupported(args)
                           ? kda_detail::launchChunkBackwardMma
                           : kda_detail::launchChunkBackward;
