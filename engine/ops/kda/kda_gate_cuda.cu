@@ -66,13 +66,27 @@ __global__ void kda_gate_bwd_kernel(int64_t n, int64_t width, int64_t headDim, b
   partDA[blockIdx.y * width + c] = sumDA;
 }
 
-// out[d] += sum_s sum_h part[s, h * fold + d] for d < fold (cols = H * fold).
+// out[d] += sum_s sum_h part[s, h * fold + d] for d < fold (cols = H * fold), splits outer. When
+// cols == fold (one term per split) the loads of 8 splits are issued before their adds (same
+// order of adds): the plain loop waited one memory round trip per split, 54 us for a conv weight
+// gradient's 128 x 8192 partials on the H200.
 __global__ void kda_fold_mod_kernel(const float* part, int64_t splits, int64_t cols, int64_t fold,
                                     float* out) {
   const int64_t d = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (d >= fold) return;
   float acc = 0.f;
-  for (int64_t s = 0; s < splits; ++s) {
+  int64_t s = 0;
+  if (cols == fold) {
+    constexpr int kBatch = 8;
+    for (; s + kBatch <= splits; s += kBatch) {
+      float batch[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) batch[u] = part[(s + u) * cols + d];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) acc += batch[u];
+    }
+  }
+  for (; s < splits; ++s) {
     for (int64_t c = d; c < cols; c += fold) acc += part[s * cols + c];
   }
   out[d] += acc;
