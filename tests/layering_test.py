@@ -55,6 +55,7 @@ PUBLIC_HEADER_LAYER = {
     "config.h": "config",
     "swap.h": "config",  # validateConfig checks swap.ops; the planner is in model/swap/
     "model_flops.h": "model",
+    "model_parameters.h": "model",
     "trainer.h": "train",
 }
 # Qt Widgets headers (the gui/models library links Qt Core and Gui only).

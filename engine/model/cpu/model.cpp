@@ -114,50 +114,17 @@ void ModelDims::applyLiveSettings(const ModelDims& d) {
 
 template <typename T>
 Model<T>::Model(const ModelDims& dims, ThreadPool& pool) : m_dims(dims), m_pool(pool) {
-  const int64_t v = dims.vocabSize, d = dims.dModel;
-  m_embedding = addParam("embedding", {v, d}, true, Init::kNormal);
-  if (dims.imagePatches > 0) {
-    m_patchWeight = addParam("patch_embed.weight", {d, dims.patchDim}, true, Init::kNormal);
-    m_patchBias = addParam("patch_embed.bias", {d}, false, Init::kZeros);
+  m_layers.resize(size_t(dims.numLayers));
+  for (int64_t l = 0; l < dims.numLayers; ++l) m_layers[size_t(l)].mixer = dims.mixerOf(l);
+  if (dims.lora.enabled) {
+    MOEWB_CHECK(dims.lora.rank >= 1);
+    m_loraScale = dims.lora.alpha / double(dims.lora.rank);
   }
-  for (int64_t l = 0; l < dims.numLayers; ++l) addLayerParams(l);
-  if (dims.attnRes) {
-    m_finalResQuery = addParam("final_res.query", {d}, false, Init::kZeros);
-    m_finalResGain = addParam("final_res.key_norm", {d}, false, Init::kOnes);
+  for (const ParameterDecl& decl : modelParameterLayout(dims)) bindParam(decl, addParam(decl));
+  if (dims.moe.biasUpdateRate > 0) {
+    m_bias.assign(size_t(dims.numLayers), makeExpertBias(dims.numExperts));
   }
-  m_finalNorm = addParam("final_norm", {d}, false, Init::kOnes);
-  m_lmHead = addParam("lm_head", {v, d}, true, Init::kNormal);
-  if (dims.moe.biasUpdateRate > 0) m_bias.assign(size_t(dims.numLayers), makeExpertBias(dims.numExperts));
-  if (dims.lora.enabled) addLoraAdapters();
   m_effective.resize(m_params.size());
-}
-
-template <typename T>
-void Model<T>::addLoraAdapters() {
-  MOEWB_CHECK(m_dims.lora.rank >= 1);
-  m_loraScale = m_dims.lora.alpha / double(m_dims.lora.rank);
-  const size_t numBase = m_params.size();
-  for (size_t i = 0; i < numBase; ++i) {
-    Parameter<T>& base = m_params[i];
-    base.trainable = false;
-    base.adamM = Tensor<T>();
-    base.adamV = Tensor<T>();
-  }
-  for (size_t i = 0; i < numBase; ++i) {
-    if (!loraTargets(m_localName[i], m_dims.lora.targets)) continue;
-    const std::string name = m_params[i].name;
-    const std::vector<int64_t> shape = m_params[i].value.shape();
-    LoraAdapter adapter;
-    adapter.base = int(i);
-    const int64_t rank = m_dims.lora.rank;
-    adapter.a = addParam(name + ".lora_a", loraAShape(shape, rank), false, Init::kLoraA);
-    adapter.b = addParam(name + ".lora_b", loraBShape(shape, rank), false, Init::kZeros);
-    m_isAdapter[size_t(adapter.a)] = true;
-    m_isAdapter[size_t(adapter.b)] = true;
-    m_expertSharded[size_t(adapter.a)] = m_expertSharded[i];
-    m_expertSharded[size_t(adapter.b)] = m_expertSharded[i];
-    m_lora.push_back(adapter);
-  }
 }
 
 template <typename T>
@@ -192,66 +159,68 @@ Tensor<T> Model<T>::mergedValue(size_t index) const {
 }
 
 template <typename T>
-void Model<T>::addLayerParams(int64_t l) {
-  const int64_t d = m_dims.dModel;
-  const std::string prefix = "layers." + std::to_string(l) + ".";
-  LayerParams p;
-  p.mixer = m_dims.mixerOf(l);
-  if (m_dims.attnRes) {
-    p.mixerResQuery = addParam(prefix + "attn_res.query", {d}, false, Init::kZeros);
-    p.mixerResGain = addParam(prefix + "attn_res.key_norm", {d}, false, Init::kOnes);
+int Model<T>::addParam(const ParameterDecl& decl) {
+  Parameter<T> param;
+  param.name = decl.name;
+  param.value = Tensor<T>(decl.shape);
+  param.grad = Tensor<T>(decl.shape);
+  if (decl.trainable) {
+    param.adamM = Tensor<T>(decl.shape);
+    param.adamV = Tensor<T>(decl.shape);
   }
-  p.mixerNorm = addParam(prefix + "attn_norm", {d}, false, Init::kOnes);
-  for (const auto& spec : mixerParameterSpecs(p.mixer, m_dims)) {
-    p.mixerParams.push_back(addParam(prefix + spec.name, spec.shape, spec.decay, Init::kMixer, p.mixer));
-  }
-  if (m_dims.attnRes) {
-    p.moeResQuery = addParam(prefix + "moe_res.query", {d}, false, Init::kZeros);
-    p.moeResGain = addParam(prefix + "moe_res.key_norm", {d}, false, Init::kOnes);
-  }
-  p.moeNorm = addParam(prefix + "moe_norm", {d}, false, Init::kOnes);
-  for (const auto& spec : moeParameterSpecs(moeOptions(), d, m_dims.numExperts, m_dims.dFf)) {
-    const Init init = spec.init == MoeParamInit::kOnes     ? Init::kOnes
-                      : spec.init == MoeParamInit::kOutput ? Init::kOutput
-                                                           : Init::kNormal;
-    const bool routed = spec.name == "moe.gate" || spec.name == "moe.up" || spec.name == "moe.down";
-    std::vector<int64_t> shape = spec.shape;
-    if (routed) shape[0] = m_dims.localExperts();
-    const int index = addParam(prefix + spec.name, shape, spec.decay, init);
-    m_expertSharded[size_t(index)] = routed && m_dims.expertShards > 1;
-    if (spec.name == "moe.router") p.router = index;
-    else if (spec.name == "moe.gate") p.gate = index;
-    else if (spec.name == "moe.up") p.up = index;
-    else if (spec.name == "moe.down") p.down = index;
-    else if (spec.name == "moe.shared.gate") p.sharedGate = index;
-    else if (spec.name == "moe.shared.up") p.sharedUp = index;
-    else if (spec.name == "moe.shared.down") p.sharedDown = index;
-    else if (spec.name == "moe.latent.down") p.latentDown = index;
-    else if (spec.name == "moe.latent.up") p.latentUp = index;
-    else if (spec.name == "moe.latent.norm") p.latentNorm = index;
-  }
-  m_layers.push_back(std::move(p));
+  param.decay = decl.decay;
+  param.trainable = decl.trainable;
+  m_params.push_back(std::move(param));
+  m_init.push_back(decl.init);
+  m_initMixer.push_back(decl.mixer);
+  m_isAdapter.push_back(decl.role == ParamRole::kLoraA || decl.role == ParamRole::kLoraB);
+  m_expertSharded.push_back(decl.expertSharded);
+  m_unit.push_back(decl.layer);
+  m_localName.push_back(decl.localName);
+  return int(m_params.size()) - 1;
 }
 
 template <typename T>
-int Model<T>::addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay,
-                       Init init, char mixer) {
-  Parameter<T> param;
-  param.name = name;
-  param.value = Tensor<T>(shape);
-  param.grad = Tensor<T>(shape);
-  param.adamM = Tensor<T>(shape);
-  param.adamV = Tensor<T>(shape);
-  param.decay = decay;
-  m_params.push_back(std::move(param));
-  m_init.push_back(init);
-  m_initMixer.push_back(mixer);
-  m_isAdapter.push_back(false);
-  m_expertSharded.push_back(false);
-  m_unit.push_back(name.starts_with("layers.") ? int32_t(std::stoll(name.substr(7))) : -1);
-  // "layers.3.kda.wq" -> "kda.wq": the name the mixer's init looks up.
-  m_localName.push_back(name.starts_with("layers.") ? name.substr(name.find('.', 7) + 1) : name);
-  return int(m_params.size()) - 1;
+void Model<T>::bindParam(const ParameterDecl& decl, int index) {
+  LayerParams* p = decl.layer >= 0 ? &m_layers[size_t(decl.layer)] : nullptr;
+  switch (decl.role) {
+    case ParamRole::kEmbedding: m_embedding = index; break;
+    case ParamRole::kPatchWeight: m_patchWeight = index; break;
+    case ParamRole::kPatchBias: m_patchBias = index; break;
+    case ParamRole::kFinalResQuery: m_finalResQuery = index; break;
+    case ParamRole::kFinalResGain: m_finalResGain = index; break;
+    case ParamRole::kFinalNorm: m_finalNorm = index; break;
+    case ParamRole::kLmHead: m_lmHead = index; break;
+    case ParamRole::kMixerResQuery: p->mixerResQuery = index; break;
+    case ParamRole::kMixerResGain: p->mixerResGain = index; break;
+    case ParamRole::kMixerNorm: p->mixerNorm = index; break;
+    case ParamRole::kMixer: p->mixerParams.push_back(index); break;
+    case ParamRole::kMoeResQuery: p->moeResQuery = index; break;
+    case ParamRole::kMoeResGain: p->moeResGain = index; break;
+    case ParamRole::kMoeNorm: p->moeNorm = index; break;
+    case ParamRole::kMoe: {
+      const std::string& n = decl.localName;
+      int* slot = n == "moe.router"        ? &p->router
+                  : n == "moe.gate"        ? &p->gate
+                  : n == "moe.up"          ? &p->up
+                  : n == "moe.down"        ? &p->down
+                  : n == "moe.shared.gate" ? &p->sharedGate
+                  : n == "moe.shared.up"   ? &p->sharedUp
+                  : n == "moe.shared.down" ? &p->sharedDown
+                  : n == "moe.latent.down" ? &p->latentDown
+                  : n == "moe.latent.up"   ? &p->latentUp
+                  : n == "moe.latent.norm" ? &p->latentNorm
+                                           : nullptr;
+      MOEWB_CHECK(slot != nullptr);
+      *slot = index;
+      break;
+    }
+    case ParamRole::kLoraA: m_lora.push_back({decl.loraBase, index, -1}); break;
+    case ParamRole::kLoraB:
+      MOEWB_CHECK(!m_lora.empty() && m_lora.back().base == decl.loraBase);
+      m_lora.back().b = index;
+      break;
+  }
 }
 
 template <typename T>

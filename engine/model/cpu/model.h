@@ -36,6 +36,7 @@
 #include "model/cpu/model_parallel.h"
 #include "model/cpu/moe_ffn.h"
 #include "model/cpu/parameter.h"
+#include "model/cpu/parameter_layout.h"
 #include "model/layers/attnres_state.h"
 #include "model/moe/expert_bias.h"
 #include "model/parallel/ep_dispatch.h"
@@ -62,7 +63,8 @@ struct ForwardResult {
 template <typename T>
 class Model {
  public:
-  // Allocates every parameter (zeros until initialize()). `pool` must outlive the model.
+  // Allocates every parameter of modelParameterLayout(dims), in its order (zeros until
+  // initialize(); frozen LoRA base weights without AdamW moments). `pool` must outlive the model.
   Model(const ModelDims& dims, ThreadPool& pool);
 
   // Draws all weights from `seed` (same seed => identical weights).
@@ -116,7 +118,7 @@ class Model {
   int32_t unitOf(size_t index) const { return m_unit[index]; }
 
  private:
-  enum class Init : uint8_t { kNormal, kOutput, kOnes, kZeros, kMixer, kLoraA };
+  using Init = ParamInit;
   struct ParamIndex {
     int index = -1;
   };
@@ -141,10 +143,10 @@ class Model {
     EpSaved ep;       // expert-parallel experts stage (parallel.ep > 1)
   };
 
-  int addParam(const std::string& name, const std::vector<int64_t>& shape, bool decay, Init init,
-               char mixer = 0);
-  void addLayerParams(int64_t layer);
-  void addLoraAdapters();
+  // Allocates the tensors of `decl` (parameter_layout.h) and returns its index.
+  int addParam(const ParameterDecl& decl);
+  // Records parameter `index` in the field of the model that `decl.role` names.
+  void bindParam(const ParameterDecl& decl, int index);
   void materializeLora();
   void convertLoraGrads();
   // The weight the ops see: W' while LoRA adapts the parameter, else its value.
