@@ -33,6 +33,21 @@ double mixerActivationFloats(const ModelDims& d, char mixer) {
 
 }  // namespace
 
+double estimateKdaKeptBytes(const ModelDims& d) {
+  if (!d.kda.keepIntermediates || d.numLayers < 1) return 0.0;
+  const double heads = d.kda.numHeads > 0 ? double(d.kda.numHeads) : double(d.numHeads);
+  const double headDim =
+      d.kda.headDim > 0 ? double(d.kda.headDim) : double(d.dModel) / double(d.numHeads);
+  const int64_t chunk = std::max<int64_t>(1, d.kda.chunkSize);
+  const double chunks = double((d.seqLen + chunk - 1) / chunk);
+  const double slots = double(d.batchSize) * heads * chunks;  // B*H*NC
+  const double rows = slots * double(chunk);                   // B*H*T'
+  const double perLayer = rows * 5.0 * headDim + slots * headDim * (1.0 + headDim);
+  int64_t kdaLayers = 0;
+  for (int64_t layer = 0; layer < d.numLayers; ++layer) kdaLayers += d.mixerOf(layer) == 'K';
+  return 4.0 * perLayer * double(kdaLayers);
+}
+
 double estimateParameters(const ModelDims& d) {
   const double dm = double(d.dModel);
   const double expertWidth = d.moe.latent() ? double(d.moe.latentDim) : dm;

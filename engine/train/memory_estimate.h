@@ -22,6 +22,15 @@ double estimateCpuTrainingBytes(const ModelDims& dims);
 // activations live on the device).
 double estimateHostStateBytes(const ModelDims& dims);
 
+// Device bytes the CUDA backend's KDA layers keep per step beyond what they keep with
+// kda.keep_intermediates = false (0 then, and on the CPU backend, whose KDA backward always
+// recomputes): per KDA layer fp32 W, U, q ⊙ e^G, k ⊙ e^{G_C - G}, Vn ([B*H*T', K or V] each,
+// T' = seq_len rounded up to kda.chunk_size), e^{G_C} [B*H*NC, K] and the chunk-entry states
+// [B*H*NC, K, V] (kdaKeptIntermediateBytes of kda_cuda.h, the same count). Held from the layer's
+// forward to its backward, so the peak holds every KDA layer's. Not part of checkHostMemory
+// (device memory; this build has no device-memory estimate to add it to).
+double estimateKdaKeptBytes(const ModelDims& dims);
+
 // Whether a one-rank run of `config` takes the CPU backend: run.backend = "cpu", or "auto"
 // without a CUDA device (or without the CUDA backend in this build).
 bool runsOnCpuBackend(const RunConfig& config);

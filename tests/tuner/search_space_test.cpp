@@ -22,7 +22,7 @@ TEST(SearchSpace, EveryOfferedCandidateIsValidAndEveryRefusalIsTheEngines) {
       {"fusion.permute_into_experts", "fusion.combine_into_experts", "parallel.ep",
        "moe.capacity_factor", "moe.drop_policy"},
       {"loss.kind", "loss.chunk_tokens", "loss.cce_vocab_block", "loss.cce_filter_eps",
-       "kda.chunk_size", "run.threads"},
+       "kda.chunk_size", "kda.keep_intermediates", "run.threads"},
   };
   size_t invalid = 0;
   for (const auto& group : groups) {

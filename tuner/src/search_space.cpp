@@ -26,6 +26,7 @@ const std::vector<TunableKey>& tunableTable() {
       {"loss.cce_vocab_block", true},
       {"loss.cce_filter_eps", true},
       {"kda.chunk_size", true},
+      {"kda.keep_intermediates", false},  // same bits (the CUDA recompute is bitwise)
       {"parallel.a2a_chunks", true},
       {"parallel.ep", true},
       {"parallel.fsdp", true},

@@ -65,7 +65,8 @@ Result<DeviceTensor<bf16>> mixerForwardCuda(CudaContext& context, char kind, con
     auto& kda = saved.state->saved.emplace<KdaSavedCuda>();
     const auto w = weightsOf<KdaWeightsCuda>(params, std::make_index_sequence<kKdaParams>());
     MOEWB_RETURN_IF_ERROR(
-        kdaLayerForwardCuda(context, mixerKdaDims(dims), x.data(), w, y.data(), kda));
+        kdaLayerForwardCuda(context, mixerKdaDims(dims), x.data(), w, y.data(), kda,
+                            dims.kda.keepIntermediates));
     return y;
   }
   if (kind == 'S') {

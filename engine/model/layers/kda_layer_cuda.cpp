@@ -56,7 +56,8 @@ Status checkLayerDims(const KdaDims& dims) {
 }  // namespace
 
 Status kdaLayerForwardCuda(CudaContext& context, const KdaDims& dims, const bf16* x,
-                           const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved) {
+                           const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved,
+                           bool keepIntermediates) {
   MOEWB_RETURN_IF_ERROR(checkLayerDims(dims));
   const int64_t n = dims.tokens(), d = dims.dModel, p = dims.innerDim(), r = dims.rank();
   const int64_t h = dims.numHeads, kd = dims.headDim, w = dims.convKernel;
@@ -112,7 +113,7 @@ Status kdaLayerForwardCuda(CudaContext& context, const KdaDims& dims, const bf16
   MOEWB_RETURN_IF_ERROR(kdaChunkForwardCuda(context, dims.coreDims(), saved.q.data(),
                                             saved.k.data(), saved.v.data(), saved.g.data(),
                                             saved.beta.data(), nullptr, saved.o.data(), nullptr,
-                                            saved.core));
+                                            saved.core, keepIntermediates));
   MOEWB_RETURN_IF_ERROR(project(context, n, d, r, x, weights.wg1, saved.gLow.data(), DType::kBf16));
   MOEWB_RETURN_IF_ERROR(
       project(context, n, r, p, saved.gLow.data(), weights.wg2, saved.gate.data(), DType::kBf16));

@@ -63,7 +63,7 @@ struct KdaSavedCuda {
   DeviceTensor<bf16> f;                    // [N, P] gate input
   DeviceTensor<float> g;                   // [N, P] log decay
   DeviceTensor<float> beta;                // [N, H] sigmoid(x Wb^T)
-  KdaChunkSavedCuda core;                  // Aqk and M per chunk
+  KdaChunkSavedCuda core;                  // Aqk and M per chunk (+ the kept intermediates)
   DeviceTensor<bf16> o;                    // [N, P] core output
   DeviceTensor<float> oRstd;               // [N, H] output RMSNorm 1/rms
   DeviceTensor<bf16> gLow;                 // [N, R] x Wg1^T
@@ -72,8 +72,11 @@ struct KdaSavedCuda {
 };
 
 // y [N, D] (preallocated) for x [N, D]; fills `saved` (kdaForward). Zero initial state.
+// keepIntermediates (kda.keep_intermediates): the core keeps its chunk intermediates in
+// saved.core so that the backward does not recompute them (kdaChunkForwardCuda); same bits.
 Status kdaLayerForwardCuda(CudaContext& context, const KdaDims& dims, const bf16* x,
-                           const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved);
+                           const KdaWeightsCuda& weights, bf16* y, KdaSavedCuda& saved,
+                           bool keepIntermediates = false);
 
 // dx [N, D] (preallocated, overwritten) for dy [N, D]; ADDS every weight gradient into `grads`
 // (kdaBackward). `x` and `saved` are those of the matching forward.

@@ -23,7 +23,8 @@
 //                        (k ⊙ e^{G_C - G})^T Vn, the products on tensor cores (below), the state
 //                        update an fp32 FMA per element; the chunk's operands stream in with
 //                        cp.async one stage ahead.
-//   backward             recomputes W, U and the chunk-entry states (forward recurrent kernel),
+//   backward             recomputes W, U and the chunk-entry states (forward recurrent kernel)
+//                        unless the forward kept them (keepIntermediates, kda.keep_intermediates),
 //                        runs the reverse state-gradient recurrence per (b, hv, value tile)
 //                        (dVn, dS per chunk, tensor cores as above), then per (chunk, b, hv) the
 //                        products dO S^T, Vn dS^T, dVn S^T, dO Vn^T, dVn v^T on tensor cores and
@@ -49,6 +50,8 @@
 //   [B*HV*T', K or V] fp32 rows (T' = T rounded up to C) and, in the backward, 2 [B*HV, NC, K, V]
 //   fp32 (chunk-entry states and their gradients), 3 more [B*HV*T', K or V], 2 [B*HV*T', C] and
 //   [B*HV*NC, K] (the backward products; three more [B*HV*T', K] reuse the forward workspace).
+//   With keepIntermediates the forward's workspace, the entry states and [B*HV*T', V] Vn are
+//   activations instead (kdaKeptIntermediateBytes) and the backward allocates only the three.
 // Dtypes: q, k, v, o and dq, dk, dv, dO are bf16 (activations); g, beta, dg, dbeta, states and the
 // saved Aqk / M are fp32. Layouts as in kda.h (token n = b * T + t, heads are column blocks).
 //
@@ -76,10 +79,26 @@ inline constexpr int64_t kKdaCudaMaxHeadDim = 128;
 inline constexpr int64_t kKdaCudaMaxChunk = 64;
 
 // What kdaChunkForwardCuda keeps for kdaChunkBackwardCuda (kActivations), layout of KdaChunkSaved.
+// The second group is filled only when the forward keeps its intermediates (kda.keep_intermediates;
+// R = B*HV*NC*C padded rows): then the backward reads them instead of recomputing them (the intra
+// kernel with the saved M and the forward recurrence: the same kernels on the same inputs, so the
+// same bits); kdaKeptIntermediateBytes counts them.
 struct KdaChunkSavedCuda {
   DeviceTensor<float> aqk;  // [B*HV, NC*C, C] Aqk of each chunk (j <= i, else 0)
   DeviceTensor<float> m;    // [B*HV, NC*C, C] M = (I + L)^{-1} of each chunk (unit lower)
+  // Kept intermediates (empty unless kept).
+  DeviceTensor<float> w, u, qg, kDec;  // [R, K], [R, V], [R, K], [R, K]: the WY workspace
+  DeviceTensor<float> eGC;             // [B*HV*NC, K] e^{G_C}
+  DeviceTensor<float> states;          // [B*HV*NC, K, V] chunk-entry states
+  DeviceTensor<float> vn;              // [R, V] Vn = U - W S (rows past the sequence unwritten)
+
+  bool keptIntermediates() const { return !states.empty(); }
 };
+
+// Bytes kdaChunkForwardCuda keeps beyond Aqk and M when keepIntermediates is set: fp32 W, U,
+// q ⊙ e^G, k ⊙ e^{G_C - G}, Vn ([R, K or V] each), e^{G_C} [B*HV*NC, K] and the entry states
+// [B*HV*NC, K, V]. At B=2 T=8192 H=16 K=V=128 C=64: ~0.94 GB per layer.
+int64_t kdaKeptIntermediateBytes(const KdaCoreDims& dims);
 
 // Gradient outputs of kdaChunkBackwardCuda (device pointers, preallocated by the caller; every
 // element is written). dInitialState may be null (not wanted).
@@ -93,15 +112,20 @@ struct KdaCoreGradsCuda {
 };
 
 // The chunked forward of §2.3 (kdaChunkForward). initialState [B, HV, K, V] may be null (zeros);
-// finalState [B, HV, K, V] may be null (not written). Writes o [N, HV*V] and allocates `saved`.
-// Errors: kInvalidArgument (dims out of the limits above), kResourceExhausted, kInternal.
+// finalState [B, HV, K, V] may be null (not written). Writes o [N, HV*V] and allocates `saved`;
+// with keepIntermediates also its kept group (kActivations, kdaKeptIntermediateBytes) in place of
+// the forward's workspace, which the backward then does not recompute. Same o and finalState bits
+// either way. Errors: kInvalidArgument (dims out of the limits above), kResourceExhausted,
+// kInternal.
 Status kdaChunkForwardCuda(CudaContext& context, const KdaCoreDims& dims, const bf16* q,
                            const bf16* k, const bf16* v, const float* g, const float* beta,
                            const float* initialState, bf16* o, float* finalState,
-                           KdaChunkSavedCuda& saved);
+                           KdaChunkSavedCuda& saved, bool keepIntermediates = false);
 
 // The backward of kdaChunkForwardCuda (kdaChunkBackward) given dO [N, HV*V] and dFinalState
-// [B, HV, K, V] (null: zero). Inputs are those of the forward and its `saved`.
+// [B, HV, K, V] (null: zero). Inputs are those of the forward and its `saved`. When `saved` holds
+// the kept intermediates the backward reads them (skipping the intra-chunk and recurrent
+// recompute) and takes three [R, K] scratch tensors instead; the gradients are the same bits.
 Status kdaChunkBackwardCuda(CudaContext& context, const KdaCoreDims& dims, const bf16* dO,
                             const float* dFinalState, const bf16* q, const bf16* k, const bf16* v,
                             const float* g, const float* beta, const float* initialState,

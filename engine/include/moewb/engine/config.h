@@ -75,6 +75,10 @@ struct KdaSection {
   std::string gate = "lower_bound";  // forget gate form: "default" or "lower_bound"
   double lowerBound = -5.0;       // lower bound of the log forget gate
   int32_t gateRank = 0;           // rank of the gate/decay bottlenecks; 0 = head_dim
+  // CUDA backend: the forward keeps its chunk intermediates (WY workspace, chunk-entry states,
+  // Vn) for the backward instead of the backward recomputing them (same bits, more activation
+  // memory). The CPU backend always recomputes (accepted, no effect).
+  bool keepIntermediates = false;
 
   bool operator==(const KdaSection&) const = default;
 };
