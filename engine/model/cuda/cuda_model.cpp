@@ -340,34 +340,66 @@ Result<DeviceTensor<bf16>> CudaModel::moeSublayerForward(int32_t layer,
   return y;
 }
 
+// Queues every scalar and count the forward result needs into m_readback, waits once, then
+// reads them in the same order (indices kept per layer).
 Result<ForwardResult> CudaModel::readForwardResult() {
-  ForwardResult result;
+  struct LayerReads {
+    size_t counts = 0, switchLoss = 0, seqLoss = 0, zLoss = 0, mixerAux = 0, dropped = 0;
+    bool hasSeq = false, hasZ = false, hasMixerAux = false, hasDropped = false;
+  };
   const int64_t layers = m_dims.numLayers, e = m_dims.numExperts;
-  MOEWB_ASSIGN_OR_RETURN(Tensor<float> ce, toHost(m_context, m_loss.loss));
-  result.loss = double(ce[0]);
+  m_readback.reset();
+  MOEWB_ASSIGN_OR_RETURN(const size_t ceRead, m_readback.add(m_context, m_loss.loss));
+  std::vector<LayerReads> reads(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l) {
     const LayerActs& a = m_acts[size_t(l)];
     const MoeSavedCuda& moe = a.moe;
-    MOEWB_ASSIGN_OR_RETURN(Tensor<int32_t> counts, toHost(m_context, moe.switchAux.counts));
-    double aux = 0;
-    const int32_t layer = int32_t(l);
-    MOEWB_ASSIGN_OR_RETURN(Tensor<float> switchLoss, toHost(m_context, moe.switchAux.loss));
-    aux += double(switchLoss[0]);
-    result.noteAuxTerm(layer, "MoE switch aux loss", switchLoss[0]);
-    if (!moe.seqAux.loss.empty()) {
-      MOEWB_ASSIGN_OR_RETURN(Tensor<float> seqLoss, toHost(m_context, moe.seqAux.loss));
-      aux += double(seqLoss[0]);
-      result.noteAuxTerm(layer, "MoE sequence aux loss", seqLoss[0]);
+    LayerReads& r = reads[size_t(l)];
+    MOEWB_ASSIGN_OR_RETURN(r.counts, m_readback.add(m_context, moe.switchAux.counts));
+    MOEWB_ASSIGN_OR_RETURN(r.switchLoss, m_readback.add(m_context, moe.switchAux.loss));
+    r.hasSeq = !moe.seqAux.loss.empty();
+    if (r.hasSeq) {
+      MOEWB_ASSIGN_OR_RETURN(r.seqLoss, m_readback.add(m_context, moe.seqAux.loss));
     }
-    if (!moe.zLoss.empty()) {
-      MOEWB_ASSIGN_OR_RETURN(Tensor<float> zLoss, toHost(m_context, moe.zLoss));
-      aux += double(zLoss[0]);
-      result.noteAuxTerm(layer, "router z-loss", zLoss[0]);
+    r.hasZ = !moe.zLoss.empty();
+    if (r.hasZ) {
+      MOEWB_ASSIGN_OR_RETURN(r.zLoss, m_readback.add(m_context, moe.zLoss));
     }
     if (const DeviceTensor<float>* mixerAux = mixerAuxLossCuda(a.mixer)) {
-      MOEWB_ASSIGN_OR_RETURN(Tensor<float> value, toHost(m_context, *mixerAux));
-      aux += double(value[0]);
-      result.noteAuxTerm(layer, "mixer aux loss (sparse attention: indexer KL)", value[0]);
+      r.hasMixerAux = true;
+      MOEWB_ASSIGN_OR_RETURN(r.mixerAux, m_readback.add(m_context, *mixerAux));
+    }
+    r.hasDropped = moe.capacity >= 0;
+    if (r.hasDropped) {
+      MOEWB_ASSIGN_OR_RETURN(r.dropped, m_readback.add(m_context, moe.mask.dropped));
+    }
+  }
+  MOEWB_RETURN_IF_ERROR(m_readback.wait(m_context));
+
+  ForwardResult result;
+  result.loss = double(m_readback.take<float>(ceRead)[0]);
+  for (int64_t l = 0; l < layers; ++l) {
+    const LayerReads& r = reads[size_t(l)];
+    const int32_t layer = int32_t(l);
+    const Tensor<int32_t> counts = m_readback.take<int32_t>(r.counts);
+    double aux = 0;
+    const float switchLoss = m_readback.take<float>(r.switchLoss)[0];
+    aux += double(switchLoss);
+    result.noteAuxTerm(layer, "MoE switch aux loss", switchLoss);
+    if (r.hasSeq) {
+      const float seqLoss = m_readback.take<float>(r.seqLoss)[0];
+      aux += double(seqLoss);
+      result.noteAuxTerm(layer, "MoE sequence aux loss", seqLoss);
+    }
+    if (r.hasZ) {
+      const float zLoss = m_readback.take<float>(r.zLoss)[0];
+      aux += double(zLoss);
+      result.noteAuxTerm(layer, "router z-loss", zLoss);
+    }
+    if (r.hasMixerAux) {
+      const float value = m_readback.take<float>(r.mixerAux)[0];
+      aux += double(value);
+      result.noteAuxTerm(layer, "mixer aux loss (sparse attention: indexer KL)", value);
     }
     result.auxLoss += aux;
     std::vector<int64_t> perExpert(size_t(e), 0);
@@ -380,8 +412,8 @@ Result<ForwardResult> CudaModel::readForwardResult() {
     }
     result.expertCounts.push_back(std::move(perExpert));
     std::vector<int64_t> dropped(size_t(e), 0);
-    if (moe.capacity >= 0) {
-      MOEWB_ASSIGN_OR_RETURN(Tensor<int32_t> droppedHost, toHost(m_context, moe.mask.dropped));
+    if (r.hasDropped) {
+      const Tensor<int32_t> droppedHost = m_readback.take<int32_t>(r.dropped);
       for (int64_t i = 0; i < e; ++i) dropped[size_t(i)] = droppedHost[i];
     }
     result.expertDropped.push_back(std::move(dropped));

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/host_readback.h"
 #include "model/cuda/cuda_ep.h"
 #include "model/cuda/cuda_loss.h"
 #include "model/cuda/cuda_mixer.h"
@@ -154,6 +155,7 @@ class CudaModel {
   DeviceTensor<bf16> m_finalNormOut;  // [N, D]
   DeviceTensor<float> m_finalRstd;    // [N]
   LossStateCuda m_loss;
+  HostReadback m_readback;  // the forward's scalars and counts, read with one wait a step
   SwapTierCuda* m_swapTier = nullptr;             // swap (setSwap), or null
   const SwapController* m_swapController = nullptr;
 };
