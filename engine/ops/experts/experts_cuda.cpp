@@ -15,6 +15,15 @@ namespace moewb::engine::cuda {
 namespace {
 
 std::atomic<int> gWgmmaMode{int(ExpertsWgmmaMode::kEnvironment)};
+// MOEWB_GROUPED_WS=0 turns the warp-specialized kernels off for the process (A/B benchmarks);
+// unset or any other value keeps the default.
+bool warpSpecializedFromEnvironment() {
+  const char* text = std::getenv("MOEWB_GROUPED_WS");
+  if (text != nullptr && std::string(text) == "0") return false;
+  return kExpertsWarpSpecializedDefault;
+}
+
+std::atomic<bool> gWarpSpecialized{warpSpecializedFromEnvironment()};
 
 // MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
 // ("dgrad"), 1 the fc stages only ("fc"), 0 none ("0"), -1 any other value (`text`).
@@ -96,6 +105,14 @@ Result<ExpertsLaunchShape> checkShapes(const char* op, const DeviceTensor<bf16>&
 
 void setExpertsWgmmaMode(ExpertsWgmmaMode mode) {
   gWgmmaMode.store(int(mode));
+}
+
+void setExpertsWarpSpecialized(bool on) {
+  gWarpSpecialized.store(on);
+}
+
+bool expertsWarpSpecialized() {
+  return gWarpSpecialized.load();
 }
 
 bool expertsWgmmaSupported() {

@@ -9,6 +9,8 @@
 // mainloop instead (experts_wgmma_cuda.cu; expertsWgmmaStages: MOEWB_GROUPED_WGMMA=0 turns it
 // off, =fc / =dgrad keep the later stages on kVersion's): same grids and workspaces, results
 // within rounding of v2's (checked by bench/scratch/grouped_gemm_03.cu, ExpertsWgmmaCudaTest).
+// Among those, forward down and dx pick round 5's warp-specialized kernel inside
+// experts_wgmma_cuda.cu (setExpertsWarpSpecialized; same bits as round 2), not here.
 #include <cstdint>
 #include <string>
 

@@ -6,18 +6,29 @@
 // it defines the wg:: kernels and none of v1 / v2's (MOEWB_GROUPED_DEVICE_PARTS_ONLY; those live
 // in experts_mma_cuda.cu, which calls these launchers per expertsWgmmaStages()). Grids,
 // schedule and workspaces are v2's, so the caller's rowTileSlots / tileStart serve both.
+// Forward down (plain and row-weighted) and dx run round 5's warp-specialized persistent kernel
+// (grouped_gemm_ws_cuda.cuh) in the sweep's tma_rel0 configuration when expertsWarpSpecialized()
+// (experts_wgmma_cuda.h; docs/GPU.md has the measurements), round 2 otherwise or when the TMA
+// maps cannot be encoded. It reads the same 128-row tileStart schedule.
 #define MOEWB_GROUPED_DEVICE_PARTS_ONLY 1
+// Round 5's configuration (bench/scratch/grouped_gemm_05.md, sweep variant tma_rel0): B by TMA,
+// each consumer releases its ring slot as soon as its batch retires (wait_group 0).
+#define MOEWB_WS_TMA_B 1
+#define MOEWB_WS_RELEASE 0
 
 #include <cstdint>
 
 #include "ops/experts/experts_cuda_kernels.h"
+#include "ops/experts/experts_wgmma_cuda.h"
 #include "ops/experts/grouped_gemm_wgmma_cuda.cuh"
+#include "ops/experts/grouped_gemm_ws_cuda.cuh"
 #include "runtime/cuda/cuda_check.h"
 
 namespace moewb::engine::cuda {
 namespace {
 
 namespace wg = grouped::wg;
+namespace ws = grouped::ws;
 
 // Round 2 (bench/scratch/grouped_gemm_03.md): the weight gradients read the gather index one K
 // tile ahead, the dRowWeight epilogue batches its loads. Same bits as round 1; false selects
@@ -34,6 +45,35 @@ template <class Kernel>
 Status allowSmem(Kernel kernel) {
   MOEWB_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kSmemBytes));
+  return Status::ok();
+}
+
+// Round 5: the persistent warp-specialized kernel for stage kS over grid = min(#SMs, tiles) CTAs.
+// `launched` false (nothing issued, no error pending) when the TMA maps cannot be encoded (no
+// driver entry point, a rejected map): the caller runs round 2 instead.
+template <ws::Stage kS>
+Status wsLaunch(const GroupedRowStage& s, ws::Params p, int64_t outColumns, bool& launched) {
+  launched = false;
+  p.d = s.d;
+  p.f = s.f;
+  p.offsets = s.offsets;
+  p.tileStart = s.tileStart;
+  p.numExperts = s.numExperts;
+  // The encoder reports through its return value only (no runtime error is left pending).
+  if (ws::encodeWeightMaps<kS>(p) != cudaSuccess) return Status::ok();
+  const auto kernel = ws::grouped_ws_kernel<kS>;
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ws::kSmemBytes));
+  int device = 0, sms = 0;
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Tiles: at most s.slots row tiles x column tiles; the kernel reads the real count on the device.
+  const int64_t tiles = int64_t(s.slots) * columnTiles(outColumns, ws::kBN);
+  const unsigned grid = unsigned(tiles < sms ? tiles : sms);
+  kernel<<<grid > 0 ? grid : 1, ws::kThreads, ws::kSmemBytes, s.stream>>>(p);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  launched = true;
   return Status::ok();
 }
 
@@ -59,6 +99,16 @@ Status expertsWgmmaGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardAr
 
 Status expertsWgmmaDownLaunch(const GroupedRowStage& s, const bf16* hidden, const bf16* down,
                               const float* rowWeight, bf16* y) {
+  if (expertsWarpSpecialized()) {
+    ws::Params p;
+    p.a1 = hidden;
+    p.b1 = down;
+    p.rowWeight = rowWeight;
+    p.out1 = y;
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(wsLaunch<ws::Stage::kDown>(s, p, s.d, launched));
+    if (launched) return Status::ok();
+  }
   MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_fwd_down_kernel));
   wg::grouped_fwd_down_kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads,
                                 wg::kSmemBytes, s.stream>>>(hidden, down, s.d, s.f, s.offsets,
@@ -70,6 +120,10 @@ Status expertsWgmmaDownLaunch(const GroupedRowStage& s, const bf16* hidden, cons
 
 Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args,
                                    int64_t maxRows) {
+  // Round 2 whatever expertsWarpSpecialized(): the recompute of bf16(h Wd^T) must match the
+  // forward's y bits for the folded combine's dRowWeight, and round 5's down kernel gives round
+  // 2's bits exactly (same per-element K order; grouped_gemm_05.cu, ExpertsWgmmaCudaTest), so
+  // the forward may run either.
   const auto kernel = kRound2Kernels ? wg::grouped_bwd_rowweight_batched_kernel
                                      : wg::grouped_bwd_rowweight_kernel;
   MOEWB_RETURN_IF_ERROR(allowSmem(kernel));
@@ -92,6 +146,17 @@ Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
 }
 
 Status expertsWgmmaDxLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args) {
+  if (expertsWarpSpecialized()) {
+    ws::Params p;
+    p.a1 = args.dGate;
+    p.a2 = args.dUp;
+    p.b1 = args.gate;
+    p.b2 = args.up;
+    p.out1 = args.dx;
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(wsLaunch<ws::Stage::kDx>(s, p, s.d, launched));
+    if (launched) return Status::ok();
+  }
   MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_bwd_dx_kernel));
   wg::grouped_bwd_dx_kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads,
                               wg::kSmemBytes, s.stream>>>(args.dGate, args.dUp, args.gate,

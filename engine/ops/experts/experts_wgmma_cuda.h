@@ -5,7 +5,7 @@
 // devices and builds run the mma.sync path. Results differ from v2's by rounding inside a
 // 16-deep K slice only (deterministic run to run). The environment variable MOEWB_GROUPED_WGMMA
 // (read once per process): 0 no wgmma, fc the fc stages only, dgrad the fc and dgrad stages, 1 or
-// unset all of them (docs/GPU.md).
+// unset all of them (docs/GPU.md). Which kernel a wgmma stage runs: setExpertsWarpSpecialized.
 #pragma once
 
 namespace moewb::engine::cuda {
@@ -19,6 +19,21 @@ enum class ExpertsWgmmaMode {
 // Process-wide choice for every later experts launch (tests and A/B benchmarks; not meant to
 // change while launches are being issued from other threads, though it is race-free).
 void setExpertsWgmmaMode(ExpertsWgmmaMode mode);
+
+// Round 5 (grouped_gemm_ws_cuda.cuh, bench/scratch/grouped_gemm_05.md): among the wgmma stages,
+// forward down (plain and row-weighted) and dx run the warp-specialized persistent kernel with B
+// loaded by TMA (the sweep's tma_rel0: 1.23-1.30x on fc2, 1.27x on dx at the H200 benchmark
+// shape); gate+up, dRowWeight, dh and the weight gradients stay on round 2. Outputs are bitwise
+// equal to round 2's. Default on (kExpertsWarpSpecializedDefault); when off, or when the driver
+// has no cuTensorMapEncodeTiled or rejects a map, those launches run round 2.
+constexpr bool kExpertsWarpSpecializedDefault = true;
+
+// Process-wide choice for every later wgmma down / dx launch (tests and A/B benchmarks; race-free
+// but not meant to change while launches are being issued from other threads).
+void setExpertsWarpSpecialized(bool on);
+
+// The current choice (setExpertsWarpSpecialized, else kExpertsWarpSpecializedDefault).
+bool expertsWarpSpecialized();
 
 // True when this build contains the sm_90a kernels and the current device (compute capability
 // 9.0) loads them. Queries the device once per device ordinal; false on any CUDA error.

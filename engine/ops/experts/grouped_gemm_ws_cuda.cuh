@@ -186,6 +186,22 @@ struct Geometry {
 };
 
 #if MOEWB_WS_TMA_B
+// The driver's cuTensorMapEncodeTiled through the runtime (no link dependency on libcuda), looked
+// up once per process (thread-safe); null when the driver lacks it. Clears the lookup's error.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    cudaDriverEntryPointQueryResult q{};
+    void* fn = nullptr;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &q);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn != nullptr
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  return encoder;
+}
+
 // Fills p.mapB1 / p.mapB2 for stage kS from p.b1 / p.b2, p.d, p.f, p.numExperts: 3-D bf16 maps
 // {inner, rows, E} over the [E][rows][inner] weights, 128-byte swizzle (the smem layouts above),
 // zero fill out of bounds. Boxes: K-major (kGateUp {64, 128}: gate and up halves; kDown
@@ -193,16 +209,8 @@ struct Geometry {
 // has no cuTensorMapEncodeTiled or rejects a map (unaligned base, d or f not a multiple of 8).
 template <Stage kS>
 inline cudaError_t encodeWeightMaps(Params& p) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  if (encode == nullptr) {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr)
-      return cudaErrorInvalidValue;
-    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+  if (encode == nullptr) return cudaErrorInvalidValue;
   // gate / up [E, f, d]; down [E, d, f]. kGateUp, kDx read gate / up; kDown, kDh read down.
   const bool gateUp = kS == Stage::kGateUp || kS == Stage::kDx;
   const uint64_t inner = uint64_t(gateUp ? p.d : p.f), rows = uint64_t(gateUp ? p.f : p.d);
@@ -211,9 +219,9 @@ inline cudaError_t encodeWeightMaps(Params& p) {
   const bool mn = kS == Stage::kDh || kS == Stage::kDx;
   const cuuint32_t box[3] = {64, mn ? 64u : (kS == Stage::kGateUp ? 128u : 256u), 1};
   const cuuint32_t unit[3] = {1, 1, 1};
-  const bf16_t* srcs[2] = {p.b1, p.b2 != nullptr ? p.b2 : p.b1};
+  const bf16_t* srcs[2] = {p.b1, p.b2};
   CUtensorMap* maps[2] = {&p.mapB1, &p.mapB2};
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < (p.b2 != nullptr ? 2 : 1); ++i) {  // kDown, kDh: b1 only (mapB2 unused)
     const CUresult r =
         encode(maps[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16_t*>(srcs[i]), dims,
                strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -671,7 +679,9 @@ __device__ __forceinline__ void consume(const Params& p, const Geometry<kS>& g, 
     const int64_t n0 = g.colBase(id % g.colTiles);
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    uint32_t prev = 0;
+#if MOEWB_WS_RELEASE
+    uint32_t prev = 0;  // the previous step's slot, released after this step's batch is issued
+#endif
     for (int kt = 0; kt < g.kTiles; ++kt, ++it) {
       const uint32_t s = it % kStages, phase = (it / kStages) & 1u;
       mbarWait(fullBar + 8 * s, phase);

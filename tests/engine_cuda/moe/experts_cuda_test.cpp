@@ -12,7 +12,9 @@
 // multiple of 128 and experts of one row. On an H200 (1)-(3) run the sm_90a wgmma stages (the
 // default switch). (4) ExpertsWgmmaCudaTest: every wgmma stage (experts_wgmma_cuda.h) forced on
 // against forced off, plain and fused, within the tolerance of (1), and bitwise equal run to run
-// (skips unless the device is compute capability 9.0 and the build has the sm_90a object).
+// (skips unless the device is compute capability 9.0 and the build has the sm_90a object); the
+// wgmma stages run round 5's warp-specialized down / dx kernels there (the default), and
+// WarpSpecializedEqualsRound2Bitwise compares those with round 2's bit for bit.
 #include "ops/experts/experts_cuda.h"
 
 #include <gtest/gtest.h>
@@ -351,6 +353,7 @@ class ExpertsWgmmaCudaTest : public ExpertsCudaTest {
   }
   void TearDown() override {
     setExpertsWgmmaMode(ExpertsWgmmaMode::kEnvironment);
+    setExpertsWarpSpecialized(kExpertsWarpSpecializedDefault);
     ExpertsCudaTest::TearDown();
   }
 };
@@ -454,6 +457,62 @@ TEST_F(ExpertsWgmmaCudaTest, WgmmaMatchesMmaSyncAndIsDeterministic) {
           ASSERT_EQ(std::memcmp(&repeat[j], &got[j], sizeof(float)), 0)
               << what << " " << name << " not bitwise deterministic at " << j;
         }
+      }
+    }
+  }
+}
+
+// Round 5's warp-specialized kernels (forward down plain and row-weighted, dx; see
+// experts_wgmma_cuda.h) against round 2 (setExpertsWarpSpecialized(false)), every output of
+// forward + backward BITWISE: E = 64 with 126 rows (empty and 1-row experts), D and F not
+// multiples of 64 (D = 72 below one 256-wide column tile and F = 40 below one 64-deep K step;
+// D = 264, F = 136; D = 1096, F = 520), gather and row weights (fused) and permuted rows
+// (plain), and 8192 rows x 5 column tiles (over 320 tiles: each CTA of the persistent grid
+// walks several). Seeds differ from the other tests'.
+TEST_F(ExpertsWgmmaCudaTest, WarpSpecializedEqualsRound2Bitwise) {
+  struct Case {
+    int64_t d, f;
+    MoeShape shape;
+  };
+  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
+                                {72, 40, {257, 8, 4}},
+                                {264, 136, {257, 64, 8}},
+                                {1096, 520, {2048, 8, 4}}};
+  uint64_t seed = 12000;
+  for (const Case& c : cases) {
+    Problem p;
+    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    for (bool fused : {false, true}) {
+      const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) +
+                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain");
+      const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
+      const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
+      ExpertsRun round2, ws;
+      setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      setExpertsWarpSpecialized(false);
+      runExperts(context(), p, dw, c.f, fused, dY, round2);
+      setExpertsWarpSpecialized(true);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, ws);
+      if (HasFatalFailure()) return;
+      ASSERT_EQ(ws.outputs.size(), round2.outputs.size());
+      for (size_t i = 0; i < ws.outputs.size(); ++i) {
+        const auto& [name, got] = ws.outputs[i];
+        const Tensor<float>& want = round2.outputs[i].second;
+        ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
+        int64_t differing = 0, first = -1;
+        for (int64_t j = 0; j < got.numel(); ++j) {
+          if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0) {
+            if (first < 0) first = j;
+            ++differing;
+          }
+        }
+        EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
+                                << got.numel() << " elements differ from round 2, first at "
+                                << first;
       }
     }
   }
