@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "moewb/tuner/cost_model.h"
 #include "moewb/tuner/exports.h"
 #include "moewb/tuner/study.h"
 #include "output_path.h"
@@ -38,6 +39,11 @@ struct TuneArgs {
   std::string format = "toml";
   int64_t trial = 0;
   bool force = false;
+  bool predict = false;
+  std::string tracePath;     // calibration trace (--predict; --strategy model: instead of the base)
+  int32_t gpus = 0;          // --predict: ranks, one per GPU
+  std::string interconnect;  // --interconnect overrides
+  size_t modelTop = 6;       // --strategy model: candidates that run real trials
 };
 
 std::atomic<bool> g_stop{false};
@@ -89,8 +95,29 @@ void printTrial(const tuner::TrialRecord& t, int64_t n, int64_t planned) {
       static_cast<long long>(t.steps), human(t.tokensPerSecond).c_str(), t.stepTimeMs,
       double(t.peakBytes) / (1 << 20), t.finalLoss, tuner::verdictName(t.verdict),
       t.settings.c_str());
+  if (t.predictedStepTimeMs > 0) {
+    std::printf("      predicted %.2f ms/step, peak %.2f MiB\n", t.predictedStepTimeMs,
+                double(t.predictedPeakBytes) / (1 << 20));
+  }
   if (!t.message.empty()) std::printf("      %s\n", t.message.c_str());
   std::fflush(stdout);
+}
+
+void printModelSummary(const tuner::StudyResult& r) {
+  const tuner::ModelSummary& m = r.model;
+  if (!m.used) return;
+  std::printf("\ncost model: calibrated from %s; %zu candidates scored in %.3f s\n",
+              m.calibrationTrace.c_str(), m.scored, m.scoreSeconds);
+  for (const auto& a : m.assumptions) std::printf("  - %s\n", a.c_str());
+  if (m.compared == 0) {
+    std::printf("predicted vs measured: no measured trial with a prediction yet\n");
+    return;
+  }
+  std::printf(
+      "predicted vs measured over %lld trials: step time error median %.1f%%, max %.1f%%;"
+      " peak memory error median %.1f%%, max %.1f%%\n",
+      static_cast<long long>(m.compared), 100 * m.stepErrorMedian, 100 * m.stepErrorMax,
+      100 * m.peakErrorMedian, 100 * m.peakErrorMax);
 }
 
 void printTable(const tuner::StudyResult& r, const TuneArgs& args) {
@@ -102,23 +129,29 @@ void printTable(const tuner::StudyResult& r, const TuneArgs& args) {
               args.out.c_str(), r.strategy.c_str(), r.candidates, r.validCandidates,
               static_cast<long long>(r.newRuns), r.budgetExhausted ? " (budget reached)" : "",
               args.objective.c_str());
-  std::printf("%4s %6s %-14s %5s %9s %9s %9s %8s %8s  %s\n", "rank", "trial", "verdict", "steps",
-              "tok/s", "ms/step", "peak MiB", "loss", "vs base", "settings (change from base)");
+  std::printf("%4s %6s %-14s %5s %9s %9s %9s %9s %8s %8s  %s\n", "rank", "trial", "verdict",
+              "steps", "tok/s", "ms/step", "pred ms", "peak MiB", "loss", "vs base",
+              "settings (change from base)");
   int rank = 0;
   for (const auto& row : r.table) {
     const auto& t = row.trial;
     const bool ran = t.verdict != tuner::Verdict::kInvalid && t.verdict != tuner::Verdict::kFailed;
     char ratio[16] = "-";
     if (row.ratioToBase > 0) std::snprintf(ratio, sizeof ratio, "%.3fx", row.ratioToBase);
-    std::printf("%4d %6lld %-14s %5lld %9s %9.2f %9.2f %8.4f %8s  %s\n", ++rank,
+    char predicted[16] = "-";
+    if (t.predictedStepTimeMs > 0) {
+      std::snprintf(predicted, sizeof predicted, "%.2f", t.predictedStepTimeMs);
+    }
+    std::printf("%4d %6lld %-14s %5lld %9s %9.2f %9s %9.2f %8.4f %8s  %s\n", ++rank,
                 static_cast<long long>(t.id), tuner::verdictName(t.verdict),
                 static_cast<long long>(t.steps), ran ? human(t.tokensPerSecond).c_str() : "-",
-                ran ? t.stepTimeMs : 0.0, ran ? double(t.peakBytes) / (1 << 20) : 0.0,
+                ran ? t.stepTimeMs : 0.0, predicted, ran ? double(t.peakBytes) / (1 << 20) : 0.0,
                 ran ? t.finalLoss : 0.0, ratio, settingsDiff(t.settings, base).c_str());
     if (!t.message.empty() && t.verdict != tuner::Verdict::kPruned) {
       std::printf("%11s%s\n", "", t.message.c_str());
     }
   }
+  printModelSummary(r);
   if (r.best) {
     std::printf(
         "\nbest: trial %lld (%s); export it with\n  moewb tune --export %s --format "
@@ -151,6 +184,9 @@ Result<tuner::StudyOptions> buildOptions(const TuneArgs& args) {
   MOEWB_ASSIGN_OR_RETURN(o.objective, tuner::parseObjective(args.objective));
   MOEWB_ASSIGN_OR_RETURN(o.budget, tuner::parseBudget(args.budget));
   o.strategy = args.strategy;
+  o.calibrationTrace = args.tracePath;
+  MOEWB_ASSIGN_OR_RETURN(o.interconnect, tuner::parseInterconnect(args.interconnect));
+  o.modelTopK = args.modelTop;
   o.steps = args.steps;
   o.maxSteps = args.maxSteps;
   o.gate = {args.gateSteps, args.gateLossRel, args.gateGradRel};
@@ -228,6 +264,58 @@ int exportCommand(const TuneArgs& args) {
   return kExitOk;
 }
 
+// `moewb tune --predict`: one prediction of the base config (with --set and --gpus) from a
+// calibration trace, with its parts and assumptions; nothing is run or written.
+int predictCommand(const TuneArgs& args) {
+  if (args.tracePath.empty()) {
+    return fail(
+        invalidArgument("--predict needs --trace TRACE: a trace of `moewb run` (or a study "
+                        "trial) of this model to calibrate the cost model from"));
+  }
+  auto cal = tuner::calibrate(args.tracePath);
+  if (!cal.isOk()) return fail(cal.status());
+  engine::RunConfig config = cal->config;
+  if (!args.configPath.empty()) {
+    auto loaded = engine::loadConfigFile(args.configPath);
+    if (!loaded.isOk()) return fail(loaded.status());
+    config = *loaded;
+  }
+  if (args.gpus < 0) {
+    return fail(invalidArgument("--gpus " + std::to_string(args.gpus) +
+                                " is not accepted; accepted: 1 or more"));
+  }
+  const int32_t ranks = args.gpus > 0 ? args.gpus : args.ranks;
+  if (ranks > 0) {
+    Status s = engine::applyOverride(config, "parallel.world_size=" + std::to_string(ranks));
+    if (!s.isOk()) return fail(s);
+  }
+  for (const auto& assignment : args.overrides) {
+    if (Status s = engine::applyOverride(config, assignment); !s.isOk()) return fail(s);
+  }
+  const std::string source = args.configPath.empty() ? args.tracePath : args.configPath;
+  if (Status s = engine::validateConfig(config).withContext(source); !s.isOk()) return fail(s);
+  auto net = tuner::parseInterconnect(args.interconnect);
+  if (!net.isOk()) return fail(net.status());
+  tuner::CostModel model(*cal, *net);
+  tuner::PredictOptions options;
+  options.devices = args.gpus;
+  options.withAssumptions = true;
+  auto p = model.predict(config, options);
+  if (!p.isOk()) return fail(p.status());
+  std::printf(
+      "layout: %d rank(s)%s, ep %d, fsdp %d, replicate %d, a2a_chunks %d; %lld tokens "
+      "per step\n",
+      config.parallel.worldSize, args.gpus > 0 ? " on as many GPUs" : "", config.parallel.ep,
+      config.parallel.fsdpDegree(), config.parallel.replicateDegree(), config.parallel.a2aChunks,
+      static_cast<long long>(config.tokensPerStep()));
+  std::printf("calibration: measured step %.2f ms, peak %.2f MiB per rank\n", cal->stepMs,
+              double(cal->peakBytes) / (1 << 20));
+  std::printf("%s", tuner::describePrediction(*p).c_str());
+  std::printf("predicted tokens/s: %.1f\n",
+              p->stepMs > 0 ? double(config.tokensPerStep()) * 1e3 / p->stepMs : 0.0);
+  return kExitOk;
+}
+
 }  // namespace
 
 void addTuneCommand(CLI::App& app, std::function<int()>* action) {
@@ -237,12 +325,12 @@ void addTuneCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--config", args->configPath, "base config (TOML)");
   cmd->add_option("-o,--out", args->out,
                   "study file to create or resume; with --export, the "
-                  "file to write")
-      ->required();
+                  "file to write");
   cmd->add_option("--budget", args->budget, "N trials (30trials) or a duration (90s, 10m, 2h)");
   cmd->add_option("--objective", args->objective, "tokens_per_s (default) or peak_memory");
   cmd->add_option("--knobs", args->knobs, "keys to tune, KEY or KEY=V1|V2, comma-separated");
-  cmd->add_option("--strategy", args->strategy, "auto (default), exhaustive or halving");
+  cmd->add_option("--strategy", args->strategy,
+                  "auto (default), exhaustive, halving or model (cost model, then halving)");
   cmd->add_option("--set", args->overrides, "override a key of the base config (KEY=VALUE)");
   cmd->add_option("--ranks", args->ranks, "in-process ranks (parallel.world_size)");
   cmd->add_option("--steps", args->steps, "steps of a trial (halving: of the first rung)");
@@ -259,8 +347,22 @@ void addTuneCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--format", args->format, "export format: toml (default), megatron, torchtitan");
   cmd->add_option("--trial", args->trial, "trial id to export (default: the best passing)");
   cmd->add_flag("--force,-f", args->force, "--export: replace the output file if it exists");
+  cmd->add_flag("--predict", args->predict,
+                "predict the step time and memory of --config (default: the trace's) from --trace");
+  cmd->add_option("--trace", args->tracePath,
+                  "calibration trace for --predict, or for --strategy model instead of a base run");
+  cmd->add_option("--model-top", args->modelTop,
+                  "--strategy model: best predicted candidates that run real trials (default 6)");
+  cmd->add_option("--gpus", args->gpus, "--predict: ranks, one per GPU (parallel.world_size)");
+  cmd->add_option("--interconnect", args->interconnect,
+                  "--predict/model: intra_node_gbps=450,inter_node_gbps=50,gpus_per_node=8,"
+                  "latency_us=15 (any of them)");
   cmd->callback([args, action] {
     *action = [args] {
+      if (args->predict) return predictCommand(*args);
+      if (args->out.empty()) {
+        return fail(invalidArgument("-o FILE is required (the study file, or the export's file)"));
+      }
       if (!args->exportPath.empty()) {
         if (!args->configPath.empty()) {
           return fail(

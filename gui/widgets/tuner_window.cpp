@@ -17,6 +17,7 @@
 #include <QVBoxLayout>
 
 #include "moewb/gui/trace_loader.h"
+#include "tuner_prediction_view.h"
 #include "tuner_scatter_view.h"
 
 namespace moewb::gui {
@@ -73,6 +74,9 @@ TunerWindow::TunerWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
 
   m_chart = new TunerScatterView(this);
   connect(m_chart, &TunerScatterView::trialClicked, this, [this](qint64 id) { selectTrial(id); });
+  m_prediction = new TunerPredictionView(this);
+  connect(m_prediction, &TunerPredictionView::trialClicked, this,
+          [this](qint64 id) { selectTrial(id); });
 
   m_whyNot = new QLabel(this);
   m_whyNot->setWordWrap(true);
@@ -91,8 +95,13 @@ TunerWindow::TunerWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   buttons->addStretch();
 
   auto* split = new QSplitter(Qt::Vertical, this);
+  auto* charts = new QSplitter(Qt::Horizontal, this);
+  charts->addWidget(m_chart);
+  charts->addWidget(m_prediction);
+  charts->setStretchFactor(0, 3);
+  charts->setStretchFactor(1, 2);
   split->addWidget(m_table);
-  split->addWidget(m_chart);
+  split->addWidget(charts);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
 
@@ -150,6 +159,17 @@ void TunerWindow::showStudy() {
                       r.onPareto, r.isPick});
   }
   m_chart->setPoints(std::move(points));
+  std::vector<TunerPredictionPoint> predicted;
+  for (const TunerTrialRow& r : s.rows) {
+    const auto v = r.trial.verdict;
+    const bool measured = v == tuner::Verdict::kOk || v == tuner::Verdict::kPruned ||
+                          v == tuner::Verdict::kPrecisionFail;
+    if (!measured || r.trial.predictedStepTimeMs <= 0 || r.trial.stepTimeMs <= 0) continue;
+    predicted.push_back({r.trial.id, r.trial.predictedStepTimeMs, r.trial.stepTimeMs, r.isPick});
+  }
+  // Studies without predictions (strategies other than "model", schema 1 files) hide the chart.
+  m_prediction->setVisible(!predicted.empty());
+  m_prediction->setPoints(std::move(predicted));
   m_whyNot->clear();
   for (QPushButton* b : m_exportButtons) b->setEnabled(exportTrial().has_value());
   layout()->activate();  // the header's line count changed: lay out now, not on the next event
@@ -185,8 +205,10 @@ void TunerWindow::onCurrentRowChanged() {
   const int row = selectedModelRow();
   const TunerStudy& s = m_model->study();
   m_whyNot->setText(row >= 0 ? whyNotText(s, row) : QString());
-  m_chart->setSelectedTrial(row >= 0 ? std::optional<int64_t>(s.rows[size_t(row)].trial.id)
-                                     : std::nullopt);
+  const auto selected =
+      row >= 0 ? std::optional<int64_t>(s.rows[size_t(row)].trial.id) : std::nullopt;
+  m_chart->setSelectedTrial(selected);
+  m_prediction->setSelectedTrial(selected);
   const auto trial = exportTrial();
   for (QPushButton* b : m_exportButtons) {
     b->setEnabled(trial.has_value());

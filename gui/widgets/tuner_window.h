@@ -3,7 +3,9 @@
 // objective, strategy, trials, the pick), the trials table (TunerStudyModel: every trial with its
 // settings changed from the base, verdict, steps, step time, tokens/s, peak memory and the
 // verdict's reason; sortable; the pick in bold), the chart of step time vs peak memory of the
-// measured candidates with the Pareto front and the pick (TunerScatterView), a "why not" line for
+// measured candidates with the Pareto front and the pick (TunerScatterView), beside it the cost
+// model's predicted vs measured step time of the trials that carry a prediction (strategy
+// "model"; hidden otherwise; TunerPredictionView), a "why not" line for
 // the selected trial (whyNotText) and Export buttons (our TOML, Megatron-Core flags, torchtitan
 // TOML) that write the selected trial (the pick when none, or when the selection cannot be
 // exported) through the tuner's exporters to a file chosen in a dialog.
@@ -28,6 +30,7 @@ class QTableView;
 
 namespace moewb::gui {
 
+class TunerPredictionView;
 class TunerScatterView;
 
 class TunerWindow : public QWidget {
@@ -53,6 +56,7 @@ class TunerWindow : public QWidget {
   TunerStudyModel* model() const { return m_model; }
   QTableView* table() const { return m_table; }
   TunerScatterView* chart() const { return m_chart; }
+  TunerPredictionView* predictionChart() const { return m_prediction; }
   QString headerText() const;
   QString whyNotLine() const;
   // The message shown for a refused file ("" when a study is shown).
@@ -68,6 +72,7 @@ class TunerWindow : public QWidget {
   QSortFilterProxyModel* m_proxy = nullptr;
   QTableView* m_table = nullptr;
   TunerScatterView* m_chart = nullptr;
+  TunerPredictionView* m_prediction = nullptr;
   QLabel* m_header = nullptr;
   QLabel* m_whyNot = nullptr;
   std::vector<QPushButton*> m_exportButtons;

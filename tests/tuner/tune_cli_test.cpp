@@ -149,6 +149,41 @@ TEST(TuneCli, BadArgumentsGetAPlainMessageAndExit2) {
   EXPECT_FALSE(std::filesystem::exists(study));
 }
 
+// --strategy model prints predictions and the predicted-vs-measured error; --predict predicts a
+// layout larger than the machine from the study's calibrating trace, with its assumptions.
+TEST(TuneCli, ModelStrategyAndPredictionPastTheMachine) {
+  TempDir dir("tune-cli-model");
+  const std::string study = dir.file("m.sqlite");
+  auto r =
+      runMoewb(tune("--knobs loss.kind --strategy model --model-top 1 -o " + study), dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("pred ms"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("candidates scored in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("predicted vs measured over"), std::string::npos) << r.out;
+  const std::string trace = dir.file("m-trials/c0-r0.sqlite");
+  ASSERT_TRUE(std::filesystem::exists(trace));
+  auto p = runMoewb("tune --predict --trace " + trace +
+                        " --gpus 64 --set moe.num_experts=64 --set parallel.ep=32"
+                        " --set data.batch_size=64 --interconnect inter_node_gbps=25",
+                    dir.path());
+  ASSERT_EQ(p.exitCode, 0) << p.err;
+  EXPECT_NE(p.out.find("64 rank(s) on as many GPUs, ep 32"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("exposed all-to-all"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("inter_node_gbps=25"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("assumptions:"), std::string::npos) << p.out;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"tune --predict --gpus 4", "--predict needs --trace"},
+      {"tune --predict --trace " + trace + " --interconnect nvlink=9", "intra_node_gbps"},
+      {"tune --predict --trace " + trace + " --gpus 3 --set parallel.ep=2", "parallel"},
+      {"tune --predict --trace " + dir.file("none.sqlite"), "none.sqlite"},
+  };
+  for (const auto& [args, needle] : bad) {
+    auto b = runMoewb(args, dir.path());
+    EXPECT_EQ(b.exitCode, 2) << args << "\n" << b.err;
+    EXPECT_NE(b.err.find(needle), std::string::npos) << args << "\n" << b.err;
+  }
+}
+
 TEST(TuneCli, AFileThatIsNotAStudyIsRefusedAndKept) {
   TempDir dir("tune-cli-notstudy");
   const std::string notes = dir.file("notes.sqlite");

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "moewb/tuner/study.h"
 
@@ -78,6 +80,59 @@ class StudyRun {
     for (size_t i = 0; i < m_space.candidates.size(); ++i) {
       if (m_space.candidates[i].valid()) alive.push_back(i);
     }
+    return halvingOver(std::move(alive));
+  }
+
+  // The model strategy (see study.h): calibrate, score every valid candidate, halve over the best.
+  Status model(ModelSummary& summary) {
+    m_planned = 1;  // the calibrating base run; the halving's plan follows the scoring
+    MOEWB_ASSIGN_OR_RETURN(const TrialRecord* base, trial(0, 0, m_options.steps));
+    if (base == nullptr) return Status::ok();
+    summary.used = true;
+    summary.calibrationTrace =
+        m_options.calibrationTrace.empty() ? base->tracePath : m_options.calibrationTrace;
+    if (m_options.calibrationTrace.empty() && base->verdict == Verdict::kFailed) {
+      return failedPrecondition(
+          "the base config's trial failed, so the cost model has no trace "
+          "to calibrate from: " +
+          base->message);
+    }
+    MOEWB_ASSIGN_OR_RETURN(Calibration cal, calibrate(summary.calibrationTrace));
+    const CostModel model(std::move(cal), m_options.interconnect);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = 0; i < m_space.candidates.size(); ++i) {
+      if (!m_space.candidates[i].valid()) continue;
+      MOEWB_ASSIGN_OR_RETURN(engine::ValidConfig config,
+                             applySettings(m_space.base, m_space.candidates[i].settings));
+      PredictOptions options;
+      options.withAssumptions = i == 0;
+      MOEWB_ASSIGN_OR_RETURN(Prediction p, model.predict(config.get(), options));
+      if (i == 0) summary.assumptions = p.assumptions;
+      m_predicted[i] = {p.stepMs, p.peakHbmBytes};
+      ranked.emplace_back(m_options.objective == Objective::kTokensPerSecond
+                              ? p.stepMs / double(std::max<int64_t>(1, config->tokensPerStep()))
+                              : double(p.peakHbmBytes),
+                          i);
+    }
+    summary.scored = ranked.size();
+    summary.scoreSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::stable_sort(ranked.begin(), ranked.end());
+    std::set<size_t> chosen = {0};
+    for (size_t r = 0; r < ranked.size() && chosen.size() < m_options.modelTopK + 1; ++r) {
+      chosen.insert(ranked[r].second);
+    }
+    for (size_t i : std::vector<size_t>(chosen.begin(), chosen.end())) {
+      const std::string ref = settingsText(referenceOf(m_space.candidates[i]));
+      for (size_t j = 0; j < m_space.candidates.size(); ++j) {
+        if (settingsText(m_space.candidates[j].settings) == ref) chosen.insert(j);
+      }
+    }
+    return halvingOver(std::vector<size_t>(chosen.begin(), chosen.end()));
+  }
+
+  Status halvingOver(std::vector<size_t> alive) {
     m_planned = 0;
     for (size_t n = alive.size(), s = m_options.steps; n > 0; n = (n + 1) / 2 + 1, s *= 2) {
       m_planned += int64_t(n);
@@ -208,6 +263,10 @@ class StudyRun {
     }
     t.settings = key;
     t.rung = rung;
+    if (auto p = m_predicted.find(index); p != m_predicted.end()) {
+      t.predictedStepTimeMs = p->second.first;
+      t.predictedPeakBytes = p->second.second;
+    }
     MOEWB_RETURN_IF_ERROR(record(t, true));
     return &m_recorded[{key, rung}];
   }
@@ -217,11 +276,38 @@ class StudyRun {
   StudyStore& m_store;
   std::chrono::steady_clock::time_point m_start;
   std::map<std::pair<std::string, int32_t>, TrialRecord> m_recorded;
-  int64_t m_runs = 0;     // runs in the study (all calls)
-  int64_t m_newRuns = 0;  // runs of this call
+  std::map<size_t, std::pair<double, int64_t>> m_predicted;  // candidate -> (step ms, peak)
+  int64_t m_runs = 0;                                        // runs in the study (all calls)
+  int64_t m_newRuns = 0;                                     // runs of this call
   int64_t m_planned = 0;
   bool m_exhausted = false;
 };
+
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Relative errors of the predictions over the measured trials that have one.
+void compareWithMeasured(const std::vector<TrialRecord>& trials, ModelSummary& summary) {
+  std::vector<double> step, peak;
+  for (const TrialRecord& t : trials) {
+    const bool measured = t.verdict == Verdict::kOk || t.verdict == Verdict::kPruned ||
+                          t.verdict == Verdict::kPrecisionFail;
+    if (!measured || t.predictedStepTimeMs <= 0 || t.stepTimeMs <= 0) continue;
+    step.push_back(std::abs(t.predictedStepTimeMs - t.stepTimeMs) / t.stepTimeMs);
+    if (t.peakBytes > 0 && t.predictedPeakBytes > 0) {
+      peak.push_back(std::abs(double(t.predictedPeakBytes - t.peakBytes)) / double(t.peakBytes));
+    }
+  }
+  summary.compared = int64_t(step.size());
+  summary.stepErrorMedian = medianOf(step);
+  summary.stepErrorMax = step.empty() ? 0 : *std::max_element(step.begin(), step.end());
+  summary.peakErrorMedian = medianOf(peak);
+  summary.peakErrorMax = peak.empty() ? 0 : *std::max_element(peak.begin(), peak.end());
+}
 
 }  // namespace
 
@@ -231,15 +317,19 @@ Result<StudyResult> runStudy(const StudyOptions& options) {
                            " is not accepted; accepted: 1.." + std::to_string(options.maxSteps));
   }
   if (options.strategy != "auto" && options.strategy != "exhaustive" &&
-      options.strategy != "halving") {
+      options.strategy != "halving" && options.strategy != "model") {
     return invalidArgument("--strategy " + options.strategy +
-                           " is not accepted; accepted: auto, exhaustive, halving");
+                           " is not accepted; accepted: auto, exhaustive, halving, model");
+  }
+  if (options.modelTopK < 1) {
+    return invalidArgument("--model-top 0 is not accepted; accepted: 1 or more");
   }
   MOEWB_ASSIGN_OR_RETURN(engine::ValidConfig base, engine::ValidConfig::validate(options.base));
   const auto knobs = options.knobs.empty() ? defaultKnobs(base) : options.knobs;
   MOEWB_ASSIGN_OR_RETURN(SearchSpace space, buildSearchSpace(base, knobs));
   StudyResult result;
   result.strategy = options.strategy != "auto"                      ? options.strategy
+                    : !options.calibrationTrace.empty()             ? "model"
                     : space.validCount() <= options.exhaustiveLimit ? "exhaustive"
                                                                     : "halving";
   StudyInfo info;
@@ -271,11 +361,14 @@ Result<StudyResult> runStudy(const StudyOptions& options) {
   result.validCandidates = size_t(valid);
   StudyRun run(options, std::move(space), *store);
   MOEWB_RETURN_IF_ERROR(run.loadExisting());
-  MOEWB_RETURN_IF_ERROR(result.strategy == "exhaustive" ? run.exhaustive(valid) : run.halving());
+  MOEWB_RETURN_IF_ERROR(result.strategy == "exhaustive" ? run.exhaustive(valid)
+                        : result.strategy == "model"    ? run.model(result.model)
+                                                        : run.halving());
   result.newRuns = run.newRuns();
   result.budgetExhausted = run.exhausted();
   MOEWB_ASSIGN_OR_RETURN(std::vector<TrialRecord> trials, store->trials());
   result.table = rankTrials(trials, options.objective, baseKey);
+  if (result.model.used) compareWithMeasured(trials, result.model);
   for (const StudyRow& row : result.table) {
     if (row.trial.verdict == Verdict::kOk) {
       result.best = row;

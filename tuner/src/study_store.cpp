@@ -28,7 +28,8 @@ CREATE TABLE tuner_trial(
   step_time_ms REAL, tokens_per_s REAL, peak_bytes INTEGER, final_loss REAL,
   verdict TEXT NOT NULL CHECK (verdict IN ('ok','invalid','failed','precision_fail','pruned')),
   message TEXT NOT NULL, trace_path TEXT NOT NULL, started_at TEXT NOT NULL,
-  ended_at TEXT NOT NULL, UNIQUE (settings, rung));
+  ended_at TEXT NOT NULL, predicted_step_time_ms REAL, predicted_peak_bytes INTEGER,
+  UNIQUE (settings, rung));
 CREATE TABLE tuner_trial_step(
   trial_id INTEGER NOT NULL REFERENCES tuner_trial(id), step INTEGER NOT NULL,
   loss REAL NOT NULL, grad_norm REAL NOT NULL, step_ms REAL NOT NULL,
@@ -194,9 +195,10 @@ Result<StudyInfo> readStudy(sqlite3* db, const std::string& path) {
     return dataLoss(notStudy + " (meta.format = '" + format + "', expected '" + kFormat +
                     "'); it was not modified");
   }
-  if (version != std::to_string(kStudySchemaVersion)) {
+  if (version != "1" && version != std::to_string(kStudySchemaVersion)) {
     return invalidArgument(path + " is a study of schema version " + version +
-                           "; this moewb reads " + std::to_string(kStudySchemaVersion));
+                           "; this moewb reads versions 1 to " +
+                           std::to_string(kStudySchemaVersion));
   }
   Stmt st(db,
           "SELECT config_path, config_toml, objective, budget, knobs, strategy, trial_steps, "
@@ -219,7 +221,25 @@ Result<StudyInfo> readStudy(sqlite3* db, const std::string& path) {
   s.startedAt = st.col(10);
   s.gitCommit = st.col(11);
   s.host = st.col(12);
+  s.schemaVersion = std::stoi(version);
   return s;
+}
+
+// Version 1 -> 2: the predicted columns of tuner_trial (NULL for the trials already there), in
+// one transaction.
+Status migrateToV2(sqlite3* db, const std::string& path) {
+  MOEWB_SQL(db, path, sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr));
+  const char* sql =
+      "ALTER TABLE tuner_trial ADD COLUMN predicted_step_time_ms REAL;"
+      "ALTER TABLE tuner_trial ADD COLUMN predicted_peak_bytes INTEGER;"
+      "UPDATE meta SET value = '2' WHERE key = 'schema_version';";
+  if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    Status s = sqlError(db, "migrate to schema version 2", path);
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
+  }
+  MOEWB_SQL(db, path, sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr));
+  return Status::ok();
 }
 
 // Opens `name` (a path, or a URI with SQLITE_OPEN_URI); messages name `path`.
@@ -284,15 +304,23 @@ Result<std::unique_ptr<StudyStore>> StudyStore::open(const std::string& path, bo
   auto db = std::make_unique<Db>();
   MOEWB_ASSIGN_OR_RETURN(db->handle,
                          openHandle(path, writable ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY));
+  if (writable && info.schemaVersion < 2) {
+    MOEWB_RETURN_IF_ERROR(migrateToV2(db->handle, path));
+    info.schemaVersion = 2;
+  }
   return std::unique_ptr<StudyStore>(new StudyStore(path, std::move(db), std::move(info)));
 }
 
 Result<std::vector<TrialRecord>> StudyStore::trials() const {
   sqlite3* db = m_db->handle;
-  Stmt st(db,
-          "SELECT id, settings, rung, steps, step_time_ms, tokens_per_s, peak_bytes, "
-          "final_loss, verdict, message, trace_path, started_at, ended_at FROM tuner_trial "
-          "ORDER BY id");
+  const std::string predicted = m_info.schemaVersion >= 2
+                                    ? "predicted_step_time_ms, predicted_peak_bytes"
+                                    : "NULL, NULL";  // version 1: no predictions
+  const std::string sql =
+      "SELECT id, settings, rung, steps, step_time_ms, tokens_per_s, peak_bytes, final_loss, "
+      "verdict, message, trace_path, started_at, ended_at, " +
+      predicted + " FROM tuner_trial ORDER BY id";
+  Stmt st(db, sql.c_str());
   if (!st.ok()) return sqlError(db, "prepare tuner_trial", m_path);
   std::vector<TrialRecord> out;
   int rc;
@@ -311,6 +339,8 @@ Result<std::vector<TrialRecord>> StudyStore::trials() const {
     t.tracePath = st.col(10);
     t.startedAt = st.col(11);
     t.endedAt = st.col(12);
+    t.predictedStepTimeMs = sqlite3_column_double(st.get(), 13);  // NULL reads 0
+    t.predictedPeakBytes = sqlite3_column_int64(st.get(), 14);
     out.push_back(std::move(t));
   }
   if (rc != SQLITE_DONE) return sqlError(db, "step tuner_trial", m_path);
@@ -340,8 +370,9 @@ Result<int64_t> StudyStore::addTrial(const TrialRecord& t) {
   };
   Stmt st(db,
           "INSERT INTO tuner_trial(settings, rung, steps, step_time_ms, tokens_per_s, "
-          "peak_bytes, final_loss, verdict, message, trace_path, started_at, ended_at) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "peak_bytes, final_loss, verdict, message, trace_path, started_at, ended_at, "
+          "predicted_step_time_ms, predicted_peak_bytes) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!st.ok()) return rollback(sqlError(db, "prepare insert tuner_trial", m_path));
   st.text(1, t.settings);
   st.i64(2, t.rung);
@@ -355,6 +386,8 @@ Result<int64_t> StudyStore::addTrial(const TrialRecord& t) {
   st.text(10, t.tracePath);
   st.text(11, t.startedAt);
   st.text(12, t.endedAt);
+  if (t.predictedStepTimeMs > 0) st.real(13, t.predictedStepTimeMs);  // unbound: NULL
+  if (t.predictedPeakBytes > 0) st.i64(14, t.predictedPeakBytes);
   if (sqlite3_step(st.get()) != SQLITE_DONE) {
     return rollback(sqlError(db, "insert tuner_trial", m_path));
   }

@@ -10,6 +10,13 @@
 // candidate outside the tolerance becomes `precision_fail` and is never promoted, picked or
 // exported. Invalid candidates are recorded with the engine's refusal and never run.
 //
+// Model strategy: the base config runs rung 0 first; the cost model (cost_model.h) is
+// calibrated from its trace (or StudyOptions::calibrationTrace), predicts every valid candidate,
+// and only the modelTopK best predicted (plus the base and the gate references they need) run
+// real trials, by successive halving among them. Every trial row carries the prediction of its
+// candidate (the calibrating base trial at rung 0 has none), and the result compares predicted
+// with measured step time and peak memory (ModelSummary).
+//
 // Resume: with an existing study file the study continues where it stopped: the trials already
 // recorded (same settings and rung) are not run again; the base config, knobs, objective, steps
 // and strategy must be those of the study (kInvalidArgument otherwise). The budget counts the
@@ -25,6 +32,7 @@
 
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
+#include "moewb/tuner/cost_model.h"
 #include "moewb/tuner/search_space.h"
 #include "moewb/tuner/study_store.h"
 #include "moewb/tuner/trial_runner.h"
@@ -54,12 +62,17 @@ struct StudyOptions {
   std::string knobsText;        // as given, recorded in the study
   Objective objective = Objective::kTokensPerSecond;
   Budget budget;
-  std::string strategy = "auto";  // "auto", "exhaustive" or "halving"
+  std::string strategy = "auto";  // "auto", "exhaustive", "halving" or "model"
   size_t exhaustiveLimit = 8;     // auto: exhaustive up to this many valid candidates
-  int64_t steps = 6;              // steps of a trial (rung 0)
-  int64_t maxSteps = 48;          // halving: no rung trains more steps than this
-  GateTolerance gate;             // gate.steps is capped at `steps`; negative tolerances:
-                                  // the backend's (gateToleranceFor)
+  // model: the trace to calibrate from; "" = the base config's own rung-0 trial. auto picks
+  // "model" when this is set.
+  std::string calibrationTrace;
+  Interconnect interconnect;  // model: links beyond the calibrated ranks
+  size_t modelTopK = 6;       // model: candidates (best predicted) that run real trials
+  int64_t steps = 6;          // steps of a trial (rung 0)
+  int64_t maxSteps = 48;      // halving: no rung trains more steps than this
+  GateTolerance gate;         // gate.steps is capped at `steps`; negative tolerances:
+                              // the backend's (gateToleranceFor)
   // Called after every trial recorded by this call (on the calling thread), with the trial's
   // 1-based number among this call's runs and the number of runs the strategy plans at most.
   std::function<void(const TrialRecord&, int64_t runNumber, int64_t plannedRuns)> onTrial;
@@ -73,14 +86,29 @@ struct StudyRow {
   bool isBase = false;
 };
 
+// The model strategy's scoring and how its predictions compared with the trials.
+struct ModelSummary {
+  bool used = false;
+  std::string calibrationTrace;          // the trace the model was calibrated from
+  size_t scored = 0;                     // candidates predicted
+  double scoreSeconds = 0;               // wall time of scoring them
+  std::vector<std::string> assumptions;  // of the base config's prediction
+  int64_t compared = 0;                  // measured trials with a prediction
+  double stepErrorMedian = 0;            // |predicted - measured| / measured step time
+  double stepErrorMax = 0;
+  double peakErrorMedian = 0;  // the same for peak bytes
+  double peakErrorMax = 0;
+};
+
 struct StudyResult {
-  std::string strategy;          // "exhaustive" or "halving"
+  std::string strategy;          // "exhaustive", "halving" or "model"
   size_t candidates = 0;         // in the search space
   size_t validCandidates = 0;    // of those, accepted by the engine's validation
   std::vector<StudyRow> table;   // best first: ok, pruned, precision_fail, failed, invalid
   std::optional<StudyRow> best;  // the best passing trial; none when nothing passed
   int64_t newRuns = 0;           // trials this call ran
   bool budgetExhausted = false;  // the budget or a stop ended the study before its plan
+  ModelSummary model;            // strategy "model" only
 };
 
 // Runs (or resumes) the study described by `options`. Errors: a bad base config, knob or budget

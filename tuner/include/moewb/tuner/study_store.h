@@ -11,11 +11,12 @@
 // A trial row and its steps are written in one transaction after the trial ends, so a study killed
 // mid-trial keeps every finished trial and loses only the one in progress (rollback journal, no
 // WAL: the file is complete between transactions). open() checks that a file is a study before
-// anything could write to it: the SQLite header, a read-only integrity check (PRAGMA
-// quick_check) and the meta rows. A file that fails any check is refused (kDataLoss or
-// kInvalidArgument) and left byte-identical. (One exception: a file with a hot "-journal" beside
-// it, left by a process killed inside a commit, is first rolled back by SQLite's own recovery.)
-// One thread at a time; each call is a few milliseconds (studies hold hundreds of rows).
+// anything could write to it (and before a version-1 file is migrated): the SQLite header, a
+// read-only integrity check (PRAGMA quick_check) and the meta rows. A file that fails any check is
+// refused (kDataLoss or kInvalidArgument) and left byte-identical. (One exception: a file with a
+// hot "-journal" beside it, left by a process killed inside a commit, is first rolled back by
+// SQLite's own recovery.) One thread at a time; each call is a few milliseconds (studies hold
+// hundreds of rows).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,10 @@
 
 namespace moewb::tuner {
 
-inline constexpr int kStudySchemaVersion = 1;
+// Version 2 added tuner_trial.predicted_step_time_ms and predicted_peak_bytes (the cost model's
+// prediction; NULL = none). Version 1 files are read (no predictions); opening one writable
+// migrates it to version 2 first (two ALTER TABLE ... ADD COLUMN in one transaction).
+inline constexpr int kStudySchemaVersion = 2;
 
 enum class Verdict {
   kOk,             // measured, passed the gate (or needs none)
@@ -56,6 +60,7 @@ struct StudyInfo {
   std::string startedAt;       // UTC, ISO 8601
   std::string gitCommit;       // of the tool that made the study, "unknown" if not known
   std::string host;            // hostname and backend, e.g. "box (cpu)"
+  int schemaVersion = kStudySchemaVersion;  // of the file as opened (read back; 1 or 2)
 };
 
 struct TrialRecord {
@@ -72,9 +77,11 @@ struct TrialRecord {
   std::string tracePath;  // the trial's trace file ("" when it did not run)
   std::string startedAt;  // UTC, ISO 8601
   std::string endedAt;
-  std::vector<double> losses;     // [steps] loss per step (mean over ranks)
-  std::vector<double> gradNorms;  // [steps] global gradient norm before clipping
-  std::vector<double> stepMs;     // [steps] step time, ms
+  double predictedStepTimeMs = 0;  // the cost model's step time for it, ms; 0 = no prediction
+  int64_t predictedPeakBytes = 0;  // the cost model's peak bytes per rank; 0 = no prediction
+  std::vector<double> losses;      // [steps] loss per step (mean over ranks)
+  std::vector<double> gradNorms;   // [steps] global gradient norm before clipping
+  std::vector<double> stepMs;      // [steps] step time, ms
 };
 
 class StudyStore {
