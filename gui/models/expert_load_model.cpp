@@ -42,10 +42,14 @@ void ExpertLoadModel::appendRows(const std::vector<storage::ExpertLoadRow>& rows
   int layers = m_layers, experts = m_experts;
   std::set<int64_t> touched;
   bool touchedOld = false;
+  int64_t lastStep = 0;
   for (const auto& r : rows) {
     if (r.layer < 0 || r.expert < 0 || r.layer >= kMaxLayers || r.expert >= kMaxExperts) continue;
     layers = std::max(layers, r.layer + 1);
     experts = std::max(experts, r.expert + 1);
+    // Rows of a step come together: one set lookup per run of a step, not per row.
+    if (!touched.empty() && r.step == lastStep) continue;
+    lastStep = r.step;
     if (touched.insert(r.step).second && m_grids.count(r.step)) touchedOld = true;
   }
   if (layers > m_layers) {
@@ -58,7 +62,16 @@ void ExpertLoadModel::appendRows(const std::vector<storage::ExpertLoadRow>& rows
     resize(m_layers, experts);
     endInsertColumns();
   }
-  for (const auto& r : rows) addToGrid(r);
+  Grid* grid = nullptr;  // the grid of the last row's step (map nodes do not move)
+  int64_t gridStep = 0;
+  for (const auto& r : rows) {
+    if (r.layer < 0 || r.expert < 0 || r.layer >= m_layers || r.expert >= m_experts) continue;
+    if (!grid || r.step != gridStep) {
+      grid = &m_grids[r.step];
+      gridStep = r.step;
+    }
+    addToGrid(r, *grid);
+  }
   if (touchedOld) {
     recomputeAggregates();
   } else {
@@ -100,7 +113,11 @@ void ExpertLoadModel::resize(int layers, int experts) {
 
 void ExpertLoadModel::addToGrid(const storage::ExpertLoadRow& r) {
   if (r.layer < 0 || r.expert < 0 || r.layer >= m_layers || r.expert >= m_experts) return;
-  Grid& g = m_grids[r.step];
+  addToGrid(r, m_grids[r.step]);
+}
+
+void ExpertLoadModel::addToGrid(const storage::ExpertLoadRow& r, Grid& g) {
+  if (r.layer < 0 || r.expert < 0 || r.layer >= m_layers || r.expert >= m_experts) return;
   const size_t cells = size_t(m_layers) * size_t(m_experts);
   if (g.tokens.size() != cells) {
     g.tokens.assign(cells, 0);

@@ -17,6 +17,28 @@ void PhaseSummaryModel::clear() {
   endResetModel();
 }
 
+PhaseSummaryModel::Entry* PhaseSummaryModel::entryFor(
+    const std::string& name, const std::string& category, std::vector<Entry>* fresh,
+    std::unordered_map<std::string, size_t>* freshRow) {
+  if (auto it = m_rowOfName.find(name); it != m_rowOfName.end()) return &m_entries[it->second];
+  if (auto jt = freshRow->find(name); jt != freshRow->end()) return &(*fresh)[jt->second];
+  freshRow->emplace(name, fresh->size());
+  fresh->push_back({name, category, 0, 0, 0});
+  return &fresh->back();
+}
+
+void PhaseSummaryModel::publish(std::vector<Entry>* fresh) {
+  const int oldRows = int(m_entries.size());
+  if (oldRows > 0) emit dataChanged(index(0, 0), index(oldRows - 1, kColumnCount - 1));
+  if (fresh->empty()) return;
+  beginInsertRows({}, oldRows, oldRows + int(fresh->size()) - 1);
+  for (Entry& e : *fresh) {
+    m_rowOfName.emplace(e.name, m_entries.size());
+    m_entries.push_back(std::move(e));
+  }
+  endInsertRows();
+}
+
 void PhaseSummaryModel::addSlices(const std::vector<storage::SliceRow>& rows) {
   if (rows.empty()) return;
   std::vector<Entry> fresh;
@@ -24,30 +46,50 @@ void PhaseSummaryModel::addSlices(const std::vector<storage::SliceRow>& rows) {
   for (const storage::SliceRow& r : rows) {
     const int64_t dur = std::max<int64_t>(r.durNs, 0);
     if (r.depth == 0) m_referenceNs += dur;
-    Entry* e = nullptr;
-    if (auto it = m_rowOfName.find(r.name); it != m_rowOfName.end()) {
-      e = &m_entries[it->second];
-    } else if (auto jt = freshRow.find(r.name); jt != freshRow.end()) {
-      e = &fresh[jt->second];
-    } else {
-      freshRow.emplace(r.name, fresh.size());
-      fresh.push_back({r.name, r.category, 0, 0, 0});
-      e = &fresh.back();
-    }
+    Entry* e = entryFor(r.name, r.category, &fresh, &freshRow);
     e->count += 1;
     e->totalNs += dur;
     e->maxNs = std::max(e->maxNs, dur);
   }
-  const int oldRows = int(m_entries.size());
-  if (oldRows > 0) emit dataChanged(index(0, 0), index(oldRows - 1, kColumnCount - 1));
-  if (!fresh.empty()) {
-    beginInsertRows({}, oldRows, oldRows + int(fresh.size()) - 1);
-    for (Entry& e : fresh) {
-      m_rowOfName.emplace(e.name, m_entries.size());
-      m_entries.push_back(std::move(e));
+  publish(&fresh);
+}
+
+void PhaseSummaryModel::addLoadedSlices(const std::vector<LoadedSlice>& rows,
+                                        const std::vector<std::string>& names,
+                                        const std::vector<bool>& accepted) {
+  if (rows.empty()) return;
+  // Per name index: the entry, as (fresh?, position), resolved on first use. Positions, not
+  // pointers: `fresh` grows.
+  std::vector<std::pair<int8_t, size_t>> entryOf(names.size() + 1, {-1, 0});
+  std::vector<Entry> fresh;
+  std::unordered_map<std::string, size_t> freshRow;
+  static const std::string kEmpty;
+  auto textOf = [&](int32_t index) -> const std::string& {
+    return index >= 0 && size_t(index) < names.size() ? names[size_t(index)] : kEmpty;
+  };
+  bool any = false;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!accepted.empty() && !accepted[i]) continue;
+    const LoadedSlice& r = rows[i];
+    any = true;
+    const int64_t dur = std::max<int64_t>(r.durNs, 0);
+    if (r.depth == 0) m_referenceNs += dur;
+    const size_t key = r.nameIndex >= 0 && size_t(r.nameIndex) < names.size()
+                           ? size_t(r.nameIndex) : names.size();
+    std::pair<int8_t, size_t>& where = entryOf[key];
+    if (where.first < 0) {
+      const std::string& name = textOf(r.nameIndex);
+      entryFor(name, textOf(r.categoryIndex), &fresh, &freshRow);
+      const auto held = m_rowOfName.find(name);
+      where = held != m_rowOfName.end() ? std::pair<int8_t, size_t>{0, held->second}
+                                        : std::pair<int8_t, size_t>{1, freshRow.at(name)};
     }
-    endInsertRows();
+    Entry& e = where.first == 1 ? fresh[where.second] : m_entries[where.second];
+    e.count += 1;
+    e.totalNs += dur;
+    e.maxNs = std::max(e.maxNs, dur);
   }
+  if (any) publish(&fresh);
 }
 
 double PhaseSummaryModel::share(int row) const {

@@ -80,6 +80,32 @@ bool TimelineData::insertSlice(TimelineLane& lane, const TimelineSlice& slice, s
   return true;
 }
 
+bool TimelineData::addOne(TrackId track, int32_t depth, const TimelineSlice& s,
+                          std::map<std::pair<TrackId, int32_t>, size_t>* dirty) {
+  TimelineLane& lane = laneFor(track, depth);
+  size_t dirtyFrom = std::numeric_limits<size_t>::max();
+  if (!insertSlice(lane, s, &dirtyFrom)) return false;
+  if (dirtyFrom != std::numeric_limits<size_t>::max()) {
+    auto [it, fresh] = dirty->try_emplace({track, depth}, dirtyFrom);
+    if (!fresh) it->second = std::min(it->second, dirtyFrom);
+  }
+  if (m_sliceCount == 0) m_bounds = {s.startNs, s.endNs()};
+  m_bounds.startNs = std::min(m_bounds.startNs, s.startNs);
+  m_bounds.endNs = std::max(m_bounds.endNs, s.endNs());
+  ++m_sliceCount;
+  return true;
+}
+
+void TimelineData::repairMaxEnds(const std::map<std::pair<TrackId, int32_t>, size_t>& dirty) {
+  for (const auto& [key, from] : dirty) {
+    TimelineLane& lane = laneFor(key.first, key.second);
+    for (size_t j = from; j < lane.slices.size(); ++j) {
+      const int64_t prev = j == 0 ? std::numeric_limits<int64_t>::min() : lane.maxEndNs[j - 1];
+      lane.maxEndNs[j] = std::max(prev, lane.slices[j].endNs());
+    }
+  }
+}
+
 int64_t TimelineData::addSlices(const std::vector<storage::SliceRow>& rows,
                                 std::vector<bool>* accepted) {
   if (accepted) accepted->assign(rows.size(), false);
@@ -93,27 +119,35 @@ int64_t TimelineData::addSlices(const std::vector<storage::SliceRow>& rows,
     s.step = row.step;
     s.layer = row.layer;
     s.nameId = internName(row.name);
-    TimelineLane& lane = laneFor(row.track, row.depth);
-    size_t dirtyFrom = std::numeric_limits<size_t>::max();
-    if (!insertSlice(lane, s, &dirtyFrom)) continue;
-    if (dirtyFrom != std::numeric_limits<size_t>::max()) {
-      auto [it, fresh] = dirty.try_emplace({row.track, row.depth}, dirtyFrom);
-      if (!fresh) it->second = std::min(it->second, dirtyFrom);
-    }
-    if (m_sliceCount == 0) m_bounds = {s.startNs, s.endNs()};
-    m_bounds.startNs = std::min(m_bounds.startNs, s.startNs);
-    m_bounds.endNs = std::max(m_bounds.endNs, s.endNs());
-    ++m_sliceCount;
+    if (!addOne(row.track, row.depth, s, &dirty)) continue;
     ++added;
     if (accepted) (*accepted)[i] = true;
   }
-  for (const auto& [key, from] : dirty) {
-    TimelineLane& lane = laneFor(key.first, key.second);
-    for (size_t j = from; j < lane.slices.size(); ++j) {
-      const int64_t prev = j == 0 ? std::numeric_limits<int64_t>::min() : lane.maxEndNs[j - 1];
-      lane.maxEndNs[j] = std::max(prev, lane.slices[j].endNs());
-    }
+  repairMaxEnds(dirty);
+  if (added) ++m_revision;
+  return added;
+}
+
+int64_t TimelineData::addLoadedSlices(const std::vector<LoadedSlice>& rows,
+                                      const std::vector<int32_t>& nameIds,
+                                      std::vector<bool>* accepted) {
+  if (accepted) accepted->assign(rows.size(), false);
+  std::map<std::pair<TrackId, int32_t>, size_t> dirty;
+  int64_t added = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LoadedSlice& row = rows[i];
+    TimelineSlice s;
+    s.startNs = row.startNs;
+    s.durNs = std::max<int64_t>(row.durNs, 0);
+    s.step = row.step;
+    s.layer = row.layer;
+    const bool known = row.nameIndex >= 0 && size_t(row.nameIndex) < nameIds.size();
+    s.nameId = known ? nameIds[size_t(row.nameIndex)] : internName(std::string());
+    if (!addOne(row.track, row.depth, s, &dirty)) continue;
+    ++added;
+    if (accepted) (*accepted)[i] = true;
   }
+  repairMaxEnds(dirty);
   if (added) ++m_revision;
   return added;
 }

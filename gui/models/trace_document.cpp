@@ -1,11 +1,14 @@
 // TraceDocument: opening a trace and loading it into the models, then incremental refreshes.
 #include "moewb/gui/trace_document.h"
 
+#include <QCoreApplication>
 #include <QElapsedTimer>
+#include <QPointer>
 #include <QTimer>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
 
 namespace moewb::gui {
@@ -179,7 +182,20 @@ void TraceDocument::applyChunk(TraceChunk&& chunk, const QString& path) {
     }
     m_expertLoad.appendRows(chunk.expertLoads);
   }
-  if (!chunk.slices.empty()) m_lastNewSlices = applySlices(chunk.slices);
+  if (!chunk.slices.empty() || !chunk.newNames.empty()) m_lastNewSlices = applyLoadedSlices(chunk);
+}
+
+int TraceDocument::applyLoadedSlices(TraceChunk& chunk) {
+  for (std::string& name : chunk.newNames) {
+    m_loadNameIds.push_back(m_timeline.internName(name));
+    m_loadNames.push_back(std::move(name));
+  }
+  std::vector<bool> accepted;
+  const int added = int(m_timeline.addLoadedSlices(chunk.slices, m_loadNameIds, &accepted));
+  if (added == 0) return 0;
+  if (size_t(added) == chunk.slices.size()) accepted.clear();
+  m_phases.addLoadedSlices(chunk.slices, m_loadNames, accepted);
+  return added;
 }
 
 void TraceDocument::applyHeader(std::unique_ptr<TraceHeader> header, const QString& path) {
@@ -206,6 +222,8 @@ void TraceDocument::applyHeader(std::unique_ptr<TraceHeader> header, const QStri
 void TraceDocument::close() {
   if (isLoading()) stopWorker();
   const bool wasOpen = isOpen();
+  m_windowWorker.reset();
+  m_windowAnswered = m_windowTicket;  // answers still on their way are of the closed file
   m_reader.reset();
   m_path.clear();
   m_run.reset();
@@ -224,6 +242,8 @@ void TraceDocument::close() {
   m_stepsEndNs = 0;
   m_lastExpertStep = -1;
   m_lastNewSlices = 0;
+  m_loadNames.clear();
+  m_loadNameIds.clear();
   m_memory.clear();
   ++m_memoryRevision;
   m_memoryCursorNs = kNoTime;
@@ -276,6 +296,42 @@ Result<std::vector<storage::MemorySeries>> TraceDocument::memorySeries(TimeRange
 Result<std::vector<storage::GpuLane>> TraceDocument::gpuLanes(TimeRange window, int buckets) {
   if (!m_reader || m_gpuLaneTracks.empty()) return std::vector<storage::GpuLane>{};
   return m_reader->gpuLanes({window.startNs, window.endNs}, buckets);
+}
+
+void TraceDocument::startWindowWorker() {
+  m_windowWorker.reset();
+  if (!m_reader || (m_gpuLaneTracks.empty() && m_memoryTracks.empty())) return;
+  QPointer<TraceDocument> self(this);
+  m_windowWorker = std::make_unique<WindowQueryWorker>(
+      m_path.toStdString(), [self](WindowAnswer&& answer) {
+        auto shared = std::make_shared<WindowAnswer>(std::move(answer));
+        // The receiver may be gone by the time the GUI thread runs this (self is then null).
+        QMetaObject::invokeMethod(
+            QCoreApplication::instance(),
+            [self, shared] {
+              if (!self || shared->query.ticket <= self->m_windowAnswered) return;
+              self->m_windowAnswered = shared->query.ticket;
+              emit self->windowAnswered(*shared);
+            },
+            Qt::QueuedConnection);
+      });
+}
+
+uint64_t TraceDocument::requestWindow(TimeRange window, int buckets) {
+  if (!m_reader || isLoading() || (m_gpuLaneTracks.empty() && m_memoryTracks.empty())) return 0;
+  if (!m_windowWorker) startWindowWorker();
+  WindowQuery query;
+  query.ticket = ++m_windowTicket;
+  query.window = window;
+  query.buckets = std::max(1, buckets);
+  query.gpu = !m_gpuLaneTracks.empty();
+  query.memory = !m_memoryTracks.empty();
+  m_windowWorker->request(query);
+  return query.ticket;
+}
+
+bool TraceDocument::windowQueryPending() const {
+  return m_windowWorker && m_windowAnswered < m_windowTicket;
 }
 
 Status TraceDocument::selectGpuSlice(SliceId slice) {

@@ -4,8 +4,12 @@
 #include <QRegularExpression>
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+
+#include "moewb/storage/trace_bulk_reader.h"
 
 namespace moewb::gui {
 
@@ -98,13 +102,20 @@ Status streamCounters(storage::TraceReader& reader, const LoadPlan& plan,
 
 // Expert loads of the header's steps in ranges of options.stepsPerExpertChunk steps (all of them
 // in one chunk for a file without step rows).
-Status streamExpertLoads(storage::TraceReader& reader, const LoadPlan& plan,
+Status streamExpertLoads(storage::BulkTraceReader& bulk, const LoadPlan& plan,
                          const std::function<bool(TraceChunk&&)>& sink,
                          const std::atomic<bool>& cancel, const TraceLoadOptions& options,
                          bool* stopped) {
+  auto readRange = [&](int64_t from, int64_t to, std::vector<storage::ExpertLoadRow>* out) {
+    return bulk.forEachExpertLoadBatch(from, to, std::numeric_limits<size_t>::max() / 2,
+                                       [&](std::vector<storage::ExpertLoadRow>& rows) {
+                                         out->swap(rows);
+                                         return true;
+                                       });
+  };
   if (!plan.hasSteps) {
     TraceChunk chunk;
-    MOEWB_ASSIGN_OR_RETURN(chunk.expertLoads, reader.expertLoad(0, kLastStep));
+    MOEWB_RETURN_IF_ERROR(readRange(0, kLastStep, &chunk.expertLoads));
     chunk.progress = kHeaderShare + kCounterShare + kExpertShare;
     *stopped = !sink(std::move(chunk));
     return Status::ok();
@@ -119,7 +130,7 @@ Status streamExpertLoads(storage::TraceReader& reader, const LoadPlan& plan,
     }
     TraceChunk chunk;
     chunk.expertLoadsToStep = std::min(last, from + per - 1);
-    MOEWB_ASSIGN_OR_RETURN(chunk.expertLoads, reader.expertLoad(from, chunk.expertLoadsToStep));
+    MOEWB_RETURN_IF_ERROR(readRange(from, chunk.expertLoadsToStep, &chunk.expertLoads));
     const double done = double(chunk.expertLoadsToStep - first + 1) / double(last - first + 1);
     chunk.progress = kHeaderShare + kCounterShare + kExpertShare * done;
     if (!sink(std::move(chunk))) {
@@ -130,8 +141,42 @@ Status streamExpertLoads(storage::TraceReader& reader, const LoadPlan& plan,
   return Status::ok();
 }
 
+// Gives each string id of the file a name index of the load (0, 1, ... in order of first use),
+// resolving its text once.
+class NameIndexer {
+ public:
+  explicit NameIndexer(storage::BulkTraceReader& bulk) : m_bulk(bulk) {}
+  // The name index of string `id`; a new one appends its text to *newNames.
+  Result<int32_t> indexOf(int64_t id, std::vector<std::string>* newNames) {
+    const bool small = id >= 0 && id < kDirect;
+    if (small && size_t(id) < m_direct.size() && m_direct[size_t(id)] >= 0) {
+      return m_direct[size_t(id)];
+    }
+    if (!small) {
+      if (auto it = m_other.find(id); it != m_other.end()) return it->second;
+    }
+    MOEWB_ASSIGN_OR_RETURN(std::string text, m_bulk.stringText(id));
+    const int32_t index = m_count++;
+    newNames->push_back(std::move(text));
+    if (small) {
+      if (size_t(id) >= m_direct.size()) m_direct.resize(size_t(id) + 1, -1);
+      m_direct[size_t(id)] = index;
+    } else {
+      m_other.emplace(id, index);
+    }
+    return index;
+  }
+
+ private:
+  static constexpr int64_t kDirect = 1 << 20;  // ids below this use the flat table
+  storage::BulkTraceReader& m_bulk;
+  std::vector<int32_t> m_direct;  // by string id: name index, -1 = not seen
+  std::unordered_map<int64_t, int32_t> m_other;
+  int32_t m_count = 0;
+};
+
 // Host slices in start order, options.slicesPerChunk at a time; progress by start time.
-Status streamSlices(storage::TraceReader& reader, const LoadPlan& plan,
+Status streamSlices(storage::BulkTraceReader& bulk, const LoadPlan& plan,
                     const std::function<bool(TraceChunk&&)>& sink, const std::atomic<bool>& cancel,
                     const TraceLoadOptions& options, bool* stopped) {
   const std::unordered_set<int64_t>& skip = plan.gpuTracks;
@@ -139,6 +184,8 @@ Status streamSlices(storage::TraceReader& reader, const LoadPlan& plan,
   const double spanNs = std::max(1.0, double(plan.bounds.endNs - plan.bounds.startNs));
   const double sliceShare = 1.0 - kHeaderShare - kCounterShare - kExpertShare;
   const size_t per = std::max<size_t>(1, options.slicesPerChunk);
+  NameIndexer names(bulk);
+  Status failed;
   TraceChunk chunk;
   chunk.slices.reserve(per);
   auto handOver = [&](double fraction) {
@@ -152,21 +199,149 @@ Status streamSlices(storage::TraceReader& reader, const LoadPlan& plan,
     }
     return more;
   };
-  Status status = reader.forEachSlice([&](const storage::SliceRow& row) {
+  auto take = [&](const storage::SliceIdRow& row) {
+    LoadedSlice& s = chunk.slices.emplace_back();
+    s.startNs = row.startNs;
+    s.durNs = row.durNs;
+    s.step = row.step;
+    s.track = TrackId(row.track);
+    s.layer = row.layer;
+    s.depth = row.depth;
+    Result<int32_t> name = names.indexOf(row.nameId, &chunk.newNames);
+    Result<int32_t> category = names.indexOf(row.categoryId, &chunk.newNames);
+    if (!name.isOk() || !category.isOk()) {
+      failed = name.isOk() ? category.status() : name.status();
+      return false;
+    }
+    s.nameIndex = *name;
+    s.categoryIndex = *category;
+    return true;
+  };
+  Status status = bulk.forEachSliceBatch(per, [&](std::vector<storage::SliceIdRow>& rows) {
     if (cancel.load(std::memory_order_relaxed)) {
       *stopped = true;
       return false;
     }
-    if (!skip.empty() && skip.count(row.track.value)) return true;
-    chunk.slices.push_back(row);
-    if (chunk.slices.size() < per) return true;
-    if (!handOver((double(row.startNs) - startNs) / spanNs)) *stopped = true;
-    return !*stopped;
+    for (const storage::SliceIdRow& row : rows) {
+      if (!skip.empty() && skip.count(row.track)) continue;
+      if (!take(row)) return false;
+      if (chunk.slices.size() < per) continue;
+      if (!handOver((double(row.startNs) - startNs) / spanNs)) {
+        *stopped = true;
+        return false;
+      }
+    }
+    return true;
   });
   MOEWB_RETURN_IF_ERROR(status);
+  MOEWB_RETURN_IF_ERROR(failed);
   if (!*stopped && !chunk.slices.empty() && !handOver(1.0)) *stopped = true;
   return Status::ok();
 }
+
+// Runs a stream on a helper thread, holding its chunks (at most kSideChunks) until the loading
+// thread forwards them, so that the sink is only ever called on the loading thread.
+class SideStream {
+ public:
+  using Sink = std::function<bool(TraceChunk&&)>;
+  explicit SideStream(const std::atomic<bool>& cancel) : m_cancel(cancel) {}
+  ~SideStream() { (void)finish(true); }
+
+  // Starts body(push, &stopped) on the helper thread.
+  void start(std::function<Status(const Sink&, bool*)> body) {
+    m_thread = std::thread([this, body = std::move(body)] {
+      bool stopped = false;
+      Status status = body([this](TraceChunk&& chunk) { return push(std::move(chunk)); },
+                           &stopped);
+      std::lock_guard lock(m_mutex);
+      m_status = std::move(status);
+      m_stopped = stopped;
+      m_done = true;
+      m_changed.notify_all();
+    });
+  }
+  // Hands the chunks ready now to `sink`; false when `sink` refused one.
+  bool forwardReady(const Sink& sink) { return forward(sink, false); }
+  // Hands every chunk to `sink` until the helper is done; false when `sink` refused one.
+  bool forwardAll(const Sink& sink) { return forward(sink, true); }
+  // Stops the helper when `abandon` (its chunks are dropped), joins it and returns its status.
+  Status finish(bool abandon) {
+    if (abandon) {
+      std::lock_guard lock(m_mutex);
+      m_abandoned = true;
+      m_changed.notify_all();
+    }
+    if (m_thread.joinable()) m_thread.join();
+    std::lock_guard lock(m_mutex);
+    return m_status;
+  }
+  // Whether the helper's stream stopped early (cancelled).
+  bool stopped() {
+    std::lock_guard lock(m_mutex);
+    return m_stopped;
+  }
+
+ private:
+  static constexpr size_t kSideChunks = 4;
+
+  bool push(TraceChunk&& chunk) {
+    std::unique_lock lock(m_mutex);
+    m_changed.wait(lock, [&] {
+      return m_abandoned || m_cancel.load() || m_chunks.size() < kSideChunks;
+    });
+    if (m_abandoned || m_cancel.load()) return false;
+    m_chunks.push_back(std::move(chunk));
+    m_changed.notify_all();
+    return true;
+  }
+
+  bool forward(const Sink& sink, bool untilDone) {
+    while (true) {
+      std::optional<TraceChunk> chunk;
+      {
+        std::unique_lock lock(m_mutex);
+        if (untilDone) {
+          m_changed.wait(lock, [&] { return m_done || !m_chunks.empty() || m_cancel.load(); });
+        }
+        if (m_chunks.empty()) return true;
+        chunk.emplace(std::move(m_chunks.front()));
+        m_chunks.pop_front();
+        m_changed.notify_all();
+      }
+      if (!sink(std::move(*chunk))) return false;
+    }
+  }
+
+  const std::atomic<bool>& m_cancel;
+  std::thread m_thread;
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  std::deque<TraceChunk> m_chunks;
+  bool m_done = false;
+  bool m_stopped = false;
+  bool m_abandoned = false;
+  Status m_status;
+};
+
+// The progress of the two streams of a load as one monotonic fraction: each stream's own
+// progress (as its chunks carry it) minus where it starts, added up.
+class ProgressMerge {
+ public:
+  double update(double progress, bool fromSide) {
+    const double base = kHeaderShare;
+    const double sliceBase = kHeaderShare + kCounterShare + kExpertShare;
+    if (fromSide) {
+      m_side = std::max(m_side, progress - base);
+    } else {
+      m_slices = std::max(m_slices, progress - sliceBase);
+    }
+    return std::min(1.0, base + m_side + m_slices);
+  }
+
+ private:
+  double m_side = 0;    // counters and expert loads done, as a share of the whole load
+  double m_slices = 0;  // slices done, as a share of the whole load
+};
 
 }  // namespace
 
@@ -186,19 +361,46 @@ Result<std::unique_ptr<storage::TraceReader>> loadTrace(
   MOEWB_ASSIGN_OR_RETURN(auto reader, storage::TraceReader::open(path));
   const Status stoppedStatus = cancelled("loading " + path + " was cancelled");
   if (cancel.load()) return stoppedStatus;
+  // Two more connections for the bulk tables, opened once the file proved to be a trace.
+  MOEWB_ASSIGN_OR_RETURN(auto sliceBulk, storage::BulkTraceReader::open(path));
+  MOEWB_ASSIGN_OR_RETURN(auto loadBulk, storage::BulkTraceReader::open(path));
   MOEWB_ASSIGN_OR_RETURN(auto header, readHeader(*reader));
   const LoadPlan plan = planOf(*header, options);
   TraceChunk first;
   first.header = std::move(header);
   first.progress = kHeaderShare;
   if (!sink(std::move(first))) return stoppedStatus;
+  // The counters and expert loads are read on a helper thread while this one reads the slices
+  // (two cores: the two biggest tables at once); their chunks reach `sink` on this thread.
+  SideStream side(cancel);
+  side.start([&](const std::function<bool(TraceChunk&&)>& push, bool* stopped) {
+    MOEWB_RETURN_IF_ERROR(streamCounters(*reader, plan, push, cancel, stopped));
+    if (*stopped) return Status::ok();
+    return streamExpertLoads(*loadBulk, plan, push, cancel, options, stopped);
+  });
+  ProgressMerge merge;
   bool stopped = false;
-  MOEWB_RETURN_IF_ERROR(streamCounters(*reader, plan, sink, cancel, &stopped));
-  if (stopped) return stoppedStatus;
-  MOEWB_RETURN_IF_ERROR(streamExpertLoads(*reader, plan, sink, cancel, options, &stopped));
-  if (stopped) return stoppedStatus;
-  MOEWB_RETURN_IF_ERROR(streamSlices(*reader, plan, sink, cancel, options, &stopped));
-  if (stopped) return stoppedStatus;
+  auto forward = [&](TraceChunk&& chunk, bool fromSide) {
+    if (cancel.load(std::memory_order_relaxed)) return false;  // nothing more once cancelled
+    chunk.progress = merge.update(chunk.progress, fromSide);
+    return sink(std::move(chunk));
+  };
+  Status status = streamSlices(
+      *sliceBulk, plan,
+      [&](TraceChunk&& chunk) {
+        if (!side.forwardReady([&](TraceChunk&& c) { return forward(std::move(c), true); })) {
+          return false;
+        }
+        return forward(std::move(chunk), false);
+      },
+      cancel, options, &stopped);
+  if (status.isOk() && !stopped) {
+    stopped = !side.forwardAll([&](TraceChunk&& c) { return forward(std::move(c), true); });
+  }
+  const Status sideStatus = side.finish(stopped || !status.isOk());
+  MOEWB_RETURN_IF_ERROR(status);
+  MOEWB_RETURN_IF_ERROR(sideStatus);
+  if (stopped || side.stopped()) return stoppedStatus;
   return reader;
 }
 

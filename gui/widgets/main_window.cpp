@@ -10,6 +10,8 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
+#include <QCoreApplication>
+#include <QElapsedTimer>
 #include <QEventLoop>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -599,6 +601,13 @@ void MainWindow::updateActions() {
 }
 
 bool MainWindow::saveScreenshot(const QString& path) {
+  // The timeline's GPU lanes and memory rows are read on a worker: wait for them (bounded).
+  QElapsedTimer waited;
+  waited.start();
+  while (m_timeline->windowDataPending() && waited.elapsed() < 10'000) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+  }
+  QCoreApplication::processEvents();
   return grab().save(path, "PNG");
 }
 

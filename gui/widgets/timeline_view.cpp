@@ -36,6 +36,8 @@ void TimelineView::setDocument(TraceDocument* document) {
       m_highlights.clear();
       m_swapEvents.clear();
       m_swapItems.clear();
+      m_gpuLanes.clear();
+      m_memorySeries.clear();
       if (m_range) setSelectedRange(std::nullopt);
       onDataChanged();
     };
@@ -49,6 +51,7 @@ void TimelineView::setDocument(TraceDocument* document) {
       }
     });
     connect(m_document, &TraceDocument::refreshed, this, &TimelineView::onDataChanged);
+    connect(m_document, &TraceDocument::windowAnswered, this, &TimelineView::onWindowAnswered);
     connect(m_document, &TraceDocument::closed, this, &TimelineView::onDataChanged);
     ConfigChangeModel* changes = m_document->configChangeModel();
     auto markersChanged = [this] {
@@ -130,15 +133,36 @@ void TimelineView::rebuildDrawList() {
 }
 
 void TimelineView::rebuildGpu() {
-  m_gpuLanes.clear();
-  m_gpuItems.clear();
-  if (!m_document || m_document->gpuLaneTracks().empty()) return;
-  // One bucket per pixel column; a failed read leaves the lanes empty (as for memory rows).
-  auto lanes = m_document->gpuLanes({m_geometry.startNs, m_geometry.endNs},
-                                     int(std::ceil(m_geometry.widthPx)));
-  if (!lanes.isOk()) return;
-  m_gpuLanes = std::move(lanes).value();
+  if (!m_document || m_document->gpuLaneTracks().empty()) {
+    m_gpuLanes.clear();
+    m_gpuItems.clear();
+  } else {
+    m_gpuItems = layoutGpuItems(m_gpuLanes, m_geometry);
+  }
+  requestWindowData();
+}
+
+void TimelineView::requestWindowData() {
+  if (!m_document) return;
+  // One bucket per pixel column.
+  m_document->requestWindow({m_geometry.startNs, m_geometry.endNs},
+                            int(std::ceil(m_geometry.widthPx)));
+}
+
+void TimelineView::onWindowAnswered(const WindowAnswer& answer) {
+  // A failed read leaves the lanes and rows empty (the status bar reports file errors through
+  // the document's refresh).
+  m_gpuLanes = answer.status.isOk() ? answer.gpuLanes : std::vector<storage::GpuLane>{};
+  m_memorySeries = answer.status.isOk() ? answer.memory : std::vector<storage::MemorySeries>{};
+  if (!m_document || m_document->gpuLaneTracks().empty()) m_gpuLanes.clear();
+  if (!m_document || m_document->memoryTracks().empty()) m_memorySeries.clear();
   m_gpuItems = layoutGpuItems(m_gpuLanes, m_geometry);
+  m_memory = stackMemorySeries(m_memorySeries, m_geometry);
+  update();
+}
+
+bool TimelineView::windowDataPending() const {
+  return m_document && m_document->windowQueryPending();
 }
 
 QRect TimelineView::gpuLaneRect(int lane) const {
@@ -162,13 +186,13 @@ const storage::GpuLaneItem* TimelineView::gpuItemAtPos(const QPoint& pos) const 
 }
 
 void TimelineView::rebuildMemory() {
-  m_memory.clear();
-  if (!m_document || m_document->memoryTracks().empty()) return;
-  // One bucket per pixel column; a failed read leaves the rows empty (the status bar reports
-  // file errors through the document's refresh).
-  auto series = m_document->memorySeries({m_geometry.startNs, m_geometry.endNs},
-                                         int(std::ceil(m_geometry.widthPx)));
-  if (series.isOk()) m_memory = stackMemorySeries(*series, m_geometry);
+  if (!m_document || m_document->memoryTracks().empty()) {
+    m_memory.clear();
+    m_memorySeries.clear();
+    return;
+  }
+  // The last series read, laid out for this window until the worker's read of it arrives.
+  m_memory = stackMemorySeries(m_memorySeries, m_geometry);
 }
 
 int TimelineView::memoryStackOfRow(int row) const {

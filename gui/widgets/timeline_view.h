@@ -12,6 +12,9 @@
 // under the host lanes: a stacked area of bytes in use per category over the same time axis,
 // rebuilt with the draw list from the reader's per-pixel downsampled series (max per column, so
 // peaks stay visible); hovering it shows every category's bytes at that time.
+// The memory series and the GPU lanes of a window are read on the document's window-query
+// worker (requestWindow), never on the GUI thread: on a zoom or pan the view lays out the last
+// ones read for the new window at once and swaps in the new read when it arrives.
 // Traces with GPU capture get, under the host lanes (above the memory rows), one lane per CUDA
 // API thread (its runtime and driver calls, as Nsight Systems' CUDA API row) and one per CUDA
 // stream (kernels, copies, memsets), coloured by kind with elided names, read per window from
@@ -58,6 +61,7 @@
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/timeline_geometry.h"
 #include "moewb/gui/timeline_search.h"
+#include "moewb/gui/window_query_worker.h"
 
 class QPainter;
 
@@ -109,6 +113,9 @@ class TimelineView : public QWidget {
   // order) and their laid-out items, rebuilt with the draw list; empty without GPU capture.
   const std::vector<storage::GpuLane>& gpuLanes() const { return m_gpuLanes; }
   const std::vector<GpuDrawItem>& gpuItems() const { return m_gpuItems; }
+  // Whether the GPU lanes or memory rows of the current window are still being read (on the
+  // document's window-query worker; until then the last ones read are shown for this window).
+  bool windowDataPending() const;
   // Widget rectangle of GPU lane `lane` (plot part only); empty if none.
   QRect gpuLaneRect(int lane) const;
   // The GPU item under widget point `pos`, or nullptr.
@@ -229,6 +236,11 @@ class TimelineView : public QWidget {
   void rebuildMemory();
   void rebuildGpu();
   void rebuildSwap();
+  // Asks the document for the GPU lanes and memory series of the current window.
+  void requestWindowData();
+  // Takes the worker's answer: the newest read replaces what is shown, laid out for the
+  // current window.
+  void onWindowAnswered(const WindowAnswer& answer);
   // Index of the swap lane at widget y, or -1.
   int swapLaneAtY(int y) const;
   QString swapTooltipText(const storage::SwapEventRow& event) const;
@@ -303,6 +315,7 @@ class TimelineView : public QWidget {
   std::optional<TimelineSlice> m_selectedSlice;
   std::vector<ConfigMarker> m_markers;
   std::vector<MemoryStack> m_memory;
+  std::vector<storage::MemorySeries> m_memorySeries;  // the last series read (m_memory's source)
   int m_memoryTop = 0;  // y of the first memory row, px
   std::vector<storage::GpuLane> m_gpuLanes;
   std::vector<GpuDrawItem> m_gpuItems;

@@ -15,6 +15,7 @@
 #include "main_window.h"
 #include "moewb/gui/trace_document.h"
 #include "test_trace.h"
+#include "window_wait.h"
 #include "theme.h"
 #include "timeline_view.h"
 
@@ -55,6 +56,7 @@ TEST_F(TimelineGpuView, StreamLanesUnderTheHostLanesAndClickSelects) {
   view.resize(1150, 420);
   view.show();
   QApplication::processEvents();
+  ASSERT_TRUE(testing::waitForWindowData(view));
   ASSERT_EQ(view.gpuLanes().size(), 3u);  // the CUDA API thread, streams 7 and 13
   EXPECT_GT(view.gpuItems().size(), 8u);
   EXPECT_GT(view.gpuLaneRect(0).top(), 24 * 3);  // below the three host lanes
@@ -62,6 +64,7 @@ TEST_F(TimelineGpuView, StreamLanesUnderTheHostLanesAndClickSelects) {
   // Zoom to step 1 so each gemm kernel is many pixels wide, then click layer 2's.
   const int64_t step1 = testing::TestTrace::kOriginNs + testing::TestTrace::kStepNs;
   view.showTimeRange({step1, step1 + testing::TestTrace::kStepNs});
+  ASSERT_TRUE(testing::waitForWindowData(view));
   const QPoint at = kernelPoint(view, 1, 2);
   ASSERT_GE(at.x(), 0);
   QSignalSpy gpuSpy(&view, &TimelineView::gpuSliceActivated);
@@ -88,7 +91,7 @@ TEST_F(TimelineGpuView, MainWindowShowsKernelDetailsOnClick) {
   TimelineView* timeline = window.timelineView();
   const int64_t step2 = testing::TestTrace::kOriginNs + 2 * testing::TestTrace::kStepNs;
   timeline->showTimeRange({step2, step2 + testing::TestTrace::kStepNs});
-  QApplication::processEvents();
+  ASSERT_TRUE(testing::waitForWindowData(*timeline));
   const QPoint at = kernelPoint(*timeline, 1, 3);
   ASSERT_GE(at.x(), 0);
   QTest::mouseClick(timeline, Qt::LeftButton, Qt::NoModifier, at);
@@ -113,7 +116,7 @@ TEST_F(TimelineGpuView, MainWindowShowsKernelDetailsOnClick) {
   }
   ASSERT_GE(launchNs, 0);
   timeline->showTimeRange({launchNs - 20'000, launchNs + 25'000});
-  QApplication::processEvents();
+  ASSERT_TRUE(testing::waitForWindowData(*timeline));
   const QPoint launch = kernelPoint(*timeline, 0, 1);
   ASSERT_GE(launch.x(), 0);
   QTest::mouseClick(timeline, Qt::LeftButton, Qt::NoModifier, launch);

@@ -12,6 +12,7 @@
 
 #include "moewb/gui/trace_document.h"
 #include "test_trace.h"
+#include "window_wait.h"
 
 namespace moewb::gui {
 namespace {
@@ -94,6 +95,7 @@ class TimelineMemoryTest : public ::testing::Test {
     m_view.resize(1150, 420);
     m_view.show();
     QApplication::processEvents();
+    ASSERT_TRUE(testing::waitForWindowData(m_view));
   }
   // Widget point over the memory row at trace time `tNs`.
   QPoint memoryPoint(int64_t tNs) const {
@@ -161,6 +163,7 @@ TEST_F(TimelineMemoryTest, PaintsEachCategoryColour) {
 TEST_F(TimelineMemoryTest, ZoomRebuildsTheStackForTheNewWindow) {
   // Zoom to the workspace allocation of step 2: [start + 650 us, start + 850 us).
   m_view.showTimeRange({stepStart(2) + 650'000, stepStart(2) + 850'000});
+  ASSERT_TRUE(testing::waitForWindowData(m_view));
   ASSERT_EQ(m_view.memoryStacks().size(), 1u);
   const MemoryStack& stack = m_view.memoryStacks()[0];
   EXPECT_EQ(stack.columns(), 1000);

@@ -1,10 +1,12 @@
-// Loading off the GUI thread: loadTrace's chunks (order, bounds, progress), cancelling, the
+// Loading off the GUI thread: loadTrace's chunks (order, bounds, names, progress), cancelling, the
 // document's beginOpen (the same models as open(), progress to 100 %, cancel leaves it closed,
 // errors leave the previous document) and plain-language error text.
 #include "moewb/gui/trace_loader.h"
 
 #include <gtest/gtest.h>
 
+#include <QDir>
+#include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <fstream>
@@ -43,6 +45,8 @@ TEST_F(TraceLoaderTest, ChunksComeHeaderFirstBoundedAndInStartOrder) {
   std::vector<double> progress;
   int headers = 0, expertChunks = 0;
   int64_t slices = 0, loads = 0, lastStart = std::numeric_limits<int64_t>::min();
+  int64_t lastLoadStep = -1;
+  size_t names = 0;
   auto reader = loadTrace(
       file,
       [&](TraceChunk&& c) {
@@ -53,13 +57,19 @@ TEST_F(TraceLoaderTest, ChunksComeHeaderFirstBoundedAndInStartOrder) {
           EXPECT_EQ(c.header->bounds.endNs - c.header->bounds.startNs, 30 * TestTrace::kStepNs);
         }
         if (!c.expertLoads.empty()) {
+          // Read beside the slices (their chunks interleave), in step order themselves.
           ++expertChunks;
-          EXPECT_EQ(slices, 0) << "expert loads come before the slices";
           EXPECT_LE(c.expertLoads.size(), size_t(7 * 2 * 4));
+          EXPECT_GT(c.expertLoads.front().step, lastLoadStep);
+          for (const auto& r : c.expertLoads) EXPECT_LE(r.step, c.expertLoadsToStep);
+          lastLoadStep = c.expertLoadsToStep;
         }
         EXPECT_LE(c.slices.size(), 100u);
+        names += c.newNames.size();
         for (const auto& s : c.slices) {
           EXPECT_GE(s.startNs, lastStart);
+          EXPECT_LT(size_t(s.nameIndex), names) << "a name index refers to a name already sent";
+          EXPECT_LT(size_t(s.categoryIndex), names);
           lastStart = s.startNs;
         }
         slices += int64_t(c.slices.size());
@@ -78,6 +88,25 @@ TEST_F(TraceLoaderTest, ChunksComeHeaderFirstBoundedAndInStartOrder) {
   EXPECT_EQ(slices, 30 * m_perStep);
   ASSERT_FALSE(progress.empty());
   EXPECT_DOUBLE_EQ(progress.back(), 1.0);
+}
+
+TEST_F(TraceLoaderTest, ALoadLeavesNothingBesideTheTrace) {
+  // The load's extra connections (bulk slices, expert loads) only read: the trace's directory
+  // holds the same files, byte-identical trace included, before and after.
+  const std::string file = makeTrace("quiet.sqlite", 6);
+  const QDir dir(m_dir.path());
+  const QStringList before = dir.entryList(QDir::Files | QDir::Hidden, QDir::Name);
+  QFile in(QString::fromStdString(file));
+  ASSERT_TRUE(in.open(QIODevice::ReadOnly));
+  const QByteArray bytes = in.readAll();
+  in.close();
+  std::atomic<bool> cancel{false};
+  auto reader = loadTrace(file, [](TraceChunk&&) { return true; }, cancel);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  reader.value().reset();
+  EXPECT_EQ(dir.entryList(QDir::Files | QDir::Hidden, QDir::Name), before);
+  ASSERT_TRUE(in.open(QIODevice::ReadOnly));
+  EXPECT_EQ(in.readAll(), bytes);
 }
 
 TEST_F(TraceLoaderTest, CancelStopsTheLoad) {
@@ -136,6 +165,43 @@ TEST_F(TraceLoaderTest, BeginOpenStreamsTheSameModelsAsOpen) {
   EXPECT_EQ(doc.phaseSummaryModel()->referenceNs(), sync.phaseSummaryModel()->referenceNs());
   EXPECT_EQ(doc.expertLoadModel()->steps(), sync.expertLoadModel()->steps());
   EXPECT_EQ(doc.expertLoadModel()->step(), 39);
+  // The join-free load holds what the row query (names joined in SQL) gives, slice by slice.
+  auto reader = storage::TraceReader::open(file);
+  ASSERT_TRUE(reader.isOk());
+  auto rows = (*reader)->slices(storage::TimeWindow::all());
+  ASSERT_TRUE(rows.isOk());
+  TimelineData reference;
+  reference.addSlices(*rows);
+  ASSERT_EQ(doc.timeline().lanes().size(), reference.lanes().size());
+  for (size_t l = 0; l < reference.lanes().size(); ++l) {
+    const TimelineLane& want = reference.lanes()[l];
+    const TimelineLane& got = doc.timeline().lanes()[l];
+    ASSERT_EQ(got.slices.size(), want.slices.size());
+    EXPECT_EQ(got.track, want.track);
+    EXPECT_EQ(got.depth, want.depth);
+    for (size_t i = 0; i < want.slices.size(); ++i) {
+      EXPECT_EQ(got.slices[i].startNs, want.slices[i].startNs);
+      EXPECT_EQ(got.slices[i].durNs, want.slices[i].durNs);
+      EXPECT_EQ(got.slices[i].layer, want.slices[i].layer);
+      EXPECT_EQ(doc.timeline().name(got.slices[i].nameId),
+                reference.name(want.slices[i].nameId));
+    }
+  }
+  PhaseSummaryModel phases;
+  phases.addSlices(*rows);
+  ASSERT_EQ(phases.entries().size(), doc.phaseSummaryModel()->entries().size());
+  EXPECT_EQ(phases.referenceNs(), doc.phaseSummaryModel()->referenceNs());
+  for (const auto& e : phases.entries()) {
+    bool found = false;
+    for (const auto& f : doc.phaseSummaryModel()->entries()) {
+      if (f.name != e.name) continue;
+      found = true;
+      EXPECT_EQ(f.category, e.category);
+      EXPECT_EQ(f.count, e.count);
+      EXPECT_EQ(f.totalNs, e.totalNs);
+    }
+    EXPECT_TRUE(found) << e.name;
+  }
   EXPECT_TRUE(stepCheck.failures().isEmpty()) << stepCheck.failures().join('\n').toStdString();
   EXPECT_TRUE(phaseCheck.failures().isEmpty()) << phaseCheck.failures().join('\n').toStdString();
   // The reader is the document's now: a refresh works and finds nothing new.

@@ -78,6 +78,8 @@ class ExpertLoadModel : public QAbstractTableModel {
  private:
   void resize(int layers, int experts);
   void addToGrid(const storage::ExpertLoadRow& row);
+  // The same into `grid`, which must be m_grids[row.step].
+  void addToGrid(const storage::ExpertLoadRow& row, Grid& grid);
   void recomputeAggregates();
   void emitAllChanged();
   double rowMean(int layer) const;

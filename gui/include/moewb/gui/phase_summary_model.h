@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "moewb/gui/timeline_data.h"
 #include "moewb/storage/rows.h"
 
 namespace moewb::gui {
@@ -38,6 +39,11 @@ class PhaseSummaryModel : public QAbstractTableModel {
   void clear();
   // Adds slices to the totals; new names become new rows at the end.
   void addSlices(const std::vector<storage::SliceRow>& rows);
+  // The same for rows of a load whose names and categories are indexes into `names` (see
+  // LoadedSlice); only rows i with accepted[i] count (all when `accepted` is empty). An index
+  // outside `names` reads as "". O(k) with one hash lookup per distinct name, not per row.
+  void addLoadedSlices(const std::vector<LoadedSlice>& rows, const std::vector<std::string>& names,
+                       const std::vector<bool>& accepted = {});
   const std::vector<Entry>& entries() const { return m_entries; }
   // Total time of depth-0 slices, ns (the denominator of the share).
   int64_t referenceNs() const { return m_referenceNs; }
@@ -51,6 +57,11 @@ class PhaseSummaryModel : public QAbstractTableModel {
                       int role = Qt::DisplayRole) const override;
 
  private:
+  // The entry of `name` (new ones go to `fresh`, indexed by `freshRow`).
+  Entry* entryFor(const std::string& name, const std::string& category, std::vector<Entry>* fresh,
+                  std::unordered_map<std::string, size_t>* freshRow);
+  // Appends `fresh` as new rows and signals the changed and inserted rows.
+  void publish(std::vector<Entry>* fresh);
   QVariant rawValue(int row, int column) const;
   QString text(int row, int column) const;
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -40,6 +41,20 @@ struct TimelineSlice {
   int32_t layer = -1;   // decoder layer, -1 = whole model
 
   int64_t endNs() const { return startNs + durNs; }
+};
+
+// One host slice as a trace load hands it over (no heap memory): its name and category are
+// indexes into the load's list of names (TraceChunk::newNames), mapped to interned name ids by
+// the receiver.
+struct LoadedSlice {
+  int64_t startNs = 0;        // ns
+  int64_t durNs = 0;          // ns
+  int64_t step = -1;          // optimizer step, -1 = none
+  TrackId track;              // the slice's track
+  int32_t nameIndex = 0;      // index into the load's names
+  int32_t categoryIndex = 0;  // index into the load's names
+  int32_t layer = -1;         // decoder layer, -1 = whole model
+  int32_t depth = 0;          // nesting depth on its track
 };
 
 struct TimelineLane {
@@ -100,6 +115,13 @@ class TimelineData {
   // it is not 0. O(k log n) for k rows in start order, more for out-of-order rows.
   int64_t addSlices(const std::vector<storage::SliceRow>& rows,
                     std::vector<bool>* accepted = nullptr);
+  // The same for rows of a load: rows[i]'s name is nameIds[rows[i].nameIndex] (an id from
+  // internName; an index outside nameIds gives the name ""). No per-row allocation or hashing.
+  int64_t addLoadedSlices(const std::vector<LoadedSlice>& rows,
+                          const std::vector<int32_t>& nameIds,
+                          std::vector<bool>* accepted = nullptr);
+  // The id of `name`, interning it when new (it then shows in names(); no revision bump).
+  int32_t internName(const std::string& name);
 
   const std::vector<TimelineLane>& lanes() const { return m_lanes; }
   const std::vector<TimelineTrack>& tracks() const { return m_tracks; }
@@ -120,9 +142,13 @@ class TimelineData {
                                                 int64_t endNs);
 
  private:
-  int32_t internName(const std::string& name);
   TimelineLane& laneFor(TrackId track, int32_t depth);
   bool insertSlice(TimelineLane& lane, const TimelineSlice& slice, size_t* dirtyFrom);
+  // Adds one slice to the lane of (track, depth); out-of-order inserts note the lane in `dirty`.
+  bool addOne(TrackId track, int32_t depth, const TimelineSlice& slice,
+              std::map<std::pair<TrackId, int32_t>, size_t>* dirty);
+  // Recomputes the running end maxima of the lanes noted by addOne.
+  void repairMaxEnds(const std::map<std::pair<TrackId, int32_t>, size_t>& dirty);
 
   std::vector<TimelineLane> m_lanes;  // sorted by (track, depth)
   std::vector<TimelineTrack> m_tracks;

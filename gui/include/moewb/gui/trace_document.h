@@ -3,20 +3,22 @@
 // beginOpen() loads a file on a worker thread (trace_loader.h) and returns at once: the worker
 // opens the file and streams the first run's steps, the expert loads, every host slice and the
 // tracks in bounded chunks; the GUI thread applies them every kDrainIntervalMs, at most
-// kDrainBudgetMs at a time (emitting opening() once the file proved readable, then refreshed()
-// at most every kRefreshIntervalMs and loadProgress() as the data grows, and opened() when everything is in), so the views fill in
-// while the user can still act; cancelLoad() stops it and closes the document. open() does the
-// same load synchronously. No load holds a whole table in flight: peak memory is what the models
-// keep plus a few chunks. GPU capture slices (tracks of kind stream and cuda_api) are not loaded:
-// the timeline asks for the stream lanes of its window (gpuLanes, downsampled by the reader), and
-// selectGpuSlice fills the GPU details model from the file. refresh() reads only what is new
+// kDrainBudgetMs at a time (emitting opening() once the file proved readable, then refreshed() at
+// most every kRefreshIntervalMs and loadProgress() as the data grows, and opened() when everything
+// is in), so the views fill in while the user can still act; cancelLoad() stops it and closes the
+// document. open() does the same load synchronously. No load holds a whole table in flight: peak
+// memory is what the models keep plus a few chunks. GPU capture slices (tracks of kind stream and
+// cuda_api) are not loaded: the timeline asks for the stream lanes of its window (gpuLanes,
+// downsampled by the reader), and selectGpuSlice fills the GPU details model from the file. Those
+// per-window reads (GPU lanes, memory series) run on a WindowQueryWorker with its own connection:
+// requestWindow asks, windowAnswered answers on the GUI thread. refresh() reads only what is new
 // since the last load, for a trace that a run is still writing (WAL): steps after the last step
-// held, slices from the end of the last committed step on (duplicates are skipped) and expert
-// loads of newly committed steps and the memory counters up to the last committed step; the
-// models grow with insert signals, so views keep their state. A refresh costs O(new rows) plus
-// the reader's indexed queries. Errors come back as Status (the reader's message names the file)
-// and through failed() (in plain words: userMessage); the document is left as it was. GUI thread
-// only (the worker's reader becomes this thread's once the load has finished).
+// held, slices from the end of the last committed step on (duplicates are skipped) and expert loads
+// of newly committed steps and the memory counters up to the last committed step; the models grow
+// with insert signals, so views keep their state. A refresh costs O(new rows) plus the reader's
+// indexed queries. Errors come back as Status (the reader's message names the file) and through
+// failed() (in plain words: userMessage); the document is left as it was. GUI thread only (the
+// worker's reader becomes this thread's once the load has finished).
 #pragma once
 
 #include <QElapsedTimer>
@@ -35,6 +37,7 @@
 #include "moewb/gui/step_table_model.h"
 #include "moewb/gui/timeline_data.h"
 #include "moewb/gui/trace_loader.h"
+#include "moewb/gui/window_query_worker.h"
 #include "moewb/storage/trace_reader.h"
 
 class QTimer;
@@ -127,6 +130,13 @@ class TraceDocument : public QObject {
   // gpuLanes; the timeline asks for one bucket per pixel). Empty when nothing is open or there
   // are no GPU tracks.
   Result<std::vector<storage::GpuLane>> gpuLanes(TimeRange window, int buckets);
+  // Asks the window-query worker (window_query_worker.h) for the GPU lanes and memory series of
+  // `window` with `buckets` buckets, read off the GUI thread; windowAnswered() brings the answer
+  // (a newer request replaces one not started yet). Returns the request's ticket (increasing), or
+  // 0 when there is nothing to read (nothing open, no GPU or memory tracks, a load running).
+  uint64_t requestWindow(TimeRange window, int buckets);
+  // Whether a requestWindow answer is still to come.
+  bool windowQueryPending() const;
   // Fills gpuDetailsModel() with GPU slice `slice`'s details and the expert load of its step and
   // layer; clears it when the slice is not GPU work. Errors: read errors (the model is cleared).
   Status selectGpuSlice(SliceId slice);
@@ -155,6 +165,8 @@ class TraceDocument : public QObject {
   void closed();
   // An open or refresh failed; `message` names the file and the problem.
   void failed(const QString& message);
+  // The answer to requestWindow (GUI thread; `answer` is valid during the call only).
+  void windowAnswered(const moewb::gui::WindowAnswer& answer);
 
  private:
   Status loadNewSlices(int64_t fromNs);
@@ -169,13 +181,20 @@ class TraceDocument : public QObject {
   void applyHeader(std::unique_ptr<TraceHeader> header, const QString& path);
   void applyChunk(TraceChunk&& chunk, const QString& path);
   int applySlices(std::vector<storage::SliceRow>& rows);
+  // Adds a load chunk's slices (and its new names) to the timeline and the phase summary.
+  int applyLoadedSlices(TraceChunk& chunk);
   int applyMemory(const std::vector<storage::CounterRow>& rows);
   // Takes the worker's chunks; ends the load when the worker is done.
   void drainLoad();
   // Joins the worker thread and drops the channel.
   void stopWorker();
+  // Starts the window-query worker for the open file (requestWindow, on first use).
+  void startWindowWorker();
 
   std::unique_ptr<storage::TraceReader> m_reader;  // null while a load runs
+  std::unique_ptr<WindowQueryWorker> m_windowWorker;  // set while a file with lanes is open
+  uint64_t m_windowTicket = 0;                        // last requestWindow ticket
+  uint64_t m_windowAnswered = 0;                      // last ticket answered
   QString m_path;
   std::unique_ptr<TraceLoadChannel> m_channel;  // set while beginOpen's load runs
   std::thread m_worker;
@@ -205,6 +224,8 @@ class TraceDocument : public QObject {
   int64_t m_stepsEndNs = 0;       // latest end of a committed step held, ns
   int64_t m_lastExpertStep = -1;  // highest step whose expert loads are held
   int m_lastNewSlices = 0;        // slices added by the last loadNewSlices
+  std::vector<std::string> m_loadNames;  // the running load's names, by name index
+  std::vector<int32_t> m_loadNameIds;    // their timeline name ids, by name index
   std::vector<MemorySample> m_memory;
   uint64_t m_memoryRevision = 0;
   int64_t m_memoryCursorNs;                                    // counters before this time are held

@@ -1,14 +1,17 @@
 // Trace loading for TraceDocument, split so the reading can run on a worker thread.
 //
-// loadTrace opens a trace file and reads what the document shows, as a sequence of chunks handed
-// to a sink: first a TraceHeader (run, stats, meta, tracks, steps, config changes: the small
-// tables), then the counters in time ranges of steps, then the expert loads in ranges of steps,
-// then the host slices in start order (tracks of kind stream and cuda_api are left to per-window
-// queries). No chunk holds more than a bounded number of rows, so a load never has a whole table in
-// flight; the sink owns each chunk and applies it (the document on the GUI thread). Each chunk
-// carries the fraction of the load done, for a progress bar. Cost: one read of each table (the
-// slices streamed with TraceReader::forEachSlice), O(rows) in total; memory O(rows per chunk)
-// beyond what the sink keeps.
+// loadTrace opens a trace file and reads what the document shows, as a sequence of chunks handed to
+// a sink: first a TraceHeader (run, stats, meta, tracks, steps, config changes: the small tables);
+// then, read at the same time on two threads and interleaved, the host slices in start order
+// (tracks of kind stream and cuda_api are left to per-window queries) and the counters in time
+// ranges of steps followed by the expert loads in ranges of steps. The sink is only ever called on
+// the calling thread. No chunk holds more than a bounded number of rows, so a load never has a
+// whole table in flight; the sink owns each chunk and applies it (the document on the GUI thread).
+// Each chunk carries the fraction of the load done, for a progress bar. Cost: one read of each
+// table, O(rows) in total; memory O(rows per chunk) beyond what the sink keeps. The bulk tables
+// (slices, expert loads) are read through storage::BulkTraceReader: slices without string joins
+// (names go over as indexes into a list of names that grows chunk by chunk, so a slice carries no
+// heap memory) and expert loads without a sort.
 //
 // TraceLoadChannel carries chunks from the worker to the GUI thread: a bounded queue (push blocks
 // while it is full, so a worker never runs far ahead of the GUI), a cancel flag the worker polls
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "moewb/base/status.h"
+#include "moewb/gui/timeline_data.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::gui {
@@ -48,20 +52,24 @@ struct TraceHeader {
   storage::TimeWindow bounds;  // first slice start .. last slice end, ns
 };
 
-// One piece of a load. Chunks come in order: the header, counters, expert loads, slices.
+// One piece of a load. The header comes first; then slice chunks (in start order) interleave
+// with counter chunks (in time order) and expert-load chunks (in step order, after the counters).
 struct TraceChunk {
   std::unique_ptr<TraceHeader> header;        // set in the first chunk only
   std::vector<storage::CounterRow> counters;  // a time range's counters, (track, ts) order
   std::vector<storage::ExpertLoadRow> expertLoads;
   int64_t expertLoadsToStep = -1;         // expert loads of steps <= this are complete
-  std::vector<storage::SliceRow> slices;  // host slices, start order
+  std::vector<LoadedSlice> slices;        // host slices, start order
+  // Names first used by this chunk's slices: name index (LoadedSlice::nameIndex, categoryIndex)
+  // k is the k-th name of the load, counting the newNames of every chunk so far in order.
+  std::vector<std::string> newNames;
   double progress = 0;                    // fraction of the load done after it, 0..1
 };
 
 struct TraceLoadOptions {
   // Small enough that applying one chunk on the GUI thread takes a few ms.
-  size_t slicesPerChunk = 8'192;         // slices per chunk
-  int64_t stepsPerExpertChunk = 128;     // steps of expert loads per chunk
+  size_t slicesPerChunk = 32'768;        // slices per chunk
+  int64_t stepsPerExpertChunk = 512;     // steps of expert loads per chunk
   int64_t stepsPerCounterChunk = 8'192;  // steps whose time range of counters makes a chunk
   // Test hook: the worker sleeps this long after handing over each slice chunk (so a test can
   // cancel a load of a small file while it is running). 0 in the application.

@@ -1,0 +1,129 @@
+// BulkTraceReader: batched, join-free whole-table reads for loading a trace (see
+// moewb/storage/trace_bulk_reader.h).
+#include "moewb/storage/trace_bulk_reader.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "sqlite_util.h"
+#include "trace_open.h"
+
+namespace moewb::storage {
+
+namespace {
+
+// Slices in start order with their string ids (slice_start_idx gives the order, no sort).
+constexpr const char* kSliceIdsSql =
+    "SELECT id, track, start_ns, dur_ns, name, category, step, layer, correlation_id, depth "
+    "FROM slice ORDER BY start_ns, id";
+// Expert loads of a step range; (step, layer) is the index order, so there is no sort.
+constexpr const char* kExpertLoadRangeSql =
+    "SELECT step, layer, expert, rank, tokens, dropped, bias FROM expert_load "
+    "WHERE step >= ?1 AND step <= ?2 ORDER BY step, layer";
+constexpr const char* kStringSql = "SELECT text FROM string WHERE id = ?1";
+
+}  // namespace
+
+struct BulkTraceReader::State {
+  detail::Database db;
+  detail::Statement slices;       // kSliceIdsSql, prepared on first use
+  detail::Statement expertLoads;  // kExpertLoadRangeSql
+  detail::Statement string;       // kStringSql
+  std::unordered_map<int64_t, std::string> strings;  // stringText's cache
+};
+
+BulkTraceReader::BulkTraceReader(std::unique_ptr<State> state) : m_state(std::move(state)) {}
+
+BulkTraceReader::~BulkTraceReader() = default;
+
+Result<std::unique_ptr<BulkTraceReader>> BulkTraceReader::open(const std::string& path,
+                                                               const ReaderOptions& options) {
+  MOEWB_ASSIGN_OR_RETURN(detail::UntrustedTrace trace,
+                         detail::openUntrustedTrace(path, options.queryTimeLimit));
+  auto state = std::make_unique<State>();
+  state->db = std::move(trace.db);
+  return std::unique_ptr<BulkTraceReader>(new BulkTraceReader(std::move(state)));
+}
+
+Result<std::string> BulkTraceReader::stringText(int64_t id) {
+  if (auto it = m_state->strings.find(id); it != m_state->strings.end()) return it->second;
+  detail::Statement& query = m_state->string;
+  if (!query.isPrepared()) {
+    MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kStringSql));
+  }
+  MOEWB_RETURN_IF_ERROR(query.bindInt(1, id));
+  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
+  std::string text = hasRow ? query.columnText(0) : std::string();
+  query.reset();
+  m_state->strings.emplace(id, text);
+  return text;
+}
+
+Status BulkTraceReader::forEachSliceBatch(
+    size_t rowsPerBatch, const std::function<bool(std::vector<SliceIdRow>&)>& visit) {
+  detail::Statement& query = m_state->slices;
+  if (!query.isPrepared()) {
+    MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kSliceIdsSql));
+  }
+  const size_t per = std::max<size_t>(1, rowsPerBatch);
+  std::vector<SliceIdRow> batch;
+  batch.reserve(per);
+  bool more = true;
+  while (more) {
+    Result<bool> hasRow = query.step();
+    if (!hasRow.isOk()) return hasRow.status();  // step() has reset the statement
+    if (!*hasRow) break;
+    SliceIdRow& row = batch.emplace_back();
+    row.id = query.columnInt(0);
+    row.track = query.columnInt(1);
+    row.startNs = query.columnInt(2);
+    row.durNs = query.columnInt(3);
+    row.nameId = query.columnInt(4);
+    row.categoryId = query.columnInt(5);
+    row.step = query.columnInt(6);
+    row.layer = query.columnInt32(7);
+    row.correlationId = query.columnInt(8);
+    row.depth = query.columnInt32(9);
+    if (batch.size() < per) continue;
+    more = visit(batch);
+    batch.clear();
+  }
+  if (more && !batch.empty()) visit(batch);
+  query.reset();
+  return Status::ok();
+}
+
+Status BulkTraceReader::forEachExpertLoadBatch(
+    int64_t fromStep, int64_t toStep, size_t rowsPerBatch,
+    const std::function<bool(std::vector<ExpertLoadRow>&)>& visit) {
+  detail::Statement& query = m_state->expertLoads;
+  if (!query.isPrepared()) {
+    MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kExpertLoadRangeSql));
+  }
+  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
+  const size_t per = std::max<size_t>(1, rowsPerBatch);
+  std::vector<ExpertLoadRow> batch;
+  batch.reserve(std::min<size_t>(per, 1 << 16));
+  bool more = true;
+  while (more) {
+    Result<bool> hasRow = query.step();
+    if (!hasRow.isOk()) return hasRow.status();
+    if (!*hasRow) break;
+    ExpertLoadRow& row = batch.emplace_back();
+    row.step = query.columnInt(0);
+    row.layer = query.columnInt32(1);
+    row.expert = query.columnInt32(2);
+    row.rank = query.columnInt32(3);
+    row.tokens = query.columnInt(4);
+    row.dropped = query.columnInt(5);
+    row.bias = query.columnDouble(6);
+    if (batch.size() < per) continue;
+    more = visit(batch);
+    batch.clear();
+  }
+  if (more && !batch.empty()) visit(batch);
+  query.reset();
+  return Status::ok();
+}
+
+}  // namespace moewb::storage
