@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nearest_point.h"
 #include "theme.h"
 
 namespace moewb::gui {
@@ -86,17 +87,9 @@ QPointF TunerPredictionView::pointPosition(size_t index) const {
 }
 
 std::optional<int64_t> TunerPredictionView::trialAt(const QPointF& pos, double radiusPx) const {
-  std::optional<int64_t> best;
-  double bestDist = radiusPx;
-  for (size_t i = 0; i < m_points.size(); ++i) {
-    const QPointF d = pointPosition(i) - pos;
-    const double dist = std::hypot(d.x(), d.y());
-    if (dist <= bestDist) {
-      bestDist = dist;
-      best = m_points[i].trialId;
-    }
-  }
-  return best;
+  return nearestPointId(
+      m_points.size(), [&](size_t i) { return pointPosition(i); },
+      [&](size_t i) { return m_points[i].trialId; }, pos, radiusPx);
 }
 
 QSize TunerPredictionView::sizeHint() const {
