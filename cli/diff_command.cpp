@@ -20,7 +20,8 @@ namespace moewb::cli {
 namespace {
 
 struct DiffArgs {
-  std::vector<std::string> traces;  // 1 or 2
+  std::string traceA;
+  std::string traceB;  // empty: two ranges of traceA
   std::string aSteps;
   std::string bSteps;
   bool splitAtPatch = false;
@@ -196,7 +197,7 @@ void printJson(const storage::TraceSample& a, const storage::TraceSample& b,
 Result<DiffPlan> planDiff(const DiffArgs& args, storage::TraceReader& readerA) {
   DiffPlan plan;
   plan.a.warmupSteps = plan.b.warmupSteps = args.warmupSteps;
-  const bool oneTrace = args.traces.size() == 1;
+  const bool oneTrace = args.traceB.empty();
   if (args.splitAtPatch) {
     if (!oneTrace) {
       return invalidArgument("--split-at-patch compares two parts of ONE trace; give one file");
@@ -231,12 +232,12 @@ int diffCommand(const DiffArgs& args) {
     std::fprintf(stderr, "moewb diff: %s\n", message.c_str());
     return kExitBadInput;
   };
-  auto readerA = storage::TraceReader::open(args.traces.front());
+  auto readerA = storage::TraceReader::open(args.traceA);
   if (!readerA.isOk()) return badInput(readerA.status().message());
   std::unique_ptr<storage::TraceReader> ownedB;
   storage::TraceReader* readerB = readerA->get();
-  if (args.traces.size() == 2) {
-    auto opened = storage::TraceReader::open(args.traces.back());
+  if (!args.traceB.empty()) {
+    auto opened = storage::TraceReader::open(args.traceB);
     if (!opened.isOk()) return badInput(opened.status().message());
     ownedB = std::move(opened).value();
     readerB = ownedB.get();
@@ -269,9 +270,9 @@ void addDiffCommand(CLI::App& app, std::function<int()>* action) {
       "diff",
       "compare two traces (or two step ranges of one): per-phase and per-kernel time "
       "per step with its noise, step time, tokens/s, loss, expert imbalance");
-  cmd->add_option("traces", args->traces, "A.sqlite [B.sqlite] (one file: two ranges of it)")
-      ->required()
-      ->expected(1, 2);
+  // Two positionals (not one taking 1-2 values): CLI11 2.1 prints the latter as "traces(1x)".
+  cmd->add_option("A", args->traceA, "trace A (.sqlite)")->required();
+  cmd->add_option("B", args->traceB, "trace B (.sqlite); without it, two step ranges of A");
   cmd->add_option("--a-steps", args->aSteps, "steps of A: A:B (A..B-1), A:, :B or one step");
   cmd->add_option("--b-steps", args->bSteps, "steps of B, as --a-steps");
   cmd->add_flag("--split-at-patch", args->splitAtPatch,

@@ -213,6 +213,7 @@ TEST_F(CliDiff, BadInputExitsWith2AndSaysWhatWasWrong) {
       {s_a + " --split-at-patch", "has no live config change"},
       {s_a, "needs --split-at-patch or both --a-steps and --b-steps"},
       {s_a + " " + s_b + " --warmup 12", "all inside the 12-step warm-up"},
+      {s_a + " " + s_b + " " + s_a, "not expected"},
   };
   for (const Case& c : cases) {
     ProcessResult r = runMoewb("diff " + c.args, s_dir->path());
@@ -220,6 +221,14 @@ TEST_F(CliDiff, BadInputExitsWith2AndSaysWhatWasWrong) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_EQ(r.err.find("invalid argument"), std::string::npos) << r.err;
   }
+}
+
+// The usage line names the two positionals (CLI11 printed "traces(1x)" for one 1-2 valued one).
+TEST_F(CliDiff, HelpNamesTheTwoTraces) {
+  ProcessResult r = runMoewb("diff --help", s_dir->path());
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("moewb diff [OPTIONS] A [B]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("(1x)"), std::string::npos) << r.out;
 }
 
 }  // namespace
