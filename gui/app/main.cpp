@@ -4,7 +4,11 @@
 //   --screenshot OUT.png                  render the window to OUT.png once the trace is loaded
 //                                         (or the run finished) and exit; exit code 1 on errors
 //   --window A:B                          show ms A..B after the trace start on the timeline
-//   --size WxH                            window size (default 1600x1000)
+//   --size WxH                            window size (default 1600x1000, or the saved one)
+//   --heatmap-scale MAX                   fix the expert heat map's colour scale at MAX x layer mean
+//                                         (a number > 0, or auto: the data's maximum)
+//   --no-saved-layout                     neither restore nor save the window layout (QSettings
+//                                         "MoE Workbench/moewb-gui"); --screenshot implies it
 //   --timeline-height PX                  give the timeline PX pixels (all lanes down to swap)
 //   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
 //   --select A:B                          select ms A..B after the trace start (the Selection dock)
@@ -17,9 +21,12 @@
 #include <QElapsedTimer>
 #include <QSize>
 #include <QTimer>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "compare_window.h"
+#include "heatmap_panel.h"
 #include "main_window.h"
 #include "theme.h"
 #include "tuner_window.h"
@@ -44,6 +51,9 @@ struct Options {
   QString screenshot;  // --screenshot
   QString windowSpec;  // --window
   QSize size{1600, 1000};
+  bool sizeSet = false;      // --size given
+  bool savedLayout = true;   // restore and save the layout (not with --no-saved-layout)
+  double heatmapScale = 0;   // --heatmap-scale, 0 = auto
   int timelineHeight = 0;  // --timeline-height, 0 = default
   QString swapTab;         // --swap-tab
   QString selectSpec;      // --select
@@ -133,8 +143,13 @@ Options parseOptions(const QApplication& app) {
   QCommandLineOption warmupOpt(QStringLiteral("warmup"),
                                QStringLiteral("with --compare: first steps left out (default 1)"),
                                QStringLiteral("N"));
+  QCommandLineOption noLayoutOpt(QStringLiteral("no-saved-layout"),
+                                 QStringLiteral("neither restore nor save the window layout"));
+  QCommandLineOption scaleOpt(QStringLiteral("heatmap-scale"),
+                              QStringLiteral("fix the heat map's colour scale (x layer mean)"),
+                              QStringLiteral("MAX"), QStringLiteral("auto"));
   parser.addOptions({runOpt, outOpt, stepsOpt, shotOpt, sizeOpt, windowOpt, heightOpt, swapTabOpt,
-                     compareOpt, warmupOpt, selectOpt, studyOpt});
+                     compareOpt, warmupOpt, selectOpt, studyOpt, noLayoutOpt, scaleOpt});
   parser.process(app);
   Options o;
   if (!parser.positionalArguments().isEmpty()) o.file = parser.positionalArguments().front();
@@ -146,6 +161,19 @@ Options parseOptions(const QApplication& app) {
   }
   o.runSteps = parser.value(stepsOpt).toLongLong();
   o.screenshot = parser.value(shotOpt);
+  // Screenshots stay reproducible: they never read (or write) the user's saved layout.
+  o.savedLayout = !parser.isSet(noLayoutOpt) && o.screenshot.isEmpty();
+  o.sizeSet = parser.isSet(sizeOpt);
+  const QString scale = parser.value(scaleOpt);
+  if (scale != QLatin1String("auto")) {
+    bool ok = false;
+    o.heatmapScale = scale.toDouble(&ok);
+    if (!ok || !(o.heatmapScale > 0) || !std::isfinite(o.heatmapScale)) {
+      std::fprintf(stderr, "moewb-gui: --heatmap-scale %s: expected a number > 0 (the top of the "
+                   "colour scale in x layer mean, e.g. 2) or auto\n", qPrintable(scale));
+      std::exit(2);
+    }
+  }
   o.windowSpec = parser.value(windowOpt);
   o.timelineHeight = parser.value(heightOpt).toInt();
   o.swapTab = parser.value(swapTabOpt);
@@ -197,7 +225,12 @@ int main(int argc, char** argv) {
 
   moewb::gui::MainWindow window;
   window.resize(o.size);
+  if (o.savedLayout) {
+    window.useSavedLayout();
+    if (o.sizeSet) window.resize(o.size);  // an explicit --size wins over the saved geometry
+  }
   if (!o.screenshot.isEmpty()) window.setErrorDialogsEnabled(false);
+  if (o.heatmapScale > 0) window.heatmapPanel()->setFixedScale(o.heatmapScale);
   window.show();
   if (!o.study.isEmpty()) moewb::gui::openStudyWindow(o.study, &window);
 

@@ -5,11 +5,27 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QToolTip>
+#include <cmath>
 
 #include "moewb/gui/palette.h"
 #include "theme.h"
 
 namespace moewb::gui {
+
+void ColorGridView::setFixedScaleMax(double maxValue) {
+  const double fixed = maxValue > 0 && std::isfinite(maxValue) ? maxValue : 0.0;
+  if (fixed == m_fixedScaleMax) return;
+  m_fixedScaleMax = fixed;
+  update();
+}
+
+QString ColorGridView::scaleTitle(const QString& unit) const {
+  return m_fixedScaleMax > 0 ? tr("fixed scale") : unit;
+}
+
+QString ColorGridView::aboveScaleNote(double value) const {
+  return m_fixedScaleMax > 0 && value > m_fixedScaleMax ? tr(", above scale") : QString();
+}
 
 void ColorGridView::mouseMoveEvent(QMouseEvent* event) {
   int row = -1, column = -1;

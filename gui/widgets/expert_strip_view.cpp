@@ -37,6 +37,10 @@ void ExpertStripView::setMarkedStep(qint64 step) {
   update();
 }
 
+double ExpertStripView::colorScaleMax() const {
+  return scaleMaxOr(m_model ? m_model->colorScaleMax() : 1.5);
+}
+
 QSize ExpertStripView::sizeHint() const {
   return {560, 300};
 }
@@ -117,14 +121,15 @@ QString ExpertStripView::cellText(int expert, int column) const {
                                         .arg(c.lastStep)
                                         .arg(c.stepCount)
                                   : tr("step %1").arg(c.firstStep);
-  return tr("layer %1, expert %2, %3: %4 tokens, %5x layer mean, %6 dropped, bias %7")
+  return tr("layer %1, expert %2, %3: %4 tokens, %5x layer mean%8, %6 dropped, bias %7")
       .arg(m_model->layer())
       .arg(expert)
       .arg(steps)
       .arg(QString::fromStdString(formatCount(double(c.tokens[e]))))
       .arg(c.load[e], 0, 'f', 2)
       .arg(c.dropped[e])
-      .arg(c.bias[e], 0, 'g', 4);
+      .arg(c.bias[e], 0, 'g', 4)
+      .arg(aboveScaleNote(c.load[e]));
 }
 
 void ExpertStripView::mousePressEvent(QMouseEvent* event) {
@@ -154,7 +159,7 @@ void ExpertStripView::paintEvent(QPaintEvent*) {
 }
 
 void ExpertStripView::paintCells(QPainter& p) const {
-  const double scale = m_model->colorScaleMax();
+  const double scale = colorScaleMax();
   const int experts = m_model->expertCount();
   for (size_t c = 0; c < m_columns.size(); ++c) {
     for (int e = 0; e < experts; ++e) {
@@ -237,8 +242,9 @@ void ExpertStripView::paintSeries(QPainter& p) const {
 void ExpertStripView::paintLegend(QPainter& p) const {
   const QRect g = stripRect();
   const QRect bar(g.right() + 18, g.top() + 22, 14, std::max(20, g.height() - 26));
-  paintScaleBar(p, bar, QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18), tr("x layer mean"));
-  const double scale = m_model->colorScaleMax();
+  paintScaleBar(p, bar, QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18),
+                scaleTitle(tr("x layer mean")));
+  const double scale = colorScaleMax();
   p.setPen(theme::text());
   for (double v : {0.0, 1.0, scale}) {
     const int y = bar.bottom() - int(std::lround(v / scale * bar.height()));

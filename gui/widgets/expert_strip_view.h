@@ -5,7 +5,8 @@
 // below it a small line chart of the layer's imbalance (max / mean) and drop rate per column.
 // Hovering a cell reports step(s), expert, tokens, dropped and bias (tooltip and
 // hoverTextChanged); a click on a cell emits cellClicked with the covered step where that expert
-// had the most tokens. The step chosen elsewhere (setMarkedStep) is drawn as a vertical line.
+// had the most tokens. A fixed colour scale (setFixedScaleMax) replaces the data's maximum.
+// The step chosen elsewhere (setMarkedStep) is drawn as a vertical line.
 // Painting is O(steps * experts) when the data or the width changed, O(columns * experts)
 // otherwise. GUI thread only.
 #pragma once
@@ -33,7 +34,11 @@ class ExpertStripView : public ColorGridView {
   const std::vector<ExpertTimeModel::Column>& columns() const;
   // Widget centre of the cell of column `column`, expert `expert` (for tests and tooltips).
   QPoint cellCenter(int column, int expert) const;
-  // Description of a cell: step(s), expert, tokens, dropped, bias.
+  // Upper end of the colour scale in "x layer mean": the fixed maximum when one is set
+  // (ColorGridView::setFixedScaleMax), else the model's colorScaleMax().
+  double colorScaleMax() const;
+  // Description of a cell: step(s), expert, tokens, dropped, bias ("above scale" when the
+  // cell's load is above a fixed maximum).
   QString cellText(int expert, int column) const;
   // The step of column `column` where `expert` had the most tokens (the first on ties).
   qint64 hotStep(int column, int expert) const;

@@ -8,6 +8,7 @@
 #include <QSpinBox>
 #include <QStackedWidget>
 #include <QVBoxLayout>
+#include <cmath>
 
 #include "expert_strip_view.h"
 #include "expert_time_panel.h"
@@ -23,6 +24,12 @@ HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
       {tr("One step"), tr("Max over steps"), tr("Mean over steps"), tr("Over time")});
   m_mode->setToolTip(tr("Show one step, per cell the maximum / mean over all steps, or one "
                         "layer's experts over the steps"));
+  m_scale = new QComboBox(this);
+  m_scale->addItem(tr("auto"), 0.0);
+  for (double v : kFixedScales) m_scale->addItem(tr("%1x").arg(v), v);
+  m_scale->setToolTip(tr("Colour scale: its top in x layer mean, auto (the data's maximum) or "
+                         "fixed, so two runs' heat maps compare; cells above it draw in the top "
+                         "colour and say \"above scale\""));
   m_slider = new QSlider(Qt::Horizontal, this);
   m_slider->setToolTip(tr("Step shown by the heat map"));
   m_spin = new QSpinBox(this);
@@ -40,6 +47,7 @@ HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
   controls->addWidget(title);
   controls->addStretch(1);
   controls->addWidget(m_mode);
+  controls->addWidget(m_scale);
   controls->addWidget(m_slider, 2);
   controls->addWidget(m_spin);
   auto* layout = new QVBoxLayout(this);
@@ -49,6 +57,11 @@ HeatmapPanel::HeatmapPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(m_hover);
 
   connect(m_mode, &QComboBox::currentIndexChanged, this, &HeatmapPanel::onModeChanged);
+  connect(m_scale, &QComboBox::currentIndexChanged, this, [this](int index) {
+    const double maxLoad = index >= 0 ? m_scale->itemData(index).toDouble() : 0.0;
+    m_view->setFixedScaleMax(maxLoad);
+    m_timePanel->strip()->setFixedScaleMax(maxLoad);
+  });
   connect(m_slider, &QSlider::valueChanged, this, [this](int v) { showStep(v); });
   connect(m_spin, &QSpinBox::valueChanged, this, [this](int v) { showStep(v); });
   auto showHover = [this](const QString& text) {
@@ -71,6 +84,20 @@ void HeatmapPanel::setModel(ExpertLoadModel* model) {
     connect(m_model, &QAbstractItemModel::modelReset, this, &HeatmapPanel::syncControls);
   }
   syncControls();
+}
+
+void HeatmapPanel::setFixedScale(double maxLoad) {
+  const double fixed = maxLoad > 0 && std::isfinite(maxLoad) ? maxLoad : 0.0;
+  int index = m_scale->findData(fixed);
+  if (index < 0) {
+    m_scale->addItem(tr("%1x").arg(fixed), fixed);
+    index = m_scale->count() - 1;
+  }
+  m_scale->setCurrentIndex(index);
+}
+
+double HeatmapPanel::fixedScale() const {
+  return m_view->fixedScaleMax();
 }
 
 void HeatmapPanel::showStep(qint64 step) {

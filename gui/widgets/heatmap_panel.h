@@ -3,7 +3,9 @@
 // the hovered cell. "Over time" swaps the heat map for an ExpertTimePanel (one layer's expert x
 // step strip); its cell clicks come out as expertCellActivated. Keeps the controls in sync with
 // the ExpertLoadModel (new steps of a live run extend the slider; the model follows the last step
-// unless the user picked another). GUI thread only.
+// unless the user picked another). A colour-scale chooser fixes the top of the colour scale of both
+// the heat map and the strip (auto = each one's data maximum, or 1.5x, 2x, 4x, 8x the layer mean)
+// so two runs' heat maps compare. GUI thread only.
 #pragma once
 
 #include <QWidget>
@@ -31,6 +33,16 @@ class HeatmapPanel : public QWidget {
   HeatmapView* view() const { return m_view; }
   ExpertTimePanel* timePanel() const { return m_timePanel; }
   QComboBox* modeChooser() const { return m_mode; }
+  // The colour-scale chooser: "auto" (data 0.0), then the fixed maxima of kFixedScales ("2x",
+  // data 2.0).
+  QComboBox* scaleChooser() const { return m_scale; }
+  // Fixed colour-scale maxima offered (in "x layer mean").
+  static constexpr double kFixedScales[] = {1.5, 2.0, 4.0, 8.0};
+  // Fixes the colour scale of the heat map and the strip at `maxLoad` x layer mean (0 = auto).
+  // A value not in kFixedScales is added to the chooser. Values <= 0 or not finite mean auto.
+  void setFixedScale(double maxLoad);
+  // The fixed maximum in use, 0 when automatic.
+  double fixedScale() const;
   // Index of the "Over time" mode in modeChooser().
   static constexpr int kOverTimeIndex = 3;
 
@@ -52,6 +64,7 @@ class HeatmapPanel : public QWidget {
   ExpertTimePanel* m_timePanel = nullptr;
   QStackedWidget* m_pages = nullptr;
   QComboBox* m_mode = nullptr;
+  QComboBox* m_scale = nullptr;
   QSlider* m_slider = nullptr;
   QSpinBox* m_spin = nullptr;
   QLabel* m_hover = nullptr;

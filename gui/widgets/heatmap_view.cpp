@@ -31,7 +31,7 @@ void HeatmapView::setModel(ExpertLoadModel* model) {
 
 double HeatmapView::colorScaleMax() const {
   const double maxLoad = m_model ? m_model->maxNormalizedLoad() : 0.0;
-  return std::max(1.5, std::ceil(maxLoad * 2.0) / 2.0);
+  return scaleMaxOr(std::max(1.5, std::ceil(maxLoad * 2.0) / 2.0));
 }
 
 QSize HeatmapView::sizeHint() const {
@@ -44,6 +44,10 @@ QSize HeatmapView::minimumSizeHint() const {
 QRect HeatmapView::gridRect() const {
   return QRect(kLeftPx, kTopPx, std::max(1, width() - kLeftPx - kLegendPx),
                std::max(1, height() - kTopPx - kBottomPx));
+}
+
+QPoint HeatmapView::cellCenter(int layer, int expert) const {
+  return m_model ? cellRect(layer, expert).center().toPoint() : QPoint();
 }
 
 QRectF HeatmapView::cellRect(int layer, int expert) const {
@@ -83,7 +87,8 @@ QString HeatmapView::cellText(int layer, int expert) const {
                      .arg(expert)
                      .arg(valueText(layer, expert))
                      .arg(QLatin1String(what))
-                     .arg(m_model->normalizedLoad(layer, expert), 0, 'f', 2);
+                     .arg(m_model->normalizedLoad(layer, expert), 0, 'f', 2) +
+                 aboveScaleNote(m_model->normalizedLoad(layer, expert));
   const qlonglong dropped =
       m_model->data(m_model->index(layer, expert), ExpertLoadModel::kDroppedRole).toLongLong();
   if (dropped > 0) text += tr(", %1 dropped").arg(dropped);
@@ -148,7 +153,8 @@ void HeatmapView::paintLabels(QPainter& p) const {
 void HeatmapView::paintLegend(QPainter& p) const {
   const QRect g = gridRect();
   const QRect bar(g.right() + 18, g.top() + 26, 14, std::max(20, g.height() - 34));
-  paintScaleBar(p, bar, QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18), tr("x layer mean"));
+  paintScaleBar(p, bar, QRect(bar.left() - 10, g.top() - 2, kLegendPx, 18),
+                scaleTitle(tr("x layer mean")));
   const double scale = colorScaleMax();
   p.setPen(theme::text());
   for (double v : {0.0, 1.0, scale / 2 > 1.2 ? scale / 2 : -1.0, scale}) {

@@ -19,10 +19,13 @@ class HeatmapView : public ColorGridView {
 
   // Shows `model` (not owned; may be null).
   void setModel(ExpertLoadModel* model);
-  // Upper end of the colour scale in "x layer mean" (>= 1.5).
+  // Upper end of the colour scale in "x layer mean": the fixed maximum when one is set
+  // (ColorGridView::setFixedScaleMax), else from the data (>= 1.5).
   double colorScaleMax() const;
   // Description of a cell: layer, expert, value, normalised load, dropped tokens.
   QString cellText(int layer, int expert) const;
+  // Widget centre of cell (layer, expert) (for tests).
+  QPoint cellCenter(int layer, int expert) const;
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;

@@ -16,6 +16,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QStatusBar>
@@ -63,6 +64,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   resize(1500, 950);
   updateActions();
   updateStatus();
+  m_defaultLayout = saveState(kLayoutVersion);
 }
 
 MainWindow::~MainWindow() = default;
@@ -364,6 +366,9 @@ void MainWindow::createActions() {
   QAction* zoomIn = view->addAction(tr("Zoom &in"), this, [=] { zoomAtCentre(1.5625); });
   QAction* zoomOut = view->addAction(tr("Zoom &out"), this, [=] { zoomAtCentre(0.64); });
   view->addAction(tr("Expand &layers"), m_timeline, &TimelineView::toggleAllLayers);
+  view->addSeparator();
+  QAction* reset = view->addAction(tr("&Reset layout"), this, &MainWindow::resetLayout);
+  reset->setToolTip(tr("Put every dock back where and as visible as in a new window"));
   m_openAction->setIcon(style()->standardIcon(QStyle::SP_DialogOpenButton));
   m_runAction->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
   m_stopAction->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
@@ -611,7 +616,45 @@ bool MainWindow::saveScreenshot(const QString& path) {
   return grab().save(path, "PNG");
 }
 
+namespace {
+
+// Where the layout is kept (the settings file or registry key of "MoE Workbench/moewb-gui").
+constexpr char kSettingsOrganisation[] = "MoE Workbench";
+constexpr char kSettingsApplication[] = "moewb-gui";
+
+}  // namespace
+
+bool MainWindow::useSavedLayout() {
+  m_saveLayoutOnClose = true;
+  QSettings settings{QLatin1String(kSettingsOrganisation), QLatin1String(kSettingsApplication)};
+  const QByteArray geometry = settings.value(QLatin1String(kGeometryKey)).toByteArray();
+  const QByteArray state = settings.value(QLatin1String(kStateKey)).toByteArray();
+  if (!geometry.isEmpty()) restoreGeometry(geometry);  // false (ignored) when not a geometry
+  if (state.isEmpty()) return false;
+  if (restoreState(state, kLayoutVersion)) return true;
+  // Corrupt, or saved by another version: make sure nothing half-applied stays.
+  restoreState(m_defaultLayout, kLayoutVersion);
+  statusBar()->showMessage(tr("The saved window layout could not be read; using the default."),
+                           6000);
+  return false;
+}
+
+void MainWindow::saveLayout() {
+  QSettings settings{QLatin1String(kSettingsOrganisation), QLatin1String(kSettingsApplication)};
+  settings.setValue(QLatin1String(kGeometryKey), saveGeometry());
+  settings.setValue(QLatin1String(kStateKey), saveState(kLayoutVersion));
+  settings.sync();
+}
+
+void MainWindow::resetLayout() {
+  restoreState(m_defaultLayout, kLayoutVersion);
+  // The Parallelism and Swap docks belong to the open trace: shown again when it has them.
+  if (m_parallelTrace) m_parallelDock->show();
+  if (m_swapTrace) m_swapDock->show();
+}
+
 void MainWindow::closeEvent(QCloseEvent* event) {
+  if (m_saveLayoutOnClose) saveLayout();
   m_liveTimer->stop();
   m_runner->requestStop();
   QMainWindow::closeEvent(event);

@@ -14,11 +14,15 @@
 // Errors (unreadable trace, bad config) go to a message box and the status bar in plain words
 // (userMessage: no status-code names, no source locations); live-control replies (a refused
 // patch) go to the panel and the status bar.
+// The window's geometry and dock layout can be kept between sessions (useSavedLayout: QSettings,
+// organisation "MoE Workbench", application "moewb-gui", saved when the window closes);
+// View > Reset layout puts the default dock layout back.
 // Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh),
 // main_window_swap.cpp (the Swap dock and swap selection), main_window_selection.cpp (the
 // Selection dock: the aggregate of the timeline's range selection).
 #pragma once
 
+#include <QByteArray>
 #include <QMainWindow>
 #include <QString>
 #include <vector>
@@ -73,6 +77,24 @@ class MainWindow : public QMainWindow {
   // Shows the Swap dock (when the trace has swap rows) on tab `tab`: "memory", "pcie",
   // "layers" or "what-if". False when the name is unknown or the trace has no swap rows.
   bool showSwapTab(const QString& tab);
+  // Version of the saved dock layout: a saved state of another version is ignored.
+  static constexpr int kLayoutVersion = 1;
+  // The QSettings keys of the saved layout (organisation "MoE Workbench", application
+  // "moewb-gui"): the window geometry and the dock state (QMainWindow::saveState).
+  static constexpr const char* kGeometryKey = "mainWindow/geometry";
+  static constexpr const char* kStateKey = "mainWindow/state";
+  // Restores the geometry and dock layout saved by an earlier window, and from now on saves
+  // them when this window closes. main() calls it unless --no-saved-layout or --screenshot
+  // (tests point QSettings at a temporary folder first). Returns true when a saved dock layout
+  // was restored; none saved, or a corrupt or foreign one (restoreState refused it), keeps the
+  // default layout.
+  bool useSavedLayout();
+  // Writes the window's geometry and dock layout to the settings now (closing does it too once
+  // useSavedLayout was called).
+  void saveLayout();
+  // Puts the default dock layout back (View > Reset layout): every dock where and as visible as
+  // in a new window.
+  void resetLayout();
   // Tests and --screenshot turn message boxes off (errors then go to the status bar only).
   void setErrorDialogsEnabled(bool enabled) { m_errorDialogs = enabled; }
 
@@ -202,6 +224,8 @@ class MainWindow : public QMainWindow {
   QString m_livePath;  // trace being written by our run, opened once it exists
   QString m_lastError;
   bool m_errorDialogs = true;
+  QByteArray m_defaultLayout;        // saveState(kLayoutVersion) of the new window
+  bool m_saveLayoutOnClose = false;  // set by useSavedLayout
 };
 
 }  // namespace moewb::gui
