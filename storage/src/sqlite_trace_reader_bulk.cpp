@@ -3,6 +3,8 @@
 #include "moewb/storage/trace_bulk_reader.h"
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 #include <unordered_map>
 
 #include "sqlite_util.h"
@@ -21,6 +23,30 @@ constexpr const char* kExpertLoadRangeSql =
     "SELECT step, layer, expert, rank, tokens, dropped, bias FROM expert_load "
     "WHERE step >= ?1 AND step <= ?2 ORDER BY step, layer";
 constexpr const char* kStringSql = "SELECT text FROM string WHERE id = ?1";
+
+// Steps a bound `query` to its end, reading each row with readRow(query, row) into batches of
+// rowsPerBatch rows handed to `visit` (the last one possibly shorter); visit returning false
+// stops early. Resets the query at the end (on an error, step() has reset it already).
+template <typename Row, typename ReadRow>
+Status visitInBatches(detail::Statement& query, size_t rowsPerBatch, const ReadRow& readRow,
+                      const std::function<bool(std::vector<Row>&)>& visit) {
+  const size_t per = std::max<size_t>(1, rowsPerBatch);
+  std::vector<Row> batch;
+  batch.reserve(std::min<size_t>(per, 1 << 16));
+  bool more = true;
+  while (more) {
+    Result<bool> hasRow = query.step();
+    if (!hasRow.isOk()) return hasRow.status();
+    if (!*hasRow) break;
+    readRow(query, batch.emplace_back());
+    if (batch.size() < per) continue;
+    more = visit(batch);
+    batch.clear();
+  }
+  if (more && !batch.empty()) visit(batch);
+  query.reset();
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -65,32 +91,21 @@ Status BulkTraceReader::forEachSliceBatch(
   if (!query.isPrepared()) {
     MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kSliceIdsSql));
   }
-  const size_t per = std::max<size_t>(1, rowsPerBatch);
-  std::vector<SliceIdRow> batch;
-  batch.reserve(per);
-  bool more = true;
-  while (more) {
-    Result<bool> hasRow = query.step();
-    if (!hasRow.isOk()) return hasRow.status();  // step() has reset the statement
-    if (!*hasRow) break;
-    SliceIdRow& row = batch.emplace_back();
-    row.id = query.columnInt(0);
-    row.track = query.columnInt(1);
-    row.startNs = query.columnInt(2);
-    row.durNs = query.columnInt(3);
-    row.nameId = query.columnInt(4);
-    row.categoryId = query.columnInt(5);
-    row.step = query.columnInt(6);
-    row.layer = query.columnInt32(7);
-    row.correlationId = query.columnInt(8);
-    row.depth = query.columnInt32(9);
-    if (batch.size() < per) continue;
-    more = visit(batch);
-    batch.clear();
-  }
-  if (more && !batch.empty()) visit(batch);
-  query.reset();
-  return Status::ok();
+  return visitInBatches<SliceIdRow>(
+      query, rowsPerBatch,
+      [](detail::Statement& q, SliceIdRow& row) {
+        row.id = q.columnInt(0);
+        row.track = q.columnInt(1);
+        row.startNs = q.columnInt(2);
+        row.durNs = q.columnInt(3);
+        row.nameId = q.columnInt(4);
+        row.categoryId = q.columnInt(5);
+        row.step = q.columnInt(6);
+        row.layer = q.columnInt32(7);
+        row.correlationId = q.columnInt(8);
+        row.depth = q.columnInt32(9);
+      },
+      visit);
 }
 
 Status BulkTraceReader::forEachExpertLoadBatch(
@@ -101,29 +116,18 @@ Status BulkTraceReader::forEachExpertLoadBatch(
     MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kExpertLoadRangeSql));
   }
   MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
-  const size_t per = std::max<size_t>(1, rowsPerBatch);
-  std::vector<ExpertLoadRow> batch;
-  batch.reserve(std::min<size_t>(per, 1 << 16));
-  bool more = true;
-  while (more) {
-    Result<bool> hasRow = query.step();
-    if (!hasRow.isOk()) return hasRow.status();
-    if (!*hasRow) break;
-    ExpertLoadRow& row = batch.emplace_back();
-    row.step = query.columnInt(0);
-    row.layer = query.columnInt32(1);
-    row.expert = query.columnInt32(2);
-    row.rank = query.columnInt32(3);
-    row.tokens = query.columnInt(4);
-    row.dropped = query.columnInt(5);
-    row.bias = query.columnDouble(6);
-    if (batch.size() < per) continue;
-    more = visit(batch);
-    batch.clear();
-  }
-  if (more && !batch.empty()) visit(batch);
-  query.reset();
-  return Status::ok();
+  return visitInBatches<ExpertLoadRow>(
+      query, rowsPerBatch,
+      [](detail::Statement& q, ExpertLoadRow& row) {
+        row.step = q.columnInt(0);
+        row.layer = q.columnInt32(1);
+        row.expert = q.columnInt32(2);
+        row.rank = q.columnInt32(3);
+        row.tokens = q.columnInt(4);
+        row.dropped = q.columnInt(5);
+        row.bias = q.columnDouble(6);
+      },
+      visit);
 }
 
 }  // namespace moewb::storage
