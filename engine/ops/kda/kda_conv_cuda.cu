@@ -145,6 +145,18 @@ __device__ __forceinline__ void loadTaps(const bf16* w, int64_t c0, Vec8 (&taps)
   }
 }
 
+// win[j] = x[r0 - (W - 1 - j)] for the W - 1 rows before r0 (zero for rows before the sequence
+// start: t is r0's position in its sequence).
+template <int W>
+__device__ __forceinline__ void loadWindowBehind(const bf16* x, int64_t r0, int64_t t,
+                                                 int64_t channels, int64_t c0, Vec8 (&win)[W]) {
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t back = W - 1 - j;
+    win[j] = back <= t ? load8(x + (r0 - back) * channels + c0) : zero8();
+  }
+}
+
 // grid (channel vectors / kThreads, row runs): thread = 8 channels x kRowsPerRun rows in order;
 // win[j] holds x[row - (W - 1 - j)] (zero where that row is before the sequence start).
 template <int W>
@@ -160,11 +172,7 @@ __global__ void __launch_bounds__(kThreads)
   loadTaps<W>(w, c0, taps);
   int64_t t = r0 % seqLen;
   Vec8 win[W];
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    const int64_t back = W - 1 - j;
-    win[j] = back <= t ? load8(x + (r0 - back) * channels + c0) : zero8();
-  }
+  loadWindowBehind<W>(x, r0, t, channels, c0, win);
   for (int64_t row = r0; row < r1; ++row) {
     if (t == seqLen) t = 0;
     win[W - 1] = load8(x + row * channels + c0);
@@ -254,11 +262,7 @@ __global__ void __launch_bounds__(kDwThreads)
   }
   int64_t t = r0 % seqLen;
   Vec8 win[W];
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    const int64_t back = W - 1 - j;
-    win[j] = back <= t && r0 < r1 ? load8(x + (r0 - back) * channels + c0) : zero8();
-  }
+  loadWindowBehind<W>(x, r0, t, channels, c0, win);
   for (int64_t row = r0; row < r1; ++row) {
     if (t == seqLen) t = 0;
     const int64_t at = row * channels + c0;

@@ -66,29 +66,26 @@ __global__ void kda_gate_bwd_kernel(int64_t n, int64_t width, int64_t headDim, b
   partDA[blockIdx.y * width + c] = sumDA;
 }
 
-// out[d] += sum_s sum_h part[s, h * fold + d] for d < fold (cols = H * fold), splits outer. When
-// cols == fold (one term per split) the loads of 8 splits are issued before their adds (same
-// order of adds): the plain loop waited one memory round trip per split, 54 us for a conv weight
-// gradient's 128 x 8192 partials on the H200.
+// out[d] += sum_s sum_h part[s, h * fold + d] for d < fold (cols = H * fold), splits outer and h
+// inner: term t = s * H + h sits at part[t * fold + d]. The loads of 8 terms are issued before
+// their adds (same order of adds): one load per add waited a memory round trip each, 54 us for a
+// conv weight gradient's 128 x 8192 partials on the H200.
 __global__ void kda_fold_mod_kernel(const float* part, int64_t splits, int64_t cols, int64_t fold,
                                     float* out) {
   const int64_t d = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (d >= fold) return;
+  const int64_t terms = splits * (cols / fold);
+  constexpr int kBatch = 8;
   float acc = 0.f;
-  int64_t s = 0;
-  if (cols == fold) {
-    constexpr int kBatch = 8;
-    for (; s + kBatch <= splits; s += kBatch) {
-      float batch[kBatch];
+  int64_t t = 0;
+  for (; t + kBatch <= terms; t += kBatch) {
+    float batch[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) batch[u] = part[(s + u) * cols + d];
+    for (int u = 0; u < kBatch; ++u) batch[u] = part[(t + u) * fold + d];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) acc += batch[u];
-    }
+    for (int u = 0; u < kBatch; ++u) acc += batch[u];
   }
-  for (; s < splits; ++s) {
-    for (int64_t c = d; c < cols; c += fold) acc += part[s * cols + c];
-  }
+  for (; t < terms; ++t) acc += part[t * fold + d];
   out[d] += acc;
 }
 
@@ -196,9 +193,7 @@ Status launchKdaGateBackward(cudaStream_t stream, const KdaGateParams& params, i
       n, width, params.headDim, params.kind == KdaGateKind::kDefault, float(params.lowerBound),
       kdaRowsPerSplit(n), dg, f, g, aLog, dtBias, df, partDf, partDA);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  kda_fold_mod_kernel<<<blocksFor(width), kThreads, 0, stream>>>(partDf, splits, width, width,
-                                                                  dDtBias);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  MOEWB_RETURN_IF_ERROR(launchKdaFoldMod(stream, partDf, splits, width, width, dDtBias));
   kda_fold_block_kernel<<<unsigned(params.numHeads), kThreads, 0, stream>>>(
       partDA, splits, width, params.headDim, dALog);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -212,9 +207,7 @@ Status launchKdaColumnSums(cudaStream_t stream, const float* in, int64_t n, int6
   kda_column_partials_kernel<<<dim3(blocksFor(cols), unsigned(splits)), kThreads, 0, stream>>>(
       in, n, cols, kdaRowsPerSplit(n), part);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  kda_fold_mod_kernel<<<blocksFor(fold), kThreads, 0, stream>>>(part, splits, cols, fold, out);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::ok();
+  return launchKdaFoldMod(stream, part, splits, cols, fold, out);
 }
 
 Status launchKdaFoldMod(cudaStream_t stream, const float* part, int64_t splits, int64_t cols,
