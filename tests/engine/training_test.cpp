@@ -70,14 +70,16 @@ double meanImbalance(double skew, double auxLossCoef, int64_t steps, int64_t win
 }
 
 // Routing learns to depend on the topic, so a hot topic makes hot experts, unless the switch aux
-// loss balances them: with the default coefficient it largely removes a persistent skew.
+// loss balances them: with the default coefficient it largely removes a persistent skew. Skew 4:
+// at skew 2 the effect within 100 steps (1.05x the uniform run's imbalance with one init seed,
+// 1.08x+ with another) was too close to the init's own spread to test on one seed.
 TEST(Training, SkewedTopicsMakeHotExpertsThatTheAuxLossCools) {
   const double uniform = meanImbalance(0.0, 0.0, 100, 20);
-  const double skewed = meanImbalance(2.0, 0.0, 100, 20);
-  const double balanced = meanImbalance(2.0, 0.05, 100, 20);
+  const double skewed = meanImbalance(4.0, 0.0, 100, 20);
+  const double balanced = meanImbalance(4.0, 0.05, 100, 20);
   std::printf(
-      "max/mean expert load, steps 80-99: skew 0 -> %.3f, skew 2 -> %.3f, "
-      "skew 2 with aux loss 0.05 -> %.3f\n",
+      "max/mean expert load, steps 80-99: skew 0 -> %.3f, skew 4 -> %.3f, "
+      "skew 4 with aux loss 0.05 -> %.3f\n",
       uniform, skewed, balanced);
   EXPECT_GT(skewed, uniform * 1.08);
   EXPECT_LT(balanced, skewed * 0.9);

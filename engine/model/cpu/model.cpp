@@ -27,6 +27,13 @@ namespace {
 
 constexpr uint64_t kWeightStream = 0x77656967687473ull;  // "weights"
 
+// FNV-1a of a parameter's name: the key of its init stream.
+uint64_t nameKey(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
 // a[i] += b[i]
 template <typename T>
 void addInPlace(ThreadPool& pool, Tensor<T>& a, const Tensor<T>& b) {
@@ -224,44 +231,67 @@ void Model<T>::bindParam(const ParameterDecl& decl, int index) {
 }
 
 template <typename T>
-void Model<T>::initialize(uint64_t seed) {
-  Rng rng(mixSeed(seed, kWeightStream));
-  const double outputStd = m_dims.initStd / std::sqrt(2.0 * double(m_dims.numLayers));
-  for (size_t i = 0; i < m_params.size(); ++i) {
-    Tensor<T>& value = m_params[i].value;
-    if (m_expertSharded[i]) {  // draw all experts' values (as one rank would), keep this shard's
-      const int64_t shardNumel = value.numel();
-      const int64_t first = m_dims.expertShard * shardNumel;
-      const double stddev = m_init[i] == Init::kOutput ? outputStd
-                            : m_init[i] == Init::kLoraA
-                                ? 1.0 / std::sqrt(double(value.dim(value.rank() - 1)))
-                                : m_dims.initStd;
-      const bool zeros = m_init[i] == Init::kZeros;
-      for (int64_t j = 0; j < shardNumel * m_dims.expertShards; ++j) {
-        const double draw = zeros ? 0.0 : rng.normal() * stddev;
-        if (j >= first && j < first + shardNumel) value[j - first] = T(draw);
-      }
-      continue;
-    }
+double Model<T>::initStddev(size_t i) const {
+  if (m_init[i] == Init::kOutput) return m_dims.initStd / std::sqrt(2.0 * double(m_dims.numLayers));
+  if (m_init[i] == Init::kLoraA) {
+    const Tensor<T>& value = m_params[i].value;
+    return 1.0 / std::sqrt(double(value.dim(value.rank() - 1)));
+  }
+  return m_dims.initStd;
+}
+
+template <typename T>
+void Model<T>::initializeTask(const InitTask& task, uint64_t seed) {
+  // Streams keyed by the parameter's name (and the chunk's index): the values do not depend on
+  // the order or number of threads, and a parameter keeps its values when others are added or
+  // removed (LoRA adapters, more layers).
+  const size_t i = task.param;
+  const uint64_t paramSeed = mixSeed(mixSeed(seed, kWeightStream), nameKey(m_params[i].name));
+  Tensor<T>& value = m_params[i].value;
+  if (task.chunk < 0) {  // whole-tensor rules
+    Rng rng(paramSeed);
     switch (m_init[i]) {
       case Init::kOnes: value.fill(T(1)); break;
       case Init::kZeros: value.zero(); break;
       case Init::kMixer:
         mixerInitializeParameter(m_initMixer[i], m_dims, m_localName[i], value, rng);
         break;
-      case Init::kLoraA: {
-        const double stddev = 1.0 / std::sqrt(double(value.dim(value.rank() - 1)));
-        for (int64_t j = 0; j < value.numel(); ++j) value[j] = T(rng.normal() * stddev);
-        break;
-      }
-      case Init::kNormal:
-      case Init::kOutput: {
-        const double stddev = m_init[i] == Init::kOutput ? outputStd : m_dims.initStd;
-        for (int64_t j = 0; j < value.numel(); ++j) value[j] = T(rng.normal() * stddev);
-        break;
-      }
+      default: MOEWB_CHECK_MSG(false, "parameter " << m_params[i].name << " is drawn by chunks");
+    }
+    return;
+  }
+  // N(0, stddev) over the chunk's elements of the whole (all-expert) tensor; an expert shard keeps
+  // the part inside its slice [first, first + numel), as the one-rank model holds it.
+  Rng rng(mixSeed(paramSeed, uint64_t(task.chunk)));
+  const double stddev = initStddev(i);
+  const int64_t numel = value.numel();
+  const int64_t first = m_expertSharded[i] ? m_dims.expertShard * numel : 0;
+  const int64_t begin = task.chunk * kInitChunkElements;
+  const int64_t end = std::min(begin + kInitChunkElements, first + numel);
+  for (int64_t j = begin; j < end; ++j) {
+    const double draw = rng.normal() * stddev;
+    if (j >= first) value[j - first] = T(draw);
+  }
+}
+
+template <typename T>
+void Model<T>::initialize(uint64_t seed) {
+  std::vector<InitTask> tasks;
+  for (size_t i = 0; i < m_params.size(); ++i) {
+    const bool drawn = m_init[i] == Init::kNormal || m_init[i] == Init::kOutput ||
+                       m_init[i] == Init::kLoraA;
+    if (!drawn) {
+      tasks.push_back({i, -1});
+      continue;
+    }
+    const int64_t numel = m_params[i].value.numel();
+    const int64_t first = m_expertSharded[i] ? m_dims.expertShard * numel : 0;
+    for (int64_t c = first / kInitChunkElements; c * kInitChunkElements < first + numel; ++c) {
+      tasks.push_back({i, c});
     }
   }
+  m_pool.parallelFor(int64_t(tasks.size()),
+                     [&](int64_t t) { initializeTask(tasks[size_t(t)], seed); });
   for (auto& bias : m_bias) bias = makeExpertBias(m_dims.numExperts);
 }
 

@@ -9,13 +9,15 @@
 // norm become Block AttnRes mixes (ops/attnres/attnres_state.h). The MoE FFN is router ->
 // permute -> experts -> combine (+ shared experts), with every variant of MoeOptions
 // (model/moe_ffn.h). The loss head is dense, chunked or CCE (model/lm_loss.h).
-// Init: matrices ~ N(0, init_std) from a seeded Rng in parameter order, residual-output
+// Init: matrices ~ N(0, init_std), each chunk of 2^20 elements of a parameter from its own Rng
+// stream keyed by the seed, the parameter's name and the chunk (drawn in parallel; the same
+// values whatever the order or thread count), residual-output
 // projections scaled by 1/sqrt(2L), norm gains 1, AttnRes queries 0, op-specific rules for KDA
 // and sparse attention (their headers). forward()/backward() emit one PhaseEvent per phase and
 // layer through the recorder. Not thread-safe; one model per trainer, parallel inside.
 // LoRA (lora.enabled): every base parameter is frozen (no moments) and each targeted weight W
-// gets adapters "<name>.lora_a" (A ~ N(0, 1/in), drawn after all base weights so these match the
-// LoRA-off model of the same seed) and "<name>.lora_b" (B = 0), appended after the base
+// gets adapters "<name>.lora_a" (A ~ N(0, 1/in), from their own streams, so the base weights
+// match the LoRA-off model of the same seed) and "<name>.lora_b" (B = 0), appended after the base
 // parameters (model/lora.h). forward() materialises W' = W + s B A, which value() hands to the
 // ops; backward() turns the dW' left in W's grad into dA, dB and zeroes W's grad.
 // Parallel runs (engine/train/parallel, model_parallel.h): with dims.expertShards > 1 the routed
@@ -67,7 +69,9 @@ class Model {
   // initialize(); frozen LoRA base weights without AdamW moments). `pool` must outlive the model.
   Model(const ModelDims& dims, ThreadPool& pool);
 
-  // Draws all weights from `seed` (same seed => identical weights).
+  // Draws all weights from `seed` (same seed => identical weights, whatever the thread count):
+  // chunks of each parameter from streams keyed by the seed, the parameter's name and the
+  // chunk, in parallel over the pool.
   void initialize(uint64_t seed);
 
   const ModelDims& dims() const { return m_dims; }
@@ -175,6 +179,16 @@ class Model {
                             MoeBackwardState<T>& state);
   void enterUnit(int32_t unit, bool forward);
   Tensor<T> lossBackward(PhaseRecorder* recorder);
+  // One unit of initialize(): parameter `param` by its whole-tensor rule (chunk < 0) or chunk
+  // `chunk` (kInitChunkElements elements of the whole, all-expert tensor) of its N(0, std) draw.
+  struct InitTask {
+    size_t param;
+    int64_t chunk;
+  };
+  static constexpr int64_t kInitChunkElements = int64_t(1) << 20;
+  void initializeTask(const InitTask& task, uint64_t seed);
+  // The standard deviation of parameter i's normal draw (init_std, scaled for residual outputs).
+  double initStddev(size_t i) const;
 
   ModelDims m_dims;
   ThreadPool& m_pool;
