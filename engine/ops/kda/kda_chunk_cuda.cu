@@ -11,11 +11,19 @@
 // products split their operands once while staging, else round 2's kda_bwd_products_kernel;
 // with kKdaBwdChunkRound4 (kda_bwd_chunk_r4.cuh) the per-chunk backward stages every MMA operand
 // split once and loads fragments with ldmatrix (same bits as round 2; bench/scratch/kda_chunk_04).
+// With kKdaIntraRound5 (or MOEWB_KDA_INTRA_R5=1, or setKdaIntraRound5) the intra-chunk forward is
+// round 5's (kda_intra_r5.cuh: operands split once, ldmatrix, 16 warps; same bits as round 2,
+// bench/scratch/kda_chunk_05) where kdaIntraR5Supported.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_bwd_chunk_r4.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
+#include "ops/kda/kda_intra_r5.cuh"
 #include "ops/kda/kda_products_r3.cuh"
 #include "ops/kda/kda_recurrent_mma.cuh"
 #include "ops/kda/kda_recurrent_r3.cuh"
@@ -24,6 +32,21 @@
 
 namespace moewb::engine::cuda {
 namespace {
+
+// Round 5 of the intra-chunk forward (bench/scratch/kda_chunk_05.md): on since its H200 check
+// (B2 T8192: 2.42 -> 1.71 ms, the recompute 1.40 -> 0.55 ms; every output bitwise round 2's).
+constexpr bool kKdaIntraRound5 = true;
+std::atomic<int> g_intraRound5{-1};  // -1: kKdaIntraRound5 or MOEWB_KDA_INTRA_R5; 0 / 1: forced
+
+bool intraRound5On() {
+  const int forced = g_intraRound5.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool fromEnv = [] {
+    const char* env = std::getenv("MOEWB_KDA_INTRA_R5");
+    return env != nullptr ? std::strcmp(env, "1") == 0 : kKdaIntraRound5;
+  }();
+  return fromEnv;
+}
 
 kda_detail::CoreArgs coreArgs(const KdaCoreDims& dims) {
   return {dims.batch,  dims.seqLen,   dims.numHeads, dims.valueHeads(),
@@ -44,12 +67,18 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
                              bool computeM, float* savedAqk, float* savedM,
                              const KdaWyWorkspace& work) {
   const kda_detail::CoreArgs args = coreArgs(dims);
-  const auto launch = kda_detail::kKdaIntraOnTensorCores && kda_detail::kdaIntraMmaSupported(args)
-                          ? kda_detail::launchIntraForwardMma
-                          : kda_detail::launchIntraForward;
+  const bool mma = kda_detail::kKdaIntraOnTensorCores && kda_detail::kdaIntraMmaSupported(args);
+  const auto launch = !mma ? kda_detail::launchIntraForward
+                      : intraRound5On() && kda_detail::kdaIntraR5Supported(args)
+                          ? kda_detail::launchIntraForwardR5
+                          : kda_detail::launchIntraForwardMma;
   MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, q, k, v, g, beta, computeM, savedAqk, savedM,
                                     work.w, work.u, work.qg, work.kDec, work.eGC));
   return Status::ok();
+}
+
+void setKdaIntraRound5(int mode) {
+  g_intraRound5.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
 }
 
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,

@@ -46,6 +46,13 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
                              bool computeM, float* savedAqk, float* savedM,
                              const KdaWyWorkspace& work);
 
+// Tests and benchmarks: which intra-chunk forward launchKdaIntraForward runs where the shape
+// allows round 5 (kda_intra_r5.cuh). mode 1 forces round 5, 0 forces round 2, -1 (the start
+// state) follows kKdaIntraRound5 in kda_chunk_cuda.cu unless the environment variable
+// MOEWB_KDA_INTRA_R5 is set ("1": round 5, any other value: round 2; read once per process).
+// Process-wide; safe to call from any thread, takes effect at the next launch.
+void setKdaIntraRound5(int mode);
+
 // Per (b, hv, value tile): the chunk recurrence. Each output may be null: statesOut
 // [B*HV*NC, K, V] (entry states), vnOut [R, V], o [N, HV*V], finalState [B, HV, K, V].
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
