@@ -78,13 +78,39 @@ void ChartView::setYFromZero(bool on) {
   update();
 }
 
+void ChartView::setXWindow(std::optional<std::pair<double, double>> window) {
+  if (window == m_xWindow) return;
+  m_xWindow = window;
+  recomputeAxes();
+  updateDecimation();
+  update();
+}
+
+std::pair<size_t, size_t> ChartView::visibleRange(const ChartSeries& s) const {
+  if (!m_xWindow) return {0, s.points.size()};
+  auto lo = std::lower_bound(s.points.begin(), s.points.end(), m_xWindow->first,
+                             [](const QPointF& pt, double v) { return pt.x() < v; });
+  auto hi = std::upper_bound(s.points.begin(), s.points.end(), m_xWindow->second,
+                             [](double v, const QPointF& pt) { return v < pt.x(); });
+  const size_t begin = size_t(lo - s.points.begin()), end = size_t(hi - s.points.begin());
+  return {begin > 0 ? begin - 1 : 0, std::min(end + 1, s.points.size())};
+}
+
 void ChartView::updateDecimation() {
   const int columns = std::max(1, int(std::ceil(plotRect().width())));
   m_columns.assign(m_series.size(), {});
   for (size_t i = 0; i < m_series.size(); ++i) {
     // Up to two points per column are drawn as they are (markers and all).
-    if (m_series[i].points.size() <= size_t(2 * columns)) continue;
-    m_columns[i] = decimateSeries(m_series[i].points, m_x.min, m_x.max, columns);
+    const auto [begin, end] = visibleRange(m_series[i]);
+    if (end - begin <= size_t(2 * columns)) continue;
+    if (!m_xWindow) {
+      m_columns[i] = decimateSeries(m_series[i].points, m_x.min, m_x.max, columns);
+      continue;
+    }
+    const auto& all = m_series[i].points;
+    const std::vector<QPointF> part(all.begin() + std::ptrdiff_t(begin),
+                                    all.begin() + std::ptrdiff_t(end));
+    m_columns[i] = decimateSeries(part, m_x.min, m_x.max, columns);
   }
 }
 
@@ -110,6 +136,7 @@ void ChartView::recomputeAxes() {
   bool first = true;
   for (const ChartSeries& s : m_series) {
     for (const QPointF& pt : s.points) {
+      if (m_xWindow && (pt.x() < m_xWindow->first || pt.x() > m_xWindow->second)) continue;
       if (first) {
         x0 = x1 = pt.x();
         y0 = y1 = pt.y();
@@ -124,6 +151,10 @@ void ChartView::recomputeAxes() {
   if (m_yFromZero) {
     y0 = std::min(y0, 0.0);
     y1 = std::max(y1, 0.0);
+  }
+  if (m_xWindow) {
+    x0 = m_xWindow->first;
+    x1 = m_xWindow->second;
   }
   m_x = niceAxis(x0, x1 > x0 ? x1 : x0 + 1, 6);
   // Fewer y ticks on a short chart, so their labels never overlap.
@@ -322,14 +353,16 @@ void ChartView::paintSeries(QPainter& p, const QRectF& plot) const {
       p.drawPath(path);
       continue;
     }
-    QPainterPath path(toScreen(s.points.front()));
-    for (size_t i = 1; i < s.points.size(); ++i) path.lineTo(toScreen(s.points[i]));
+    const auto [begin, end] = visibleRange(s);
+    if (begin >= end) continue;
+    QPainterPath path(toScreen(s.points[begin]));
+    for (size_t i = begin + 1; i < end; ++i) path.lineTo(toScreen(s.points[i]));
     p.setPen(seriesPen(s, 2));
     p.setBrush(Qt::NoBrush);
     p.drawPath(path);
-    if (plot.width() / double(s.points.size()) >= 8) {
+    if (plot.width() / double(end - begin) >= 8) {
       p.setBrush(s.color);
-      for (const QPointF& pt : s.points) p.drawEllipse(toScreen(pt), 2.5, 2.5);
+      for (size_t i = begin; i < end; ++i) p.drawEllipse(toScreen(s.points[i]), 2.5, 2.5);
     }
   }
   p.restore();

@@ -57,6 +57,10 @@ class ChartView : public QWidget {
   const std::vector<ChartSeries>& series() const { return m_series; }
   // Keeps 0 on the y axis (for quantities such as bytes). Default off.
   void setYFromZero(bool on);
+  // Shows only x in [window.first, window.second] (the y axis fits the points there); nullopt
+  // shows every point. Follow mode keeps the charts on the last steps with it.
+  void setXWindow(std::optional<std::pair<double, double>> window);
+  std::optional<std::pair<double, double>> xWindow() const { return m_xWindow; }
   // Text shown in the plot when no series has a point (default "no steps yet").
   void setEmptyText(const QString& text);
   QString emptyText() const { return m_emptyText; }
@@ -99,6 +103,9 @@ class ChartView : public QWidget {
   // Recomputes the per-column min/max of every dense series for the current plot width.
   void updateDecimation();
   bool hasPoints() const;
+  // Indices [begin, end) of `s`'s points inside the x window, with one neighbour on each side
+  // (so lines run to the plot's edges); every point without a window.
+  std::pair<size_t, size_t> visibleRange(const ChartSeries& s) const;
 
   QString m_title;
   QString m_xTitle;
@@ -112,6 +119,7 @@ class ChartView : public QWidget {
   AxisTicks m_x;
   AxisTicks m_y;
   bool m_yFromZero = false;
+  std::optional<std::pair<double, double>> m_xWindow;
   double m_plotTop;         // top of the plot: below the title and the legend rows
   bool m_hasHover = false;  // whether m_hoverX is a hovered point's x
   double m_hoverX = 0;

@@ -34,6 +34,7 @@
 #include "heatmap_panel.h"
 #include "live_control_panel.h"
 #include "moewb/base/units.h"
+#include "moewb/gui/bookmark_model.h"
 #include "moewb/gui/config_markers.h"
 #include "moewb/gui/expert_time_model.h"
 #include "moewb/gui/parallel_model.h"
@@ -233,6 +234,8 @@ void MainWindow::createDocks() {
   createParallelDock();
   createSwapDock();
   createSelectionDock();
+  createBreakdownDock();  // main_window_views.cpp
+  createBookmarkDock();
   m_gpuTable->verticalHeader()->hide();
   m_gpuTable->verticalHeader()->setDefaultSectionSize(22);
   m_gpuTable->setAlternatingRowColors(true);
@@ -387,6 +390,7 @@ void MainWindow::createActions() {
   bar->addAction(fit);
   bar->addAction(zoomIn);
   bar->addAction(zoomOut);
+  createFollowActions(view, bar);  // main_window_views.cpp: follow mode and bookmarks
 }
 
 void MainWindow::createStatusBar() {
@@ -648,9 +652,11 @@ void MainWindow::saveLayout() {
 
 void MainWindow::resetLayout() {
   restoreState(m_defaultLayout, kLayoutVersion);
-  // The Parallelism and Swap docks belong to the open trace: shown again when it has them.
+  // The Parallelism, Swap and Bookmarks docks belong to the open trace: shown again when it has
+  // them.
   if (m_parallelTrace) m_parallelDock->show();
   if (m_swapTrace) m_swapDock->show();
+  if (m_bookmarks->rowCount() > 0) m_bookmarkDock->show();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -19,12 +19,15 @@
 // View > Reset layout puts the default dock layout back.
 // Files: main_window.cpp (layout, opening, status), main_window_run.cpp (runs and live refresh),
 // main_window_swap.cpp (the Swap dock and swap selection), main_window_selection.cpp (the
-// Selection dock: the aggregate of the timeline's range selection).
+// Selection dock: the aggregate of the timeline's range selection), main_window_views.cpp (the
+// Step breakdown dock, View > Follow last N steps, the Bookmarks dock).
 #pragma once
 
 #include <QByteArray>
 #include <QMainWindow>
 #include <QString>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "moewb/base/status.h"
@@ -33,6 +36,10 @@
 class QAction;
 class QDockWidget;
 class QLabel;
+class QListView;
+class QMenu;
+class QToolBar;
+class QSpinBox;
 class QModelIndex;
 class QProgressBar;
 class QPushButton;
@@ -41,8 +48,11 @@ class QTimer;
 
 namespace moewb::gui {
 
+class BookmarkModel;
 class ChartView;
 class HeatmapPanel;
+class StepBreakdownModel;
+class StepBreakdownView;
 class LiveControlPanel;
 class ParallelModel;
 class ParallelPanel;
@@ -134,6 +144,30 @@ class MainWindow : public QMainWindow {
   // The status bar's load progress (0..1000) and its Cancel button, visible while a load runs.
   QProgressBar* loadProgressBar() const { return m_loadBar; }
   QPushButton* cancelLoadButton() const { return m_cancelLoad; }
+  // The "Steps" dock's table.
+  QTableView* stepTable() const { return m_stepTable; }
+  // The "Step breakdown" dock (main_window_views.cpp): stacked time per step, its model.
+  QDockWidget* breakdownDock() const { return m_breakdownDock; }
+  StepBreakdownView* breakdownView() const { return m_breakdownView; }
+  StepBreakdownModel* breakdownModel() const { return m_breakdownModel; }
+  // Selects `step` in every view: the heat map, the Steps table's row (rank 0), the timeline
+  // zoomed to the step (what a click on a step in the Step breakdown does).
+  void selectStep(qint64 step);
+  // View > Follow last N steps (checkable) and its N (the toolbar's spin box, default 50): while
+  // on, the timeline's window and the charts' x range stay on the last N committed steps as the
+  // trace grows; a zoom or pan by hand turns it off (the status bar says so).
+  QAction* followAction() const { return m_followAction; }
+  QSpinBox* followStepsBox() const { return m_followSteps; }
+  bool isFollowing() const;
+  // The "Bookmarks" dock, its model and list. Ctrl+B (or M on the timeline) asks for a name and
+  // adds a bookmark at the timeline's range selection, selected slice, cursor or window centre.
+  QDockWidget* bookmarkDock() const { return m_bookmarkDock; }
+  BookmarkModel* bookmarkModel() const { return m_bookmarks; }
+  QListView* bookmarkList() const { return m_bookmarkList; }
+  // Opens the name dialog (a QInputDialog, not blocking) for a bookmark at the current place.
+  void addBookmark();
+  // Zooms the timeline to bookmark `row`'s window (a range bookmark is selected again).
+  void goToBookmark(int row);
   // The last error shown (empty when none).
   QString lastError() const { return m_lastError; }
   // The status bar's run field: "run: completed", "run: running (last heartbeat 1 s ago)", ...
@@ -157,6 +191,13 @@ class MainWindow : public QMainWindow {
   void createSwapDock();
   void updateSwapDock();
   void createSelectionDock();
+  // main_window_views.cpp
+  void createBreakdownDock();
+  void createBookmarkDock();
+  void createFollowActions(QMenu* view, QToolBar* bar);
+  void applyFollow();
+  void onTimelineWindowChanged();
+  void setChartsStepWindow(std::optional<std::pair<int64_t, int64_t>> steps);
   void selectCollectiveSlice(qint64 trackId, qint64 startNs);
   void highlightCollective(const storage::MatchedCollective& match, bool zoom);
   void createStatusBar();
@@ -226,6 +267,18 @@ class MainWindow : public QMainWindow {
   bool m_errorDialogs = true;
   QByteArray m_defaultLayout;        // saveState(kLayoutVersion) of the new window
   bool m_saveLayoutOnClose = false;  // set by useSavedLayout
+  // main_window_views.cpp
+  StepBreakdownModel* m_breakdownModel = nullptr;
+  StepBreakdownView* m_breakdownView = nullptr;
+  QDockWidget* m_breakdownDock = nullptr;
+  BookmarkModel* m_bookmarks = nullptr;
+  QListView* m_bookmarkList = nullptr;
+  QDockWidget* m_bookmarkDock = nullptr;
+  QAction* m_followAction = nullptr;
+  QSpinBox* m_followSteps = nullptr;
+  bool m_applyingFollow = false;  // the window change under way is follow mode's own
+  TimeRange m_followWindow;       // the timeline window follow mode set last
+  TimeRange m_followBounds;       // the document's time bounds then
 };
 
 }  // namespace moewb::gui

@@ -1,0 +1,77 @@
+// StepBreakdownView: the per-step time breakdown as a stacked bar chart (the "Step breakdown"
+// dock): one bar per step, split into the TimeCategory parts of step_breakdown.h, bottom to top
+// in category order, with a legend of the categories present and the source ("from GPU kernels"
+// or "from host phases"). A run with more steps than the plot has pixel columns is drawn one bar
+// per column with the mean parts of its steps and a tick at its slowest step's duration
+// (columnsOf, computed once per data change, resize or step window, never per paint), so painting
+// costs O(pixels). Hover shows the step's (or column's) parts in ms and % (hoverText); a click
+// emits stepClicked with the step (a column's slowest). setStepWindow limits the x axis to a step
+// range (follow mode). GUI thread only.
+#pragma once
+
+#include <QWidget>
+#include <optional>
+#include <vector>
+
+#include "moewb/gui/chart_axis.h"
+#include "moewb/gui/step_breakdown.h"
+
+namespace moewb::gui {
+
+class StepBreakdownView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit StepBreakdownView(QWidget* parent = nullptr);
+
+  // Shows `data` (a copy is kept).
+  void setData(const StepBreakdownSet& data);
+  const StepBreakdownSet& data() const { return m_data; }
+  // Shows only steps in [first, last] (nullopt: every step).
+  void setStepWindow(std::optional<std::pair<int64_t, int64_t>> steps);
+  std::optional<std::pair<int64_t, int64_t>> stepWindow() const { return m_window; }
+  // Text shown in the plot while there are no steps ("reading..." while the model reads).
+  void setEmptyText(const QString& text);
+  // The bars as laid out now (plot pixels from the plot's left edge).
+  const std::vector<BreakdownColumn>& columns() const { return m_columns; }
+  // The plot area in widget coordinates.
+  QRectF plotRect() const;
+  // Index into columns() of the bar under widget point `pos`, or -1.
+  int columnAt(const QPointF& pos) const;
+  // The hover text of the bar under `pos`: step (or step range), duration and each part in ms
+  // and %; "" when no bar is there.
+  QString hoverText(const QPointF& pos) const;
+  // The legend line ("from GPU kernels: ..." / "from host phases: ...").
+  QString sourceText() const;
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ signals:
+  // The user clicked the bar of `step` (for a column of several steps: its slowest).
+  void stepClicked(qint64 step);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  void relayout();
+  void paintLegend(QPainter& p) const;
+  void paintAxes(QPainter& p, const QRectF& plot) const;
+  void paintBars(QPainter& p, const QRectF& plot) const;
+  // The categories with any time in the data, in stacking order.
+  std::vector<TimeCategory> presentCategories() const;
+
+  StepBreakdownSet m_data;
+  std::optional<std::pair<int64_t, int64_t>> m_window;
+  std::vector<BreakdownColumn> m_columns;
+  AxisTicks m_y;  // ms
+  QString m_emptyText;
+  int m_hover = -1;  // hovered column
+};
+
+}  // namespace moewb::gui
