@@ -25,6 +25,26 @@ bool warpSpecializedFromEnvironment() {
 
 std::atomic<bool> gWarpSpecialized{warpSpecializedFromEnvironment()};
 
+// MOEWB_GROUPED_WS_GLU=1 turns the ping-pong gate+up / dh kernels on for the process; unset or
+// any other value keeps the default (kExpertsGluPingPongDefault).
+bool gluPingPongFromEnvironment() {
+  const char* text = std::getenv("MOEWB_GROUPED_WS_GLU");
+  if (text != nullptr && std::string(text) == "1") return true;
+  return kExpertsGluPingPongDefault;
+}
+
+std::atomic<bool> gGluPingPong{gluPingPongFromEnvironment()};
+
+// MOEWB_GROUPED_WS_WGRAD=1 turns round 6's weight-gradient kernel on for the process; unset or any
+// other value keeps the default (kExpertsWsWgradDefault).
+bool wsWgradFromEnvironment() {
+  const char* text = std::getenv("MOEWB_GROUPED_WS_WGRAD");
+  if (text != nullptr && std::string(text) == "1") return true;
+  return kExpertsWsWgradDefault;
+}
+
+std::atomic<bool> gWsWgrad{wsWgradFromEnvironment()};
+
 // MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
 // ("dgrad"), 1 the fc stages only ("fc"), 0 none ("0"), -1 any other value (`text`).
 struct WgmmaEnvironment {
@@ -113,6 +133,22 @@ void setExpertsWarpSpecialized(bool on) {
 
 bool expertsWarpSpecialized() {
   return gWarpSpecialized.load();
+}
+
+void setExpertsGluPingPong(bool on) {
+  gGluPingPong.store(on);
+}
+
+bool expertsGluPingPong() {
+  return gGluPingPong.load();
+}
+
+void setExpertsWsWgrad(bool on) {
+  gWsWgrad.store(on);
+}
+
+bool expertsWsWgrad() {
+  return gWsWgrad.load();
 }
 
 bool expertsWgmmaSupported() {

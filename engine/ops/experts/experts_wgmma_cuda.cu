@@ -10,6 +10,8 @@
 // (grouped_gemm_ws_cuda.cuh) in the sweep's tma_rel0 configuration when expertsWarpSpecialized()
 // (experts_wgmma_cuda.h; docs/GPU.md has the measurements), round 2 otherwise or when the TMA
 // maps cannot be encoded. It reads the same 128-row tileStart schedule.
+// Forward gate+up and dh run round 7's ping-pong kernel (grouped_gemm_ws_pingpong_cuda.cuh, same
+// 128-row schedule and round 2's bits) when expertsGluPingPong(), round 2 otherwise.
 #define MOEWB_GROUPED_DEVICE_PARTS_ONLY 1
 // Round 5's configuration (bench/scratch/grouped_gemm_05.md, sweep variant tma_rel0): B by TMA,
 // each consumer releases its ring slot as soon as its batch retires (wait_group 0).
@@ -22,6 +24,8 @@
 #include "ops/experts/experts_wgmma_cuda.h"
 #include "ops/experts/grouped_gemm_wgmma_cuda.cuh"
 #include "ops/experts/grouped_gemm_ws_cuda.cuh"
+#include "ops/experts/grouped_gemm_ws_pingpong_cuda.cuh"
+#include "ops/experts/grouped_gemm_ws_wgrad_cuda.cuh"
 #include "runtime/cuda/cuda_check.h"
 
 namespace moewb::engine::cuda {
@@ -29,6 +33,7 @@ namespace {
 
 namespace wg = grouped::wg;
 namespace ws = grouped::ws;
+namespace pp = grouped::pp;
 
 // Round 2 (bench/scratch/grouped_gemm_03.md): the weight gradients read the gather index one K
 // tile ahead, the dRowWeight epilogue batches its loads. Same bits as round 1; false selects
@@ -77,6 +82,35 @@ Status wsLaunch(const GroupedRowStage& s, ws::Params p, int64_t outColumns, bool
   return Status::ok();
 }
 
+// Round 7: the ping-pong kernel for gate+up or dh (grouped_gemm_ws_pingpong_cuda.cuh) over
+// grid = min(#SMs, tiles) CTAs, B maps over b1 (and b2 for gate+up). `launched` false (nothing
+// issued, no error pending) when the TMA maps cannot be encoded: the caller runs round 2.
+template <pp::Stage kS>
+Status ppLaunch(const GroupedRowStage& s, pp::Params p, const bf16* b1, const bf16* b2,
+                bool& launched) {
+  launched = false;
+  p.d = s.d;
+  p.f = s.f;
+  p.offsets = s.offsets;
+  p.tileStart = s.tileStart;
+  p.numExperts = s.numExperts;
+  if (pp::encodeMaps<kS>(p, b1, b2) != cudaSuccess) return Status::ok();
+  const auto kernel = pp::grouped_pp_kernel<kS>;
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pp::kSmemBytes));
+  int device = 0, sms = 0;
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t width = kS == pp::Stage::kGateUp ? pp::kBN / 2 : pp::kBN;
+  const int64_t tiles = int64_t(s.slots) * columnTiles(s.f, width);
+  const unsigned grid = unsigned(tiles < sms ? tiles : sms);
+  kernel<<<grid > 0 ? grid : 1, pp::kThreads, pp::kSmemBytes, s.stream>>>(p);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  launched = true;
+  return Status::ok();
+}
+
 }  // namespace
 
 bool expertsWgmmaLoadable() {
@@ -88,6 +122,18 @@ bool expertsWgmmaLoadable() {
 
 Status expertsWgmmaGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardArgs& args,
                                 const GluParams& activation) {
+  if (expertsGluPingPong()) {
+    pp::Params p;
+    p.a = args.x;
+    p.gather = args.gatherIndex;
+    p.glu = gluDeviceParams(activation);
+    p.out1 = args.gatePre;
+    p.out2 = args.upPre;
+    p.out3 = args.hidden;
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(ppLaunch<pp::Stage::kGateUp>(s, p, args.gate, args.up, launched));
+    if (launched) return Status::ok();
+  }
   MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_fwd_gate_up_kernel));
   wg::grouped_fwd_gate_up_kernel<<<dim3(columnTiles(s.f, grouped::v2::kGateUpCols), s.slots),
                                    wg::kThreads, wg::kSmemBytes, s.stream>>>(
@@ -136,6 +182,18 @@ Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwa
 
 Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
                             const ExpertsBackwardArgs& args, const GluParams& activation) {
+  if (expertsGluPingPong()) {
+    pp::Params p;
+    p.a = dYRows;
+    p.glu = gluDeviceParams(activation);
+    p.gatePre = args.gatePre;
+    p.upPre = args.upPre;
+    p.out1 = args.dGate;
+    p.out2 = args.dUp;
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(ppLaunch<pp::Stage::kDh>(s, p, args.down, nullptr, launched));
+    if (launched) return Status::ok();
+  }
   MOEWB_RETURN_IF_ERROR(allowSmem(wg::grouped_bwd_dh_kernel));
   wg::grouped_bwd_dh_kernel<<<dim3(columnTiles(s.f, wg::kBN), s.slots), wg::kThreads,
                               wg::kSmemBytes, s.stream>>>(
@@ -166,10 +224,48 @@ Status expertsWgmmaDxLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs&
   return Status::ok();
 }
 
+namespace {
+
+// Round 6 (grouped_gemm_ws_wgrad_cuda.cuh, bench/scratch/grouped_gemm_06.md): the weight
+// gradient on the warp-specialized persistent kernel, min(#SMs, tiles) CTAs; nothing to launch
+// when there are no tiles (E = 0). A comes by TMA where its map encodes (else by cp.async: the
+// same bytes, so the same result).
+Status wsWgradLaunch(cudaStream_t stream, grouped::wsw::WgradParams p) {
+  namespace wsw = grouped::wsw;
+  wsw::encodeWgradMapA(p);
+  const auto kernel = wsw::grouped_ws_wgrad_kernel;
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wsw::kSmemBytes));
+  int device = 0, sms = 0;
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  MOEWB_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const unsigned grid = wsw::wgradGrid(p, sms);
+  if (grid == 0) return Status::ok();
+  kernel<<<grid, wsw::kThreads, wsw::kSmemBytes, stream>>>(p);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+}  // namespace
+
 Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b,
                                const int32_t* bIndex, int64_t mSize, int64_t nSize,
                                int64_t experts, const int32_t* offsets,
                                const int32_t* expertOrder, float* grad) {
+  if (expertsWsWgrad()) {
+    grouped::wsw::WgradParams p;
+    p.a = a;
+    p.b = b;
+    p.bIndex = bIndex;
+    p.mSize = mSize;
+    p.nSize = nSize;
+    p.offsets = offsets;
+    p.expertOrder = expertOrder;
+    p.numExperts = int(experts);
+    p.grad = grad;
+    return wsWgradLaunch(stream, p);
+  }
   const auto kernel =
       kRound2Kernels ? wg::grouped_wgrad_prefetch_kernel : wg::grouped_wgrad_kernel;
   MOEWB_RETURN_IF_ERROR(allowSmem(kernel));

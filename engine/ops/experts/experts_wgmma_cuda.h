@@ -35,6 +35,37 @@ void setExpertsWarpSpecialized(bool on);
 // The current choice (setExpertsWarpSpecialized, else kExpertsWarpSpecializedDefault).
 bool expertsWarpSpecialized();
 
+// Round 7 (grouped_gemm_ws_pingpong_cuda.cuh, bench/scratch/grouped_gemm_07.md): forward gate+up
+// (GLU epilogue) and dh (GLU-backward epilogue) on the ping-pong warp-specialized kernel, whose
+// outputs are bitwise equal to round 2's. Default off (kExpertsGluPingPongDefault) until the H200
+// measurement says otherwise; the environment variable MOEWB_GROUPED_WS_GLU=1 (read once per
+// process) turns it on. When the driver has no cuTensorMapEncodeTiled or rejects a map, those
+// launches run round 2.
+constexpr bool kExpertsGluPingPongDefault = false;
+
+// Process-wide choice for every later wgmma gate+up / dh launch (tests and A/B benchmarks;
+// race-free but not meant to change while launches are being issued from other threads).
+void setExpertsGluPingPong(bool on);
+
+// The current choice (setExpertsGluPingPong, else MOEWB_GROUPED_WS_GLU=1, else
+// kExpertsGluPingPongDefault).
+bool expertsGluPingPong();
+
+// Round 6 (grouped_gemm_ws_wgrad_cuda.cuh, bench/scratch/grouped_gemm_06.md): the three weight
+// gradients (dDown, dGate, dUp) on the warp-specialized persistent kernel, round 2's per-element
+// K order (bitwise equality with round 2 expected; ExpertsWgmmaCudaTest.WsWgradEqualsRound2Bitwise
+// checks it). Default off (kExpertsWsWgradDefault) until the H200 measurement says otherwise; the
+// environment variable MOEWB_GROUPED_WS_WGRAD=1 (read once per process) turns it on.
+constexpr bool kExpertsWsWgradDefault = false;
+
+// Process-wide choice for every later wgmma weight-gradient launch (tests and A/B benchmarks;
+// race-free but not meant to change while launches are being issued from other threads).
+void setExpertsWsWgrad(bool on);
+
+// The current choice (setExpertsWsWgrad, else MOEWB_GROUPED_WS_WGRAD=1, else
+// kExpertsWsWgradDefault).
+bool expertsWsWgrad();
+
 // True when this build contains the sm_90a kernels and the current device (compute capability
 // 9.0) loads them. Queries the device once per device ordinal; false on any CUDA error.
 bool expertsWgmmaSupported();

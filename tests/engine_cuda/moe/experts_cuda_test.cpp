@@ -14,7 +14,9 @@
 // against forced off, plain and fused, within the tolerance of (1), and bitwise equal run to run
 // (skips unless the device is compute capability 9.0 and the build has the sm_90a object); the
 // wgmma stages run round 5's warp-specialized down / dx kernels there (the default), and
-// WarpSpecializedEqualsRound2Bitwise compares those with round 2's bit for bit.
+// WarpSpecializedEqualsRound2Bitwise compares those with round 2's bit for bit;
+// GluPingPongEqualsRound2Bitwise does the same for round 7's gate+up / dh (off by default),
+// WsWgradEqualsRound2Bitwise for round 6's weight gradients (off by default).
 #include "ops/experts/experts_cuda.h"
 
 #include <gtest/gtest.h>
@@ -354,6 +356,8 @@ class ExpertsWgmmaCudaTest : public ExpertsCudaTest {
   void TearDown() override {
     setExpertsWgmmaMode(ExpertsWgmmaMode::kEnvironment);
     setExpertsWarpSpecialized(kExpertsWarpSpecializedDefault);
+    setExpertsGluPingPong(kExpertsGluPingPongDefault);
+    setExpertsWsWgrad(kExpertsWsWgradDefault);
     ExpertsCudaTest::TearDown();
   }
 };
@@ -513,6 +517,132 @@ TEST_F(ExpertsWgmmaCudaTest, WarpSpecializedEqualsRound2Bitwise) {
         EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
                                 << got.numel() << " elements differ from round 2, first at "
                                 << first;
+      }
+    }
+  }
+}
+
+// Round 7's ping-pong gate+up / dh kernels (setExpertsGluPingPong; grouped_gemm_07.md) against
+// round 2 (off), every output of forward + backward BITWISE (gatePre / upPre / hidden directly,
+// dGate / dUp through dx and the weight gradients): E = 64 with 126 rows (empty and 1-row
+// experts), D and F not multiples of 64 (F = 40 below one 64-wide gate+up column tile and one
+// K step; D = 264, F = 136: partial K and column tiles), gather (fused) and permuted rows
+// (plain), and 8192 rows (320 dh tiles, 576 gate+up tiles over at most 132 CTAs: both consumers
+// of every CTA take tiles, the ring wraps). Round 5's down / dx stay at their default in both.
+TEST_F(ExpertsWgmmaCudaTest, GluPingPongEqualsRound2Bitwise) {
+  struct Case {
+    int64_t d, f;
+    MoeShape shape;
+  };
+  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
+                                {72, 40, {257, 8, 4}},
+                                {264, 136, {257, 64, 8}},
+                                {1096, 520, {2048, 8, 4}}};
+  uint64_t seed = 14000;
+  for (const Case& c : cases) {
+    Problem p;
+    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    for (bool fused : {false, true}) {
+      const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) +
+                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain");
+      const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
+      const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
+      ExpertsRun round2, pingPong, again;
+      setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      setExpertsGluPingPong(false);
+      runExperts(context(), p, dw, c.f, fused, dY, round2);
+      setExpertsGluPingPong(true);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, pingPong);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, again);
+      if (HasFatalFailure()) return;
+      ASSERT_EQ(pingPong.outputs.size(), round2.outputs.size());
+      for (size_t i = 0; i < pingPong.outputs.size(); ++i) {
+        const auto& [name, got] = pingPong.outputs[i];
+        const Tensor<float>& want = round2.outputs[i].second;
+        const Tensor<float>& repeat = again.outputs[i].second;
+        ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
+        ASSERT_EQ(repeat.numel(), got.numel()) << what << " " << name;
+        int64_t differing = 0, first = -1, unstable = 0;
+        for (int64_t j = 0; j < got.numel(); ++j) {
+          if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0) {
+            if (first < 0) first = j;
+            ++differing;
+          }
+          unstable += std::memcmp(&got[j], &repeat[j], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
+                                << got.numel() << " elements differ from round 2, first at "
+                                << first;
+        EXPECT_EQ(unstable, 0) << what << " " << name << ": not bitwise deterministic";
+      }
+    }
+  }
+}
+
+// Round 6's weight-gradient kernel (setExpertsWsWgrad; grouped_gemm_06.md) against round 2's
+// (off), the three weight gradients (and every other output, which must not move) BITWISE, and
+// the new kernel bitwise run to run: E = 64 with 126 rows (empty experts keep their zero
+// gradients, 1-row experts: one partial K step), D = 72 / F = 40 (M and N below one 128 x 256
+// tile), D = 264 / F = 136 (partial tiles in M, N and K), gather (fused: x rows through the
+// gather index are the B operand of dGate / dUp) and permuted rows (plain), and 8192 rows over
+// 8 experts with D = 1096, F = 520 (~200 tiles per gradient over at most 132 CTAs: the ring
+// wraps across tiles). The other stages keep their defaults in both runs.
+TEST_F(ExpertsWgmmaCudaTest, WsWgradEqualsRound2Bitwise) {
+  struct Case {
+    int64_t d, f;
+    MoeShape shape;
+  };
+  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
+                                {72, 40, {257, 8, 4}},
+                                {264, 136, {257, 64, 8}},
+                                {1096, 520, {2048, 8, 4}}};
+  uint64_t seed = 16000;
+  for (const Case& c : cases) {
+    Problem p;
+    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    for (bool fused : {false, true}) {
+      const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) +
+                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain");
+      const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
+      const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
+      ExpertsRun round2, ws, again;
+      setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      setExpertsWsWgrad(false);
+      runExperts(context(), p, dw, c.f, fused, dY, round2);
+      setExpertsWsWgrad(true);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, ws);
+      if (HasFatalFailure()) return;
+      runExperts(context(), p, dw, c.f, fused, dY, again);
+      if (HasFatalFailure()) return;
+      ASSERT_EQ(ws.outputs.size(), round2.outputs.size());
+      for (size_t i = 0; i < ws.outputs.size(); ++i) {
+        const auto& [name, got] = ws.outputs[i];
+        const Tensor<float>& want = round2.outputs[i].second;
+        const Tensor<float>& repeat = again.outputs[i].second;
+        ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
+        ASSERT_EQ(repeat.numel(), got.numel()) << what << " " << name;
+        EXPECT_LT(relativeError(got, want), 1e-5) << what << " " << name;
+        int64_t differing = 0, first = -1, unstable = 0;
+        for (int64_t j = 0; j < got.numel(); ++j) {
+          if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0) {
+            if (first < 0) first = j;
+            ++differing;
+          }
+          unstable += std::memcmp(&got[j], &repeat[j], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
+                                << got.numel() << " elements differ from round 2, first at "
+                                << first;
+        EXPECT_EQ(unstable, 0) << what << " " << name << ": not bitwise deterministic";
       }
     }
   }
