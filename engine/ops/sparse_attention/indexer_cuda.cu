@@ -12,10 +12,16 @@
 //     indexerScore / indexerDot, fp32 FMA in dI order.
 // Within a path the scores, the logits and the backward's ReLU test compute every pre-activation
 // identically, so logits are bitwise the dense scores and the backward's ReLU pattern is bitwise
-// the forward's. The key side (dk) is the scalar indexer_key_bwd_kernel on both paths.
+// the forward's. The key side (dk) is the scalar indexer_key_bwd_kernel on both paths, or the
+// key-tile x query-tile product of indexer_key_bwd_tiled.cuh when kIndexerKeyBwdTiled (or the
+// test hook / MOEWB_INDEXER_KEY_TILED=1) selects it and the shape allows it.
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "runtime/cuda/cuda_check.h"
+#include "ops/sparse_attention/indexer_key_bwd_tiled.cuh"
 #include "ops/sparse_attention/indexer_mma.cuh"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda_kernels.h"
@@ -34,6 +40,22 @@ constexpr int kReduceThreads = 256;
 // The tensor-core path (indexer_mma.cuh) where the shape allows it; false selects the scalar
 // kernels everywhere (round 1's engine path).
 constexpr bool kIndexerTensorCores = true;
+
+// The tiled key-side backward (indexer_key_bwd_tiled.cuh, bench/scratch/indexer_key_bwd_01.md):
+// on since its H200 check (B4 T4096 top-512: 4.54 -> 1.99 ms; B1 T32768 top-2048: 31.6 -> 20.3
+// ms; the same values as the scalar kernel at every benchmark shape).
+constexpr bool kIndexerKeyBwdTiled = true;
+std::atomic<int> g_keyBwdTiled{-1};  // -1: kIndexerKeyBwdTiled or MOEWB_INDEXER_KEY_TILED; 0/1
+
+bool keyBwdTiledOn() {
+  const int forced = g_keyBwdTiled.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool fromEnv = [] {
+    const char* env = std::getenv("MOEWB_INDEXER_KEY_TILED");
+    return env != nullptr ? std::strcmp(env, "1") == 0 : kIndexerKeyBwdTiled;
+  }();
+  return fromEnv;
+}
 
 bool indexerUsesTensorCores(const IndexerDims& dims, int64_t width) {
   return kIndexerTensorCores && indexerTcSupported(dims.numHeads, dims.headDim) &&
@@ -307,6 +329,8 @@ size_t indexerRowBytes(const IndexerDims& dims) {
 
 }  // namespace
 
+void setIndexerKeyBwdTiled(int mode) { g_keyBwdTiled.store(mode, std::memory_order_relaxed); }
+
 Status launchIndexerNormForward(cudaStream_t stream, const float* kPre, const bf16* gain,
                                 const bf16* bias, int64_t n, int64_t di, double eps, float* kHat,
                                 float* rstd, float* k) {
@@ -399,9 +423,16 @@ Status launchIndexerBackward(cudaStream_t stream, const IndexerDims& dims,
         b.coef, b.dwPre, b.dq);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  indexer_key_bwd_kernel<<<warpBlocks(n), kWarpThreads, 0, stream>>>(
-      b.q, b.coef, keyStart, entries, n, width, int(hi), int(di), b.dk);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (keyBwdTiledOn() && indexerKeyBwdTiledSupported(hi, di, b.q, b.dk) &&
+      n * width < (int64_t(1) << 31)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(launchIndexerKeyBwdTiled(stream, b.q, b.coef, keyStart, entries,
+                                                        dims.batch, dims.seqLen, width, hi, di,
+                                                        b.dk));
+  } else {
+    indexer_key_bwd_kernel<<<warpBlocks(n), kWarpThreads, 0, stream>>>(
+        b.q, b.coef, keyStart, entries, n, width, int(hi), int(di), b.dk);
+    MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  }
   indexer_norm_bwd_kernel<<<warpBlocks(n), kWarpThreads, 0, stream>>>(b.dk, b.kHat, b.rstd, gain, n,
                                                                       int(di), b.dkPre);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();

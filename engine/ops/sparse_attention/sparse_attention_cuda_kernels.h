@@ -44,6 +44,11 @@ Status launchIndexerBackward(cudaStream_t stream, const IndexerDims& dims,
                              int64_t width, const int32_t* keyStart, const int32_t* entries,
                              const float* dLogits, const bf16* gain, float* dGain, float* dBias);
 
+// Tests and benches only: 1 forces the tiled key-side backward (indexer_key_bwd_tiled.cuh) where
+// its shape allows it, 0 the scalar indexer_key_bwd_kernel, -1 (the default) goes back to
+// kIndexerKeyBwdTiled or MOEWB_INDEXER_KEY_TILED=1. Process-wide.
+void setIndexerKeyBwdTiled(int mode);
+
 // Scratch of the selection transpose (total = N W entries).
 struct TransposeBuffers {
   uint32_t* keys;        // [total]
