@@ -15,11 +15,14 @@ std::vector<ChartColumn> decimateSeries(const std::vector<QPointF>& points, doub
     const double at = std::floor((pt.x() - x0) * double(columns) / (x1 - x0));
     const int column = std::clamp(int(at), 0, columns - 1);
     if (out.empty() || out.back().column != column) {
-      out.push_back({column, pt.y(), pt.y(), pt, pt, 0});
+      out.push_back({column, pt.y(), pt.y(), pt, pt, pt, 0});
     }
     ChartColumn& c = out.back();
     c.yMin = std::min(c.yMin, pt.y());
-    c.yMax = std::max(c.yMax, pt.y());
+    if (pt.y() > c.yMax) {
+      c.yMax = pt.y();
+      c.highest = pt;
+    }
     c.last = pt;
     ++c.count;
   }

@@ -1,6 +1,8 @@
-// ChartView: axes, ticks, line series with a legend and a hover readout.
+// ChartView: axes, ticks, line series, points above the axis and the hover readout (the title,
+// unit and legend layout is in chart_view_layout.cpp).
 #include "chart_view.h"
 
+#include <QAction>
 #include <QHelpEvent>
 #include <QMouseEvent>
 #include <QPainter>
@@ -10,32 +12,52 @@
 #include <limits>
 #include <cmath>
 
+#include "chart_view_metrics.h"
 #include "theme.h"
 
 namespace moewb::gui {
 
-namespace {
-constexpr double kLeftPx = 62, kRightPx = 14, kTopPx = 28, kBottomPx = 38;
-constexpr double kMarkerHitPx = 5;  // hover distance that picks a marker
-}  // namespace
+using namespace chart_metrics;
 
 ChartView::ChartView(QWidget* parent)
-    : QWidget(parent), m_color(theme::series(0)), m_plotTop(kTopPx) {
+    : QWidget(parent), m_color(theme::series(0)), m_plotTop(kTopPx), m_headerBottom(kTopPx - 4) {
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
   m_format = [](double v) { return QString::number(v, 'g', 3); };
   m_emptyText = tr("no steps yet");
+  m_fullRangeAction = new QAction(tr("Full range"), this);
+  m_fullRangeAction->setCheckable(true);
+  m_fullRangeAction->setToolTip(tr("Let the y axis cover every point, also the far-out ones "
+                                   "(such as a warm-up first step) drawn as arrows at the top"));
+  connect(m_fullRangeAction, &QAction::toggled, this, &ChartView::setFullRange);
+  addAction(m_fullRangeAction);
+  setContextMenuPolicy(Qt::ActionsContextMenu);
   setPoints({});
 }
 
 void ChartView::setTitle(const QString& title) {
   m_title = title;
+  updateLayout();
+  recomputeAxes();
+  updateDecimation();
   update();
 }
 
 void ChartView::setAxisTitles(const QString& x, const QString& y) {
   m_xTitle = x;
   m_yTitle = y;
+  updateLayout();
+  recomputeAxes();
+  updateDecimation();
+  update();
+}
+
+void ChartView::setFullRange(bool on) {
+  if (on == m_fullRange) return;
+  m_fullRange = on;
+  if (m_fullRangeAction->isChecked() != on) m_fullRangeAction->setChecked(on);
+  recomputeAxes();
+  updateDecimation();
   update();
 }
 
@@ -63,9 +85,8 @@ const std::vector<QPointF>& ChartView::points() const {
 
 void ChartView::setSeries(std::vector<ChartSeries> series) {
   m_series = std::move(series);
+  updateLayout();
   recomputeAxes();
-  const std::vector<QRectF> legend = legendItems();
-  m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
   if (!hasPoints()) m_hasHover = false;
   updateDecimation();
   update();
@@ -99,18 +120,28 @@ std::pair<size_t, size_t> ChartView::visibleRange(const ChartSeries& s) const {
 void ChartView::updateDecimation() {
   const int columns = std::max(1, int(std::ceil(plotRect().width())));
   m_columns.assign(m_series.size(), {});
+  m_clipped.clear();
+  auto clipped = [this](size_t series, const QPointF& pt) {
+    if (pt.y() > m_y.max && std::isfinite(pt.y()) && pt.x() >= m_x.min && pt.x() <= m_x.max) {
+      m_clipped.push_back({series, pt});
+    }
+  };
   for (size_t i = 0; i < m_series.size(); ++i) {
     // Up to two points per column are drawn as they are (markers and all).
     const auto [begin, end] = visibleRange(m_series[i]);
-    if (end - begin <= size_t(2 * columns)) continue;
-    if (!m_xWindow) {
-      m_columns[i] = decimateSeries(m_series[i].points, m_x.min, m_x.max, columns);
+    const auto& all = m_series[i].points;
+    if (end - begin <= size_t(2 * columns)) {
+      for (size_t k = begin; k < end; ++k) clipped(i, all[k]);
       continue;
     }
-    const auto& all = m_series[i].points;
-    const std::vector<QPointF> part(all.begin() + std::ptrdiff_t(begin),
-                                    all.begin() + std::ptrdiff_t(end));
-    m_columns[i] = decimateSeries(part, m_x.min, m_x.max, columns);
+    if (!m_xWindow) {
+      m_columns[i] = decimateSeries(all, m_x.min, m_x.max, columns);
+    } else {
+      const std::vector<QPointF> part(all.begin() + std::ptrdiff_t(begin),
+                                      all.begin() + std::ptrdiff_t(end));
+      m_columns[i] = decimateSeries(part, m_x.min, m_x.max, columns);
+    }
+    for (const ChartColumn& c : m_columns[i]) clipped(i, c.highest);
   }
 }
 
@@ -134,19 +165,30 @@ bool ChartView::hasPoints() const {
 void ChartView::recomputeAxes() {
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   bool first = true;
+  RobustRange range;
+  std::vector<double> ys;
   for (const ChartSeries& s : m_series) {
-    for (const QPointF& pt : s.points) {
+    // The window's points are consecutive; the first one's index tells robustRange whether
+    // they include the run's first steps.
+    size_t firstIndex = 0;
+    ys.clear();
+    for (size_t i = 0; i < s.points.size(); ++i) {
+      const QPointF& pt = s.points[i];
       if (m_xWindow && (pt.x() < m_xWindow->first || pt.x() > m_xWindow->second)) continue;
+      if (ys.empty()) firstIndex = i;
+      ys.push_back(pt.y());
       if (first) {
         x0 = x1 = pt.x();
-        y0 = y1 = pt.y();
         first = false;
       }
       x0 = std::min(x0, pt.x());
       x1 = std::max(x1, pt.x());
-      y0 = std::min(y0, pt.y());
-      y1 = std::max(y1, pt.y());
     }
+    range = mergeRanges(range, robustRange(ys, firstIndex));
+  }
+  if (range.count > 0) {
+    y0 = range.lo;
+    y1 = m_fullRange ? range.fullHi : range.hi;
   }
   if (m_yFromZero) {
     y0 = std::min(y0, 0.0);
@@ -198,7 +240,8 @@ QRectF ChartView::plotRect() const {
 QPointF ChartView::toScreen(const QPointF& v) const {
   const QRectF r = plotRect();
   const double fx = (v.x() - m_x.min) / (m_x.max - m_x.min);
-  const double fy = (v.y() - m_y.min) / (m_y.max - m_y.min);
+  // A point above the axis (clipped by the robust range) sits on the plot's top edge.
+  const double fy = std::min((v.y() - m_y.min) / (m_y.max - m_y.min), 1.0);
   return {r.left() + fx * r.width(), r.bottom() - fy * r.height()};
 }
 
@@ -206,13 +249,7 @@ void ChartView::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.fillRect(rect(), theme::base());
   p.setRenderHint(QPainter::Antialiasing, false);
-  QFont bold = font();
-  bold.setBold(true);
-  p.setFont(bold);
-  p.setPen(theme::text());
-  p.drawText(QRectF(kLeftPx, 4, width() - kLeftPx - kRightPx, kTopPx - 8),
-             Qt::AlignLeft | Qt::AlignVCenter, m_title);
-  p.setFont(font());
+  paintHeader(p);
   paintLegend(p);
   const QRectF plot = plotRect();
   paintAxes(p, plot);
@@ -223,53 +260,66 @@ void ChartView::paintEvent(QPaintEvent*) {
   }
   paintMarkers(p, plot);
   paintSeries(p, plot);
+  paintClipped(p, plot);
   paintHover(p, plot);
 }
 
-namespace {
-constexpr double kSwatchPx = 14, kSwatchGapPx = 5, kItemGapPx = 14;
-
-QPen seriesPen(const ChartSeries& s, double width) {
-  QPen pen(s.color, width);
-  if (s.dashed) pen.setDashPattern({3, 2});
-  return pen;
-}
-}  // namespace
-
-std::vector<QRectF> ChartView::legendItems() const {
-  std::vector<QRectF> items;
-  int named = 0;
-  for (const ChartSeries& s : m_series) named += s.name.isEmpty() ? 0 : 1;
-  if (named < 2) return items;
-  const QFontMetrics fm(font());
-  const double right = std::max(kLeftPx + 40, width() - kRightPx);
-  double x = kLeftPx, y = kTopPx - 4;
-  for (const ChartSeries& s : m_series) {
-    const double w = kSwatchPx + kSwatchGapPx + fm.horizontalAdvance(s.name) + 2;
-    if (x > kLeftPx && x + w > right) {
-      x = kLeftPx;
-      y += fm.height();
-    }
-    items.emplace_back(x, y, w, fm.height());
-    x += w + kItemGapPx;
-  }
-  return items;
-}
-
-void ChartView::paintLegend(QPainter& p) const {
-  const std::vector<QRectF> items = legendItems();
+void ChartView::paintClipped(QPainter& p, const QRectF& plot) const {
+  if (m_clipped.empty()) return;
   p.save();
-  for (size_t i = 0; i < items.size(); ++i) {
-    const ChartSeries& s = m_series[i];
-    const QRectF& box = items[i];
-    const double y = std::round(box.center().y()) + 0.5;
-    p.setPen(seriesPen(s, 3));
-    p.drawLine(QPointF(box.left(), y), QPointF(box.left() + kSwatchPx, y));
-    p.setPen(theme::dimText());
-    p.drawText(box.adjusted(kSwatchPx + kSwatchGapPx, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
-               s.name);
+  p.setRenderHint(QPainter::Antialiasing, true);
+  QFont small = font();
+  if (small.pointSizeF() > 0) small.setPointSizeF(small.pointSizeF() * 0.85);
+  p.setFont(small);
+  const QFontMetricsF fm(small);
+  std::vector<std::pair<double, size_t>> order;  // screen x, index into m_clipped
+  order.reserve(m_clipped.size());
+  for (size_t i = 0; i < m_clipped.size(); ++i) {
+    order.emplace_back(toScreen(m_clipped[i].point).x(), i);
+  }
+  std::sort(order.begin(), order.end());
+  // An arrow per point; its true value beside it where the label clears the last one drawn.
+  double lastRight = -std::numeric_limits<double>::infinity();
+  QColor back = theme::base();
+  back.setAlpha(210);
+  for (const auto& [x, i] : order) {
+    const ChartClip& c = m_clipped[i];
+    const QColor color = m_series[c.series].color;
+    QPainterPath arrow;
+    arrow.moveTo(x, plot.top() - 1);
+    arrow.lineTo(x - 4, plot.top() + kArrowPx);
+    arrow.lineTo(x + 4, plot.top() + kArrowPx);
+    arrow.closeSubpath();
+    p.setPen(QPen(theme::base(), 1));
+    p.setBrush(color);
+    p.drawPath(arrow);
+    const QString text = m_format(c.point.y());
+    const double w = fm.horizontalAdvance(text) + 4;
+    double left = x + 6;
+    if (left + w > plot.right()) left = x - 6 - w;
+    if (left < lastRight + 3 || left < plot.left()) continue;
+    const QRectF box(left, plot.top() + 1, w, fm.height());
+    p.fillRect(box, back);
+    p.setPen(theme::text());
+    p.drawText(box, Qt::AlignCenter, text);
+    lastRight = box.right();
   }
   p.restore();
+}
+
+int ChartView::clipAt(const QPointF& pos) const {
+  const QRectF plot = plotRect();
+  if (pos.y() < plot.top() - 4 || pos.y() > plot.top() + kArrowPx + 4) return -1;
+  int best = -1;
+  double bestDist = 6;
+  for (size_t i = 0; i < m_clipped.size(); ++i) {
+    const double d = std::fabs(toScreen(m_clipped[i].point).x() - pos.x());
+    if (d <= bestDist) {
+      bestDist = d;
+      best = int(i);
+    }
+  }
+  return best;
 }
 
 void ChartView::paintMarkers(QPainter& p, const QRectF& plot) const {
@@ -326,8 +376,6 @@ void ChartView::paintAxes(QPainter& p, const QRectF& plot) const {
   p.drawLine(plot.bottomLeft(), plot.topLeft());
   p.setPen(theme::dimText());
   p.drawText(QRectF(plot.left(), height() - 17, plot.width(), 16), Qt::AlignCenter, m_xTitle);
-  p.drawText(QRectF(kLeftPx, 4, width() - kLeftPx - kRightPx, kTopPx - 8),
-             Qt::AlignRight | Qt::AlignVCenter, m_yTitle);
 }
 
 void ChartView::paintSeries(QPainter& p, const QRectF& plot) const {
@@ -377,52 +425,68 @@ const QPointF* pointAt(const std::vector<QPointF>& points, double x) {
 }
 }  // namespace
 
+std::vector<std::pair<QString, QColor>> ChartView::hoverRows() const {
+  // One line per series that has a point here ("name: value"), under an "x: <x>" header when
+  // there are several; a single unnamed series reads "<x title> <x>: <value>" as one line. A
+  // value above the axis says so (its arrow sits at the top edge).
+  std::vector<std::pair<QString, QColor>> rows;
+  if (!m_hasHover) return rows;
+  const bool several = m_series.size() > 1;
+  if (several) rows.emplace_back(QStringLiteral("%1 %2").arg(m_xTitle).arg(m_hoverX), QColor());
+  for (const ChartSeries& s : m_series) {
+    const QPointF* pt = pointAt(s.points, m_hoverX);
+    if (!pt) continue;
+    QString value = m_format(pt->y());
+    if (pt->y() > m_y.max) value += tr(" (above the axis)");
+    if (several) {
+      rows.emplace_back(QStringLiteral("%1: %2").arg(s.name, value), s.color);
+    } else {
+      rows.emplace_back(QStringLiteral("%1 %2: %3").arg(m_xTitle).arg(pt->x()).arg(value),
+                        s.color);
+    }
+  }
+  return rows;
+}
+
+QStringList ChartView::hoverLines() const {
+  QStringList lines;
+  for (const auto& row : hoverRows()) lines << row.first;
+  return lines;
+}
+
 void ChartView::paintHover(QPainter& p, const QRectF& plot) const {
   if (!m_hasHover) return;
   const double sx = toScreen({m_hoverX, m_y.min}).x();
   p.setPen(QPen(theme::axisLine(), 1, Qt::DashLine));
   p.drawLine(QPointF(sx, plot.top()), QPointF(sx, plot.bottom()));
   p.setRenderHint(QPainter::Antialiasing, true);
-  // One line per series that has a point here ("name: value"), under an "x: <x>" header when
-  // there are several; a single unnamed series reads "<x title> <x>: <value>" as one line.
-  QStringList lines;
-  std::vector<QColor> colors;
-  const bool several = m_series.size() > 1;
-  if (several) {
-    lines << QStringLiteral("%1 %2").arg(m_xTitle).arg(m_hoverX);
-    colors.push_back(QColor());
-  }
   for (const ChartSeries& s : m_series) {
     const QPointF* pt = pointAt(s.points, m_hoverX);
     if (!pt) continue;
     p.setPen(QPen(Qt::white, 1.5));
     p.setBrush(s.color);
     p.drawEllipse(toScreen(*pt), 4, 4);
-    if (several) {
-      lines << QStringLiteral("%1: %2").arg(s.name, m_format(pt->y()));
-    } else {
-      lines << QStringLiteral("%1 %2: %3").arg(m_xTitle).arg(pt->x()).arg(m_format(pt->y()));
-    }
-    colors.push_back(s.color);
   }
+  const std::vector<std::pair<QString, QColor>> rows = hoverRows();
+  const bool several = m_series.size() > 1;
   const QFontMetrics fm(font());
   int textPx = 0;
-  for (const QString& line : lines) textPx = std::max(textPx, fm.horizontalAdvance(line));
+  for (const auto& row : rows) textPx = std::max(textPx, fm.horizontalAdvance(row.first));
   const double swatchPx = several ? 14 : 0;
-  QRectF box(0, 0, textPx + swatchPx + 12, fm.height() * double(lines.size()) + 6);
+  QRectF box(0, 0, textPx + swatchPx + 12, fm.height() * double(rows.size()) + 6);
   box.moveTopLeft(QPointF(std::min(sx + 8, plot.right() - box.width()), plot.top() + 4));
   p.setPen(theme::axisLine());
   p.setBrush(theme::window());
   p.drawRect(box);
-  for (qsizetype i = 0; i < lines.size(); ++i) {
+  for (size_t i = 0; i < rows.size(); ++i) {
     const QRectF row(box.left() + 6, box.top() + 3 + double(i) * fm.height(), box.width() - 12,
                      fm.height());
-    if (colors[size_t(i)].isValid()) {
-      p.fillRect(QRectF(row.left(), row.center().y() - 1.5, 10, 3), colors[size_t(i)]);
+    if (rows[i].second.isValid()) {
+      p.fillRect(QRectF(row.left(), row.center().y() - 1.5, 10, 3), rows[i].second);
     }
     p.setPen(theme::text());
     p.drawText(row.adjusted(several ? swatchPx : 0, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
-               lines[i]);
+               rows[i].first);
   }
 }
 
@@ -465,8 +529,7 @@ void ChartView::mouseMoveEvent(QMouseEvent* event) {
 }
 
 void ChartView::resizeEvent(QResizeEvent* event) {
-  const std::vector<QRectF> legend = legendItems();
-  m_plotTop = legend.empty() ? kTopPx : legend.back().bottom() + 8;
+  updateLayout();
   recomputeAxes();
   updateDecimation();
   QWidget::resizeEvent(event);
@@ -483,8 +546,22 @@ bool ChartView::event(QEvent* event) {
   if (event->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(event);
     const int marker = markerAt(help->pos().x());
-    if (marker >= 0) {
+    const int clip = clipAt(help->pos());
+    if (clip >= 0) {
+      const ChartClip& c = m_clipped[size_t(clip)];
+      const QString& name = m_series[c.series].name;
+      QToolTip::showText(help->globalPos(),
+                         tr("%1%2 %3: %4, above the axis\n(right-click > Full range shows "
+                            "every point)")
+                             .arg(name.isEmpty() ? QString() : name + QStringLiteral(", "))
+                             .arg(m_xTitle)
+                             .arg(c.point.x())
+                             .arg(m_format(c.point.y())),
+                         this);
+    } else if (marker >= 0) {
       QToolTip::showText(help->globalPos(), m_markers[size_t(marker)].text, this);
+    } else if (help->pos().y() < m_plotTop - 4 && headerElided()) {
+      QToolTip::showText(help->globalPos(), headerText(), this);
     } else {
       QToolTip::hideText();
       event->ignore();

@@ -1,6 +1,7 @@
 // StepBreakdownView: stacked bars per step, legend, hover readout and click (see the header).
 #include "step_breakdown_view.h"
 
+#include <QAction>
 #include <QMouseEvent>
 #include <QPainter>
 #include <algorithm>
@@ -26,6 +27,20 @@ StepBreakdownView::StepBreakdownView(QWidget* parent) : QWidget(parent) {
   m_emptyText = tr("no steps yet");
   setToolTip(tr("Time per step by kind of work; hover a bar for its parts, click to select the "
                 "step"));
+  m_fullRangeAction = new QAction(tr("Full range"), this);
+  m_fullRangeAction->setCheckable(true);
+  m_fullRangeAction->setToolTip(tr("Let the y axis cover every step, also the far-out ones "
+                                   "(such as a warm-up first step) drawn cut at the top"));
+  connect(m_fullRangeAction, &QAction::toggled, this, &StepBreakdownView::setFullRange);
+  addAction(m_fullRangeAction);
+  setContextMenuPolicy(Qt::ActionsContextMenu);
+}
+
+void StepBreakdownView::setFullRange(bool on) {
+  if (on == m_fullRange) return;
+  m_fullRange = on;
+  if (m_fullRangeAction->isChecked() != on) m_fullRangeAction->setChecked(on);
+  relayout();
 }
 
 void StepBreakdownView::setData(const StepBreakdownSet& data) {
@@ -74,8 +89,10 @@ void StepBreakdownView::relayout() {
   m_columns.clear();
   m_hover = -1;
   const auto& steps = m_data.steps;
+  size_t first = 1, last = 0;  // the steps laid out (none)
   if (!steps.empty()) {
-    size_t first = 0, last = steps.size() - 1;
+    first = 0;
+    last = steps.size() - 1;
     if (m_window) {
       auto byStep = [](const StepBreakdown& s, int64_t step) { return s.step < step; };
       first = size_t(std::lower_bound(steps.begin(), steps.end(), m_window->first, byStep) -
@@ -93,10 +110,29 @@ void StepBreakdownView::relayout() {
     }
     if (first <= last) m_columns = columnsOf(steps, first, last, plotRect().width());
   }
+  fitYAxis(first, last);
+  update();
+}
+
+void StepBreakdownView::fitYAxis(size_t first, size_t last) {
   double top = 0;
   for (const BreakdownColumn& c : m_columns) top = std::max(top, c.maxDurNs);
+  if (!m_fullRange && !m_columns.empty()) {
+    std::vector<double> durNs;
+    durNs.reserve(last - first + 1);
+    for (size_t i = first; i <= last; ++i) durNs.push_back(double(m_data.steps[i].durNs));
+    const RobustRange range = robustRange(durNs, first);
+    if (range.clips()) top = range.hi;
+  }
   m_y = niceAxis(0, top > 0 ? top / 1e6 : 1, std::clamp(int(plotRect().height() / 28), 1, 5));
-  update();
+  m_clipped.clear();
+  const double axisNs = m_y.max * 1e6;
+  for (size_t i = 0; i < m_columns.size(); ++i) {
+    const BreakdownColumn& c = m_columns[i];
+    double stackNs = 0;
+    for (double v : c.meanNs) stackNs += v;
+    if (c.maxDurNs > axisNs || stackNs > axisNs) m_clipped.push_back(i);
+  }
 }
 
 int StepBreakdownView::columnAt(const QPointF& pos) const {
@@ -136,6 +172,10 @@ QString StepBreakdownView::hoverText(const QPointF& pos) const {
                  .arg(ms(v))
                  .arg(total > 0 ? 100.0 * v / total : 0.0, 0, 'f', 1);
   }
+  if (std::binary_search(m_clipped.begin(), m_clipped.end(), size_t(index))) {
+    lines << tr("above the axis, cut at %1 ms (right-click > Full range shows it to scale)")
+                 .arg(QString::number(m_y.max, 'g', 4));
+  }
   return lines.join(QLatin1Char('\n'));
 }
 
@@ -152,6 +192,7 @@ void StepBreakdownView::paintEvent(QPaintEvent*) {
     return;
   }
   paintBars(p, plot);
+  paintClipped(p, plot);
   if (m_hover < 0 || size_t(m_hover) >= m_columns.size()) return;
   const BreakdownColumn& c = m_columns[size_t(m_hover)];
   const QString text = hoverText(QPointF(plot.left() + (c.x0 + c.x1) / 2, plot.center().y()));
@@ -233,7 +274,8 @@ void StepBreakdownView::paintBars(QPainter& p, const QRectF& plot) const {
     const double left = plot.left() + c.x0 + gap / 2, width = std::max(1.0, w - gap);
     double y = plot.bottom();
     for (size_t k = 0; k < size_t(kTimeCategoryCount); ++k) {
-      const double h = c.meanNs[k] * scale;
+      // A stack above the axis is cut at the plot's top (paintClipped marks it).
+      const double h = std::min(c.meanNs[k] * scale, y - plot.top());
       if (h <= 0) continue;
       QColor color = timeCategoryColor(TimeCategory(k));
       if (int(i) == m_hover) color = color.lighter(125);
@@ -241,10 +283,50 @@ void StepBreakdownView::paintBars(QPainter& p, const QRectF& plot) const {
       y -= h;
     }
     if (c.first != c.last) {  // the slowest step of the column, as a tick
-      const double top = plot.bottom() - c.maxDurNs * scale;
+      const double top = std::max(plot.bottom() - c.maxDurNs * scale, plot.top());
       p.fillRect(QRectF(left, top, width, 1.5), theme::text());
     }
   }
+}
+
+void StepBreakdownView::paintClipped(QPainter& p, const QRectF& plot) const {
+  if (m_clipped.empty()) return;
+  p.save();
+  p.setRenderHint(QPainter::Antialiasing, true);
+  QFont small = font();
+  if (small.pointSizeF() > 0) small.setPointSizeF(small.pointSizeF() * 0.85);
+  p.setFont(small);
+  const QFontMetricsF fm(small);
+  QColor back = theme::base();
+  back.setAlpha(210);
+  double lastRight = -1e300;
+  for (size_t i : m_clipped) {
+    const BreakdownColumn& c = m_columns[i];
+    const double left = plot.left() + c.x0, right = plot.left() + c.x1;
+    // A break mark: a slanted band of the background, edged in the text colour, across the bar
+    // under its top (visible on every category's colour).
+    const double slant = std::min(3.0, (right - left) / 4);
+    QPolygonF band;
+    const double y0 = plot.top() + 7, y1 = plot.top() + 11;
+    band << QPointF(left - 1, y0 + slant) << QPointF(right + 1, y0 - slant)
+         << QPointF(right + 1, y1 - slant) << QPointF(left - 1, y1 + slant);
+    p.setPen(QPen(theme::text(), 1));
+    p.setBrush(theme::base());
+    p.drawPolygon(band);
+    // Its true duration (the slowest step's, for a column of several), at the bar's left when
+    // it fits, else beside it, where it clears the last label drawn.
+    const QString text = ms(c.maxDurNs) + tr(" ms");
+    const double w = fm.horizontalAdvance(text) + 6;
+    double x = right - left >= w + 4 ? left + 2 : right + 2;
+    if (x + w > plot.right()) x = left - 2 - w;
+    if (x < lastRight + 3 || x < plot.left()) continue;
+    const QRectF box(x, plot.top() + 15, w, fm.height());
+    p.fillRect(box, back);
+    p.setPen(theme::text());
+    p.drawText(box, Qt::AlignCenter, text);
+    lastRight = box.right();
+  }
+  p.restore();
 }
 
 void StepBreakdownView::resizeEvent(QResizeEvent* event) {

@@ -6,7 +6,10 @@
 // (columnsOf, computed once per data change, resize or step window, never per paint), so painting
 // costs O(pixels). Hover shows the step's (or column's) parts in ms and % (hoverText); a click
 // emits stepClicked with the step (a column's slowest). setStepWindow limits the x axis to a step
-// range (follow mode). GUI thread only.
+// range (follow mode). The y axis leaves out the few far-out steps robustRange picks
+// (chart_range.h: a warm-up first step of 2.7 s among steps of 345 ms): their bars run to the top
+// edge with a break mark and their true duration as a label; the hover gives every part in full,
+// and the context menu's "Full range" shows every bar to scale. GUI thread only.
 #pragma once
 
 #include <QWidget>
@@ -14,7 +17,10 @@
 #include <vector>
 
 #include "moewb/gui/chart_axis.h"
+#include "moewb/gui/chart_range.h"
 #include "moewb/gui/step_breakdown.h"
+
+class QAction;
 
 namespace moewb::gui {
 
@@ -43,6 +49,16 @@ class StepBreakdownView : public QWidget {
   QString hoverText(const QPointF& pos) const;
   // The legend line ("from GPU kernels: ..." / "from host phases: ...").
   QString sourceText() const;
+  // Whether the y axis covers every step (true) or leaves out the far-out ones (false, the
+  // default); the context menu's checkable "Full range" action sets it.
+  void setFullRange(bool on);
+  bool fullRange() const { return m_fullRange; }
+  QAction* fullRangeAction() const { return m_fullRangeAction; }
+  // The y axis (ms) as laid out now.
+  const AxisTicks& yAxis() const { return m_y; }
+  // Indices into columns() of the bars that reach above the y axis (their slowest step or their
+  // stack), in x order; empty in full range.
+  const std::vector<size_t>& clippedColumns() const { return m_clipped; }
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
@@ -63,6 +79,10 @@ class StepBreakdownView : public QWidget {
   void paintLegend(QPainter& p) const;
   void paintAxes(QPainter& p, const QRectF& plot) const;
   void paintBars(QPainter& p, const QRectF& plot) const;
+  // The break marks and true durations of the bars above the axis.
+  void paintClipped(QPainter& p, const QRectF& plot) const;
+  // The y axis's top in ns, and the clipped columns, for the columns laid out now.
+  void fitYAxis(size_t first, size_t last);
   // The categories with any time in the data, in stacking order.
   std::vector<TimeCategory> presentCategories() const;
 
@@ -70,6 +90,9 @@ class StepBreakdownView : public QWidget {
   std::optional<std::pair<int64_t, int64_t>> m_window;
   std::vector<BreakdownColumn> m_columns;
   AxisTicks m_y;  // ms
+  bool m_fullRange = false;
+  QAction* m_fullRangeAction = nullptr;
+  std::vector<size_t> m_clipped;  // indices into m_columns of the bars above the axis
   QString m_emptyText;
   int m_hover = -1;  // hovered column
 };

@@ -48,6 +48,10 @@ TEST(ChartDecimation, KeepsTheMinAndMaxOfEveryColumn) {
       ASSERT_TRUE(expect.count(c.column));
       EXPECT_DOUBLE_EQ(c.yMin, expect[c.column].first);
       EXPECT_DOUBLE_EQ(c.yMax, expect[c.column].second);
+      EXPECT_DOUBLE_EQ(c.highest.y(), c.yMax);
+      EXPECT_EQ(int(std::clamp(std::floor((c.highest.x() - x0) * columns / (x1 - x0)), 0.0,
+                               double(columns - 1))),
+                c.column);
       EXPECT_EQ(c.count, counts[c.column]);
       EXPECT_LE(c.first.x(), c.last.x());
       total += c.count;

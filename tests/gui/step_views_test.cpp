@@ -299,7 +299,7 @@ TEST_F(StepViewsTest, BreakdownScreenshotOnRequest) {
   QApplication::processEvents();
   StepBreakdownView* view = window->breakdownView();
   ASSERT_FALSE(view->columns().empty());
-  const BreakdownColumn& c = view->columns()[view->columns().size() / 2];
+  const BreakdownColumn& c = view->columns().back();  // its readout leaves the first bars free
   QTest::mouseMove(view, QPoint(int(view->plotRect().left() + (c.x0 + c.x1) / 2),
                                 int(view->plotRect().bottom() - 4)));
   QApplication::processEvents();

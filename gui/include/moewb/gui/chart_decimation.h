@@ -2,7 +2,8 @@
 // draws O(pixels) segments and answers a hover in O(log n).
 //
 // decimateSeries cuts the x axis into pixel columns and keeps, per column that holds points, the
-// smallest and largest y and the first and last point (for the line into and out of the column).
+// smallest and largest y (and the point holding the largest, for the marker of a point above a
+// clipped axis) and the first and last point (for the line into and out of the column).
 // Drawing a vertical stroke min..max per column plus the joins between columns gives the same
 // picture as drawing every point: no peak is lost. Computed once per resize, zoom or data change
 // (O(n)), never per paint. nearestPointIndex finds the point whose x is closest to a given x by
@@ -22,6 +23,7 @@ struct ChartColumn {
   double yMax = 0;   // largest y of its points
   QPointF first;     // its first point (smallest x)
   QPointF last;      // its last point (largest x)
+  QPointF highest;   // its point with the largest y (the first of equals)
   size_t count = 0;  // points in the column
 };
 
