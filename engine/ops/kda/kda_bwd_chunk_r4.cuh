@@ -142,10 +142,30 @@ __device__ __forceinline__ SplitMat splitAt(unsigned char* base, int64_t off, in
   return {hi, hi + rows * ld, ld};
 }
 
+// Per-phase clock (bench/scratch/kda_chunk_06.cu; off in the engine): with
+// MOEWB_KDA_BWD_PHASE_CLOCK defined, thread 0 of CTAs (1..kBwdClockCtas, gridDim.y / 2) writes
+// clock64() after each barrier into gKdaBwdClock[round - 4][cta][stamp]; stamp 0 is the start.
+#if defined(MOEWB_KDA_BWD_PHASE_CLOCK)
+inline constexpr int kBwdClockCtas = 8, kBwdClockStamps = 12;
+__device__ long long gKdaBwdClock[2][kBwdClockCtas][kBwdClockStamps];
+#define MOEWB_KDA_BWD_STAMP(round, n)                                                  \
+  do {                                                                                 \
+    if (threadIdx.x == 0 && blockIdx.y == gridDim.y / 2 && blockIdx.x >= 1 &&          \
+        blockIdx.x <= unsigned(kBwdClockCtas)) {                                       \
+      gKdaBwdClock[(round) - 4][blockIdx.x - 1][n] = clock64();                        \
+    }                                                                                  \
+  } while (0)
+#else
+#define MOEWB_KDA_BWD_STAMP(round, n) \
+  do {                                \
+  } while (0)
+#endif
+
 // One CTA per (chunk, b * HV + hv); the maths and the outputs are kda_bwd_mma_kernel's.
 __global__ void __launch_bounds__(kBwdThreads, 1)
     kda_bwd_chunk_r4_kernel(CoreArgs a, IntraBwdArgs p) {
   extern __shared__ __align__(16) unsigned char smemR4[];
+  MOEWB_KDA_BWD_STAMP(4, 0);
   const int kd = int(a.keyDim), vd = int(a.valueDim), cMax = int(a.chunk);
   const BwdR4Layout L = bwdR4Layout(cMax, kd, vd);
   const int ld = L.ldg, ldc = cMax + 1;
@@ -213,6 +233,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     dT[i * ldc + j] = in ? p.p4[cBase + idx] : 0.f;
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 1);
   for (int d = threadIdx.x; d < kd; d += blockDim.x) {  // G = cumsum(g), round 2's order
     float acc = 0.f;
     for (int i = 0; i < c; ++i) {
@@ -221,6 +242,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 2);
   // ---- inter-chunk terms (as round 2), dW and kE = k ⊙ e^G split once.
   const int nThreads = int(blockDim.x);
   for (int base = threadIdx.x; base < cMax * kd; base += 4 * nThreads) {
@@ -253,6 +275,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 3);
   const int nb = (c + 15) / 16;
   // ---- dT += dW kE^T (lower block tiles); dKg = (M Diag(beta))^T dW.
   {
@@ -304,6 +327,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 4);
   // ---- dbeta_j = sum_i dT[i, j] M[i, j]; dM = dT Diag(beta) (split); dVn staged split.
   for (int j = threadIdx.x; j < cMax; j += blockDim.x) {
     float acc = 0.f;
@@ -324,6 +348,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     dVs.put(i, e, i < c ? dvn[idx] : 0.f);
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 5);
   // ---- dv = (M Diag(beta))^T dVn; X = M^T dM (split).
   {
     const int nTiles = nb * (vd / 8);
@@ -357,6 +382,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     for (int r = 0; r < 4; ++r) Xs.put(16 * mb + g + 8 * (r >> 1), j0 + t2 + (r & 1), acc[r]);
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 6);
   // ---- dL = -strict_tril(X M^T) (fp32 into dT, split into dLs); q / beta k operands:
   // qF[i, d] = q_i e^{G_i - G_i0}, kbF[i, d] = beta_i k_i e^{G_i - G_i0}, i0 = first row of
   // i's 16-row block (into the dead dW / dVn buffers).
@@ -386,12 +412,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     kbFs.put(i, d, betas[i] * kf(i, d) * e);
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 7);
   // ---- kR[j, d] = k_j e^{G_r - G_j}, r = last row of j's block (into the dead M / X).
   for (int idx = threadIdx.x; idx < cMax * kd; idx += blockDim.x) {
     const int j = idx / kd, d = idx % kd, r = (j | 15);
     kRs.put(j, d, kf(j, d) * expNeg(gs[r * ld + d] - gs[j * ld + d]));
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 8);
   // ---- pairwise sums (round 2's tiles and order): daQ, daL over key blocks J < X, dB over
   // query blocks I > X on tensor cores, diagonal blocks elementwise in fp32.
   {
@@ -479,6 +507,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 9);
   // ---- dg = reverse cumsum of dG (+ dG_C on the last row) and dbeta: round 2's code and order.
   float* segG = reinterpret_cast<float*>(smemR4 + L.r1);  // [nb, K] (dead qF)
   float* segP = segG + (cMax / 16) * kd;                   // [nb, K]
@@ -502,6 +531,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     segP[sg * kd + d] = sumP;
   }
   __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 10);
   for (int idx = threadIdx.x; idx < nb * kd; idx += blockDim.x) {
     const int sg = idx / kd, d = idx % kd;
     float acc = expf(gs[(c - 1) * ld + d]) * p.sds[at.slot * kd + d];
@@ -528,6 +558,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) p.dbeta[(at.row0 + i) * a.valueHeads + hv] = dbetas[i] + acc;
   }
+#if defined(MOEWB_KDA_BWD_PHASE_CLOCK)
+  __syncthreads();
+  MOEWB_KDA_BWD_STAMP(4, 11);
+#endif
 }
 
 // The per-chunk backward, round 4 (after the backward products on the same `in`); the caller

@@ -13,13 +13,17 @@
 // split once and loads fragments with ldmatrix (same bits as round 2; bench/scratch/kda_chunk_04).
 // With kKdaIntraRound5 (or MOEWB_KDA_INTRA_R5=1, or setKdaIntraRound5) the intra-chunk forward is
 // round 5's (kda_intra_r5.cuh: operands split once, ldmatrix, 16 warps; same bits as round 2,
-// bench/scratch/kda_chunk_05) where kdaIntraR5Supported.
+// bench/scratch/kda_chunk_05) where kdaIntraR5Supported. With kKdaBwdChunkRound5 (or
+// MOEWB_KDA_BWD_R5=1, or setKdaBwdChunkRound5) the per-chunk backward is round 5's
+// (kda_bwd_chunk_r5.cuh: shorter serial tails, two barriers fewer, lane-balanced diagonal
+// blocks; same bits as round 4, bench/scratch/kda_chunk_06) where kdaBwdChunkR5Supported.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "runtime/cuda/cuda_check.h"
 #include "ops/kda/kda_bwd_chunk_r4.cuh"
+#include "ops/kda/kda_bwd_chunk_r5.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
@@ -44,6 +48,20 @@ bool intraRound5On() {
   static const bool fromEnv = [] {
     const char* env = std::getenv("MOEWB_KDA_INTRA_R5");
     return env != nullptr ? std::strcmp(env, "1") == 0 : kKdaIntraRound5;
+  }();
+  return fromEnv;
+}
+
+// Round 5 of the per-chunk backward (bench/scratch/kda_chunk_06.md): off until its H200 check.
+constexpr bool kKdaBwdChunkRound5 = false;
+std::atomic<int> g_bwdChunkRound5{-1};  // -1: kKdaBwdChunkRound5 or MOEWB_KDA_BWD_R5; 0 / 1: forced
+
+bool bwdChunkRound5On() {
+  const int forced = g_bwdChunkRound5.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool fromEnv = [] {
+    const char* env = std::getenv("MOEWB_KDA_BWD_R5");
+    return env != nullptr ? std::strcmp(env, "1") == 0 : kKdaBwdChunkRound5;
   }();
   return fromEnv;
 }
@@ -79,6 +97,10 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 
 void setKdaIntraRound5(int mode) {
   g_intraRound5.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+}
+
+void setKdaBwdChunkRound5(int mode) {
+  g_bwdChunkRound5.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
 }
 
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
@@ -126,6 +148,10 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
   const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
                                                        : kda_detail::launchBackwardProducts;
   MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
+  if (bwdChunkRound5On() && kda_detail::kdaBwdChunkR5Supported(args)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR5(stream, args, p));
+    return Status::ok();
+  }
   if (kda_detail::kKdaBwdChunkRound4 && kda_detail::kdaBwdChunkR4Supported(args)) {
     MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR4(stream, args, p));
     return Status::ok();

@@ -53,6 +53,13 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaIntraRound5(int mode);
 
+// Tests and benchmarks: which per-chunk backward launchKdaChunkBackward runs where the shape
+// allows round 5 (kda_bwd_chunk_r5.cuh). mode 1 forces round 5, 0 forces round 4, -1 (the start
+// state) follows kKdaBwdChunkRound5 in kda_chunk_cuda.cu unless the environment variable
+// MOEWB_KDA_BWD_R5 is set ("1": round 5, any other value: round 4; read once per process).
+// Process-wide; safe to call from any thread, takes effect at the next launch.
+void setKdaBwdChunkRound5(int mode);
+
 // Per (b, hv, value tile): the chunk recurrence. Each output may be null: statesOut
 // [B*HV*NC, K, V] (entry states), vnOut [R, V], o [N, HV*V], finalState [B, HV, K, V].
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
