@@ -8,7 +8,8 @@
 // max |difference|: bitwise_equal=yes|no), both against an fp32-input double reference (old +
 // sum over the expert's rows; relative L2 < 1e-2, every m row or sampled ones at the benchmark
 // shape), ws bitwise run to run, empty experts' gradients bitwise untouched, no NaN / Inf, and
-// ws's other paths (A by cp.async on every step; the dynamic tile walk) bitwise equal to ws.
+// ws's other paths (A by cp.async on every step; the dynamic tile walk; the engine's by-skew
+// choice of walk, which must also pick the walk the host rule gives) bitwise equal to ws.
 // Problems: awkward (experts of 0, 1, 37, 129 rows and more, D = 136, F = 88: M, N not multiples
 // of the 128 x 256 tile nor K of the 64-deep step), awkward_plain (no gather), many_tiles (more
 // tiles than CTAs), then T=16384 D=2048 E=64 k=8 F=1024 (R = 131072) balanced and skewed (expert
@@ -284,6 +285,30 @@ static void checkWgrad(const Problem& p, const Wgrad& w, const int32_t* offsets,
       const double flops = 2.0 * double(hostOffsets[experts]) * double(w.mSize) * double(w.nSize);
       const double t = timeMs([&] { launchWs(dyn); });
       std::printf("TIME %s ws_dynamic=%.3f ms (%.0f TFLOP/s)\n", shape.c_str(), t,
+                  flops / t / 1e9);
+    }
+    // By skew (the engine's default): the walk the device picks from the offsets must be the one
+    // expertsWgradSkewed gives on the host counts (the dynamic walk leaves tickets taken, the
+    // static one the counter at 0), and the bits stay the same.
+    wsw::WgradParams bySkew = dyn;
+    bySkew.bySkew = true;
+    CK(cudaMemcpy(ws2, old, bytes, cudaMemcpyDeviceToDevice));
+    launchWs(bySkew);
+    CK(cudaGetLastError());
+    int tickets = -1;
+    CK(cudaMemcpy(&tickets, bySkew.tileCounter, sizeof(int), cudaMemcpyDeviceToHost));
+    int32_t most = 0;
+    for (int e = 0; e < experts; ++e) most = std::max(most, hostOffsets[e + 1] - hostOffsets[e]);
+    const bool want = moewb::engine::cuda::expertsWgradSkewed(most, hostOffsets[experts], experts);
+    const DiffStats b = diff(ws2, ws, size);
+    std::snprintf(line, sizeof line, "differ=%llu max_over_mean=%.3f walk=%s want=%s", b.differ,
+                  double(most) * experts / std::max(1, hostOffsets[experts]),
+                  tickets > 0 ? "dynamic" : "static", want ? "dynamic" : "static");
+    report("ws_byskew_walk", shape, b.differ == 0 && (tickets > 0) == want, line);
+    if (p.time) {
+      const double flops = 2.0 * double(hostOffsets[experts]) * double(w.mSize) * double(w.nSize);
+      const double t = timeMs([&] { launchWs(bySkew); });
+      std::printf("TIME %s ws_byskew=%.3f ms (%.0f TFLOP/s)\n", shape.c_str(), t,
                   flops / t / 1e9);
     }
     CK(cudaFree(dyn.tileCounter));

@@ -15,35 +15,57 @@ namespace moewb::engine::cuda {
 namespace {
 
 std::atomic<int> gWgmmaMode{int(ExpertsWgmmaMode::kEnvironment)};
-// MOEWB_GROUPED_WS=0 turns the warp-specialized kernels off for the process (A/B benchmarks);
-// unset or any other value keeps the default.
-bool warpSpecializedFromEnvironment() {
-  const char* text = std::getenv("MOEWB_GROUPED_WS");
-  if (text != nullptr && std::string(text) == "0") return false;
-  return kExpertsWarpSpecializedDefault;
+
+// "NAME=value" of the first experts switch in the environment with a value it does not accept
+// (empty when none), and the accepted values; written while this file's globals are initialised,
+// read by expertsWgmmaStages, which fails the launch with it.
+struct BadSwitch {
+  std::string setting;
+  std::string accepted;
+};
+
+BadSwitch& badSwitch() {
+  static BadSwitch value;
+  return value;
 }
 
-std::atomic<bool> gWarpSpecialized{warpSpecializedFromEnvironment()};
-
-// MOEWB_GROUPED_WS_GLU=1 turns the ping-pong gate+up / dh kernels on for the process; unset or
-// any other value keeps the default (kExpertsGluPingPongDefault).
-bool gluPingPongFromEnvironment() {
-  const char* text = std::getenv("MOEWB_GROUPED_WS_GLU");
-  if (text != nullptr && std::string(text) == "1") return true;
-  return kExpertsGluPingPongDefault;
+void noteBadSwitch(const char* name, const char* text, const char* accepted) {
+  if (!badSwitch().setting.empty()) return;
+  badSwitch().setting = std::string(name) + "=" + text;
+  badSwitch().accepted = accepted;
 }
 
-std::atomic<bool> gGluPingPong{gluPingPongFromEnvironment()};
-
-// MOEWB_GROUPED_WS_WGRAD=1 turns round 6's weight-gradient kernel on for the process; unset or any
-// other value keeps the default (kExpertsWsWgradDefault).
-bool wsWgradFromEnvironment() {
-  const char* text = std::getenv("MOEWB_GROUPED_WS_WGRAD");
-  if (text != nullptr && std::string(text) == "1") return true;
-  return kExpertsWsWgradDefault;
+// A two-way switch from the environment variable `name`, read once per process by the global it
+// initialises: "1" on, "0" off, unset `fallback`; any other value keeps `fallback` and is noted
+// for expertsWgmmaStages (A/B runs must not silently measure the default).
+bool environmentSwitch(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return fallback;
+  const std::string value = text;
+  if (value == "1") return true;
+  if (value == "0") return false;
+  noteBadSwitch(name, text, "1 (on) or 0 (off)");
+  return fallback;
 }
 
-std::atomic<bool> gWsWgrad{wsWgradFromEnvironment()};
+// MOEWB_GROUPED_WGRAD_WALK: skew (the default), static or dynamic (ExpertsWgradWalk).
+ExpertsWgradWalk wgradWalkFromEnvironment() {
+  const char* text = std::getenv("MOEWB_GROUPED_WGRAD_WALK");
+  if (text == nullptr) return ExpertsWgradWalk::kBySkew;
+  const std::string value = text;
+  if (value == "skew") return ExpertsWgradWalk::kBySkew;
+  if (value == "static") return ExpertsWgradWalk::kStatic;
+  if (value == "dynamic") return ExpertsWgradWalk::kDynamic;
+  noteBadSwitch("MOEWB_GROUPED_WGRAD_WALK", text, "skew, static or dynamic");
+  return ExpertsWgradWalk::kBySkew;
+}
+
+std::atomic<bool> gWarpSpecialized{
+    environmentSwitch("MOEWB_GROUPED_WS", kExpertsWarpSpecializedDefault)};
+std::atomic<bool> gGluPingPong{
+    environmentSwitch("MOEWB_GROUPED_WS_GLU", kExpertsGluPingPongDefault)};
+std::atomic<bool> gWsWgrad{environmentSwitch("MOEWB_GROUPED_WS_WGRAD", kExpertsWsWgradDefault)};
+std::atomic<int> gWgradWalk{int(wgradWalkFromEnvironment())};
 
 // MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
 // ("dgrad"), 1 the fc stages only ("fc"), 0 none ("0"), -1 any other value (`text`).
@@ -151,6 +173,14 @@ bool expertsWsWgrad() {
   return gWsWgrad.load();
 }
 
+void setExpertsWgradWalk(ExpertsWgradWalk walk) {
+  gWgradWalk.store(int(walk));
+}
+
+ExpertsWgradWalk expertsWgradWalk() {
+  return ExpertsWgradWalk(gWgradWalk.load());
+}
+
 bool expertsWgmmaSupported() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
@@ -168,6 +198,10 @@ bool expertsWgmmaSupported() {
 
 Status expertsWgmmaStages(WgmmaStages& stages) {
   stages = WgmmaStages{};
+  if (!badSwitch().setting.empty()) {
+    return invalidArgument(badSwitch().setting + ": accepted values are " + badSwitch().accepted +
+                           " (docs/GPU.md, the grouped expert kernels)");
+  }
   const auto mode = ExpertsWgmmaMode(gWgmmaMode.load());
   int on = mode == ExpertsWgmmaMode::kOn ? 3 : 0;
   if (mode == ExpertsWgmmaMode::kEnvironment) {
@@ -255,6 +289,9 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
   MOEWB_ASSIGN_OR_RETURN(
       DeviceTensor<int32_t> expertOrder,
       context.newTensor<int32_t>({shape.experts}, MemoryCategory::kWorkspace));
+  // Round 6's tile tickets, one counter per weight gradient (zeroed by the backward launch).
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<int32_t> wgradTickets,
+                         context.newTensor<int32_t>({3}, MemoryCategory::kWorkspace));
   // Folded combine (mma path): the weighted dYPerm rows (rows < R, written by a pre-pass) and the
   // per-column-tile partial dots of dRowWeight.
   DeviceTensor<bf16> dYWeighted;
@@ -281,6 +318,7 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
   args.hidden = saved.hidden.data();
   args.tileStart = tileStart.data();
   args.expertOrder = expertOrder.data();
+  args.wgradTickets = wgradTickets.data();
   args.dGate = dGate.data();
   args.dUp = dUp.data();
   args.dYWeighted = weighted ? dYWeighted.data() : nullptr;

@@ -53,6 +53,7 @@ struct ExpertsBackwardArgs {
   const bf16* hidden = nullptr;          // [N k, F]
   int32_t* tileStart = nullptr;          // [E + 1] workspace
   int32_t* expertOrder = nullptr;        // [E] workspace (experts by row count, largest first)
+  int32_t* wgradTickets = nullptr;       // [3] workspace (round 6's tile tickets) or null
   bf16* dGate = nullptr;                 // [N k, F] workspace
   bf16* dUp = nullptr;                   // [N k, F] workspace
   bf16* dYWeighted = nullptr;            // [N k, D] workspace (with rowWeight)
@@ -122,11 +123,13 @@ Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
 // dx = dGate Wg + dUp Wu into args.dx.
 Status expertsWgmmaDxLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args);
 // grad [E, mSize, nSize] += a^T b per expert (a [N k, mSize], b through bIndex); expertOrder as
-// grouped_expert_order_kernel's (or null).
+// grouped_expert_order_kernel's (or null). tileTicket: a device int that is 0 when the launch
+// runs (round 6 may take its tiles from it, expertsWgradWalk; left in any state), or null (round
+// 6 takes the static walk).
 Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b,
                                const int32_t* bIndex, int64_t mSize, int64_t nSize,
                                int64_t experts, const int32_t* offsets,
-                               const int32_t* expertOrder, float* grad);
+                               const int32_t* expertOrder, float* grad, int32_t* tileTicket);
 #endif
 
 }  // namespace moewb::engine::cuda

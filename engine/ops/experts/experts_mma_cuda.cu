@@ -192,14 +192,16 @@ Status launchDx(const RowStage& s, int ver, const ExpertsBackwardArgs& args) {
   return Status::ok();
 }
 
-// grad [E, mSize, nSize] += a^T b per expert (a [N k, mSize], b through bIndex).
+// grad [E, mSize, nSize] += a^T b per expert (a [N k, mSize], b through bIndex); tileTicket: 0
+// at launch or null (expertsWgmmaWgradLaunch; only the wgmma version reads it).
 Status launchWgrad(cudaStream_t stream, int ver, const bf16* a, const bf16* b,
                    const int32_t* bIndex, int64_t mSize, int64_t nSize, int64_t experts,
-                   const int32_t* offsets, const int32_t* expertOrder, float* grad) {
+                   const int32_t* offsets, const int32_t* expertOrder, float* grad,
+                   [[maybe_unused]] int32_t* tileTicket) {
 #if MOEWB_EXPERTS_WGMMA
   if (ver == kWgmma) {
     return expertsWgmmaWgradLaunch(stream, a, b, bIndex, mSize, nSize, experts, offsets,
-                                   expertOrder, grad);
+                                   expertOrder, grad, tileTicket);
   }
 #endif
   if (ver == 2) {
@@ -290,13 +292,22 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
                                                             args.expertOrder);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
+  // Round 6's tile tickets, one per gradient: zeroed once here, in the stream, rather than reset
+  // by each kernel's last CTA, so a failed or aborted launch cannot leave a stale ticket behind
+  // (the next launch would silently skip tiles); one 12-byte memset per backward.
   const int wv = ver.wgrad;
+  int32_t* tickets = wv == kWgmma ? args.wgradTickets : nullptr;
+  if (tickets != nullptr) {
+    MOEWB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tickets, 0, 3 * sizeof(int32_t), stream));
+  }
+  auto ticket = [&](int i) { return tickets != nullptr ? tickets + i : nullptr; };
   MOEWB_RETURN_IF_ERROR(launchWgrad(stream, wv, dYRows, args.hidden, nullptr, d, f, shape.experts,
-                                    args.offsets, args.expertOrder, args.gradDown));
+                                    args.offsets, args.expertOrder, args.gradDown, ticket(0)));
   MOEWB_RETURN_IF_ERROR(launchWgrad(stream, wv, args.dGate, args.x, args.gatherIndex, f, d,
-                                    shape.experts, args.offsets, args.expertOrder, args.gradGate));
+                                    shape.experts, args.offsets, args.expertOrder, args.gradGate,
+                                    ticket(1)));
   return launchWgrad(stream, wv, args.dUp, args.x, args.gatherIndex, f, d, shape.experts,
-                     args.offsets, args.expertOrder, args.gradUp);
+                     args.offsets, args.expertOrder, args.gradUp, ticket(2));
 }
 
 }  // namespace moewb::engine::cuda

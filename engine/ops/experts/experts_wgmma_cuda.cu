@@ -11,7 +11,9 @@
 // (experts_wgmma_cuda.h; docs/GPU.md has the measurements), round 2 otherwise or when the TMA
 // maps cannot be encoded. It reads the same 128-row tileStart schedule.
 // Forward gate+up and dh run round 7's ping-pong kernel (grouped_gemm_ws_pingpong_cuda.cuh, same
-// 128-row schedule and round 2's bits) when expertsGluPingPong(), round 2 otherwise.
+// 128-row schedule and round 2's bits) when expertsGluPingPong(), round 2 otherwise. The weight
+// gradients run round 6 (grouped_gemm_ws_wgrad_cuda.cuh, round 2's bits, the tile walk of
+// expertsWgradWalk()) when expertsWsWgrad(), round 2 otherwise.
 #define MOEWB_GROUPED_DEVICE_PARTS_ONLY 1
 // Round 5's configuration (bench/scratch/grouped_gemm_05.md, sweep variant tma_rel0): B by TMA,
 // each consumer releases its ring slot as soon as its batch retires (wait_group 0).
@@ -229,7 +231,7 @@ namespace {
 // Round 6 (grouped_gemm_ws_wgrad_cuda.cuh, bench/scratch/grouped_gemm_06.md): the weight
 // gradient on the warp-specialized persistent kernel, min(#SMs, tiles) CTAs; nothing to launch
 // when there are no tiles (E = 0). A comes by TMA where its map encodes (else by cp.async: the
-// same bytes, so the same result).
+// same bytes, so the same result). The walk is p's (tileCounter, bySkew): same bits either way.
 Status wsWgradLaunch(cudaStream_t stream, grouped::wsw::WgradParams p) {
   namespace wsw = grouped::wsw;
   wsw::encodeWgradMapA(p);
@@ -252,7 +254,7 @@ Status wsWgradLaunch(cudaStream_t stream, grouped::wsw::WgradParams p) {
 Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b,
                                const int32_t* bIndex, int64_t mSize, int64_t nSize,
                                int64_t experts, const int32_t* offsets,
-                               const int32_t* expertOrder, float* grad) {
+                               const int32_t* expertOrder, float* grad, int32_t* tileTicket) {
   if (expertsWsWgrad()) {
     grouped::wsw::WgradParams p;
     p.a = a;
@@ -264,6 +266,9 @@ Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b
     p.expertOrder = expertOrder;
     p.numExperts = int(experts);
     p.grad = grad;
+    const ExpertsWgradWalk walk = expertsWgradWalk();
+    p.tileCounter = walk == ExpertsWgradWalk::kStatic ? nullptr : tileTicket;
+    p.bySkew = walk == ExpertsWgradWalk::kBySkew;
     return wsWgradLaunch(stream, p);
   }
   const auto kernel =

@@ -26,7 +26,8 @@
 //    per-thread copies drop from 24 to 8 per step (round 5: producer copy issue bounded the
 //    cp.async variants); and m64n128 is round 2's wgmma shape, so its bits.
 //  - Persistent grid (one CTA per SM): CTA b walks tiles b, b + gridDim.x, ... (or, with a
-//    zeroed WgradParams::tileCounter, takes its next tile from an atomic ticket); tile id = expert
+//    zeroed WgradParams::tileCounter, takes its next tile from an atomic ticket; with bySkew too,
+//    only when the routing is skewed: dynamicWalk); tile id = expert
 //    slot x (m tiles x n tiles) + m tile x n tiles + n tile, slot -> expert through expertOrder
 //    (grouped_expert_order_kernel: most rows first) or the identity, so the ~#SMs tiles in flight
 //    cover one or two experts whose A and B rows (4-12 MB) stay in L2. The producer alone walks
@@ -39,7 +40,8 @@
 // Numerics: per element the k16 slices in K order into one fp32 accumulator starting at 0 with
 // m64n128k16 (round 2's instruction), then one add to the old gradient, so bitwise round 2's
 // (grouped_gemm_06.cu and ExpertsWgmmaCudaTest.WsWgradEqualsRound2Bitwise check it).
-// Deterministic: fixed tile walk, no atomics. Empty experts: nothing written (grad += 0, as round
+// Deterministic: each tile's bits do not depend on the CTA that computes it (the walk's atomic
+// tickets only pick the CTA). Empty experts: nothing written (grad += 0, as round
 // 2, whose CTAs exit). Shape rules as v1 / v2: mSize % 8 == 0, nSize % 8 == 0, 16-byte aligned
 // bases.
 //
@@ -56,6 +58,7 @@
 
 #include <cstdint>
 
+#include "ops/experts/experts_wgmma_cuda.h"  // expertsWgradSkewed
 #include "ops/experts/grouped_gemm_ws_cuda.cuh"
 
 namespace moewb::engine::cuda::grouped::wsw {
@@ -114,6 +117,8 @@ static_assert(kAtomBytes == wg::kMnHalfBytes, "round 2's MN-major descriptor app
 // (static walk: CTA b takes tiles b, b + gridDim.x, ...) or a device int that is 0 at launch
 // (after a CTA's first tile b, tiles come from atomicAdd tickets in order, so hot experts' long
 // tiles, first under expertOrder, do not pile up on a fixed set of CTAs); same results either way.
+// bySkew (with tileCounter): the dynamic walk only when expertsWgradSkewed holds for the device
+// offsets, the static one otherwise (the counter is then left at 0).
 struct WgradParams {
   CUtensorMap mapA;  // 2-D {mSize, rows} over a, box {64, 64}, 128-byte swizzle
   const bf16_t* a = nullptr;
@@ -125,6 +130,7 @@ struct WgradParams {
   int numExperts = 0;
   float* grad = nullptr;
   int* tileCounter = nullptr;
+  bool bySkew = false;
   bool tmaA = false;
 };
 
@@ -189,11 +195,40 @@ struct WTile {
   int m0 = 0, n0 = 0, kTiles = 0;
 };
 
-// The tile id after `id` for this CTA: id + gridDim.x (static), or the next ticket + gridDim.x
-// (tileCounter set; ids below gridDim.x are the CTAs' first tiles). Every producer thread calls
-// it at the same point: thread 0 takes the ticket and passes it through *slot (named barrier 1).
-__device__ __forceinline__ int claimTile(const WgradParams& p, int id, volatile int* slot) {
-  if (p.tileCounter == nullptr) return id + int(gridDim.x);
+// This launch's walk: false (static) when p.tileCounter is null, or when p.bySkew and the routing
+// is not skewed (expertsWgradSkewed over the device offsets: warp 0 reduces the experts' row
+// counts); true (dynamic, tickets from p.tileCounter) otherwise. Every CTA reads the same
+// offsets, so all take the same walk. Every producer thread calls it once, before any claimTile
+// (which re-synchronises before *slot is written again).
+__device__ __forceinline__ bool dynamicWalk(const WgradParams& p, volatile int* slot) {
+  if (p.tileCounter == nullptr || !p.bySkew) return p.tileCounter != nullptr;
+  if (threadIdx.x < 32) {
+    int32_t most = 0;
+    for (int e = int(threadIdx.x); e < p.numExperts; e += 32) {
+      const int32_t rows = __ldg(p.offsets + e + 1) - __ldg(p.offsets + e);
+      most = rows > most ? rows : most;
+    }
+#pragma unroll
+    for (int lanes = 16; lanes > 0; lanes /= 2) {
+      const int32_t other = __shfl_xor_sync(0xffffffffu, most, lanes);
+      most = other > most ? other : most;
+    }
+    if (threadIdx.x == 0) {
+      const int32_t rows = __ldg(p.offsets + p.numExperts) - __ldg(p.offsets);
+      *slot = expertsWgradSkewed(most, rows, p.numExperts) ? 1 : 0;
+    }
+  }
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroup) : "memory");
+  return *slot != 0;
+}
+
+// The tile id after `id` for this CTA: id + gridDim.x (static), or the next ticket of
+// p.tileCounter + gridDim.x (dynamic; ids below gridDim.x are the CTAs' first tiles). Every
+// producer thread calls it at the same point: thread 0 takes the ticket and passes it through
+// *slot (named barrier 1).
+__device__ __forceinline__ int claimTile(const WgradParams& p, bool dynamic, int id,
+                                         volatile int* slot) {
+  if (!dynamic) return id + int(gridDim.x);
   asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroup) : "memory");  // the last value was read
   if (threadIdx.x == 0) *slot = atomicAdd(p.tileCounter, 1) + int(gridDim.x);
   asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroup) : "memory");
@@ -202,9 +237,9 @@ __device__ __forceinline__ int claimTile(const WgradParams& p, int id, volatile 
 
 // The first tile at or after `id` in this CTA's walk (claimTile) whose expert has rows; `id` is
 // left at it. False when none is left.
-__device__ __forceinline__ bool nextTile(const WgradParams& p, const WgradGeometry& g, int& id,
-                                         WTile& t, volatile int* slot) {
-  for (; id < g.total; id = claimTile(p, id, slot)) {
+__device__ __forceinline__ bool nextTile(const WgradParams& p, const WgradGeometry& g,
+                                         bool dynamic, int& id, WTile& t, volatile int* slot) {
+  for (; id < g.total; id = claimTile(p, dynamic, id, slot)) {
     const int slot = id / g.perExpert, local = id % g.perExpert;
     const int e = p.expertOrder != nullptr ? __ldg(p.expertOrder + slot) : slot;
     const int32_t begin = __ldg(p.offsets + e), end = __ldg(p.offsets + e + 1);
@@ -329,9 +364,10 @@ __device__ __forceinline__ void produce(const WgradParams& p, const WgradGeometr
                                         uint32_t smem, uint32_t fullBar, uint32_t emptyBar,
                                         int4* records, volatile int* slot) {
   uint32_t it = 0;  // K steps issued (ring slot and phase)
+  const bool dynamic = dynamicWalk(p, slot);
   int id = int(blockIdx.x);
   WTile cur;
-  bool have = nextTile(p, g, id, cur, slot);
+  bool have = nextTile(p, g, dynamic, id, cur, slot);
   int32_t bRowNext = have ? bSourceRow(p, cur, 0) : 0;
   while (have) {
     int nextId = id;
@@ -340,8 +376,8 @@ __device__ __forceinline__ void produce(const WgradParams& p, const WgradGeometr
     for (int kt = 0; kt < cur.kTiles; ++kt, ++it) {
       // The next tile's claim, lookup and first indices go out before this step's empty wait.
       if (kt == cur.kTiles - 1) {
-        nextId = claimTile(p, id, slot);
-        haveNext = nextTile(p, g, nextId, next, slot);
+        nextId = claimTile(p, dynamic, id, slot);
+        haveNext = nextTile(p, g, dynamic, nextId, next, slot);
       }
       if (kEpiPrefetch > 0 && kt == (cur.kTiles > kEpiPrefetch ? cur.kTiles - kEpiPrefetch : 0))
         prefetchGrad(p, cur);

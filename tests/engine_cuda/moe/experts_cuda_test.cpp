@@ -16,13 +16,15 @@
 // wgmma stages run round 5's warp-specialized down / dx kernels there (the default), and
 // WarpSpecializedEqualsRound2Bitwise compares those with round 2's bit for bit;
 // GluPingPongEqualsRound2Bitwise does the same for round 7's gate+up / dh (off by default),
-// WsWgradEqualsRound2Bitwise for round 6's weight gradients (off by default).
+// WsWgradEqualsRound2Bitwise for round 6's weight gradients (on by default) on each tile walk.
 #include "ops/experts/experts_cuda.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -90,10 +92,18 @@ struct Problem {
   DeviceTensor<bf16> xPerm;  // [N k, D]
 };
 
-void makeProblem(CudaContext& context, const MoeShape& s, int64_t d, uint64_t seed, Problem& p) {
+// `hot`: every token also routes to expert 0 (max / mean rows E / k, the skewed routing).
+void makeProblem(CudaContext& context, const MoeShape& s, int64_t d, uint64_t seed, Problem& p,
+                 bool hot = false) {
   p.shape = s;
   p.d = d;
   p.top = moetest::randomTopExpert(s.n, s.k, s.e, seed);
+  for (int64_t t = 0; hot && t < s.n; ++t) {  // expert 0 first in the row, the k stay distinct
+    int64_t j = 0;
+    while (j < s.k && p.top.at(t, j) != 0) ++j;
+    if (j < s.k) std::swap(p.top.at(t, 0), p.top.at(t, j));
+    p.top.at(t, 0) = 0;
+  }
   p.weight = randomTensor({s.n, s.k}, seed + 1, 1.0, true);
   p.x = roundedToBf16(randomTensor({s.n, d}, seed + 2));
   p.plan = buildDispatch(p.top, s.e);
@@ -358,6 +368,7 @@ class ExpertsWgmmaCudaTest : public ExpertsCudaTest {
     setExpertsWarpSpecialized(kExpertsWarpSpecializedDefault);
     setExpertsGluPingPong(kExpertsGluPingPongDefault);
     setExpertsWsWgrad(kExpertsWsWgradDefault);
+    setExpertsWgradWalk(ExpertsWgradWalk::kBySkew);
     ExpertsCudaTest::TearDown();
   }
 };
@@ -584,68 +595,114 @@ TEST_F(ExpertsWgmmaCudaTest, GluPingPongEqualsRound2Bitwise) {
   }
 }
 
+// Count of elements of `got` whose bits differ from `want` (first such index in `first`).
+int64_t bitwiseDiffering(const Tensor<float>& got, const Tensor<float>& want, int64_t& first) {
+  int64_t differing = 0;
+  first = -1;
+  for (int64_t j = 0; j < got.numel(); ++j) {
+    if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0) {
+      if (first < 0) first = j;
+      ++differing;
+    }
+  }
+  return differing;
+}
+
 // Round 6's weight-gradient kernel (setExpertsWsWgrad; grouped_gemm_06.md) against round 2's
-// (off), the three weight gradients (and every other output, which must not move) BITWISE, and
-// the new kernel bitwise run to run: E = 64 with 126 rows (empty experts keep their zero
-// gradients, 1-row experts: one partial K step), D = 72 / F = 40 (M and N below one 128 x 256
-// tile), D = 264 / F = 136 (partial tiles in M, N and K), gather (fused: x rows through the
-// gather index are the B operand of dGate / dUp) and permuted rows (plain), and 8192 rows over
+// (off), the three weight gradients (and every other output, which must not move) BITWISE, on
+// each tile walk (setExpertsWgradWalk: by skew, the engine's default, which takes the dynamic
+// walk on the device when expertsWgradSkewed holds; static; dynamic), and the default bitwise run
+// to run: E = 64 with 126 rows (empty experts keep their zero gradients, 1-row experts: one
+// partial K step; skewed: most rows > 2 x the mean of 2), D = 72 / F = 40 (M and N below one
+// 128 x 256 tile), D = 264 / F = 136 (partial tiles in M, N and K), gather (fused: x rows through
+// the gather index are the B operand of dGate / dUp) and permuted rows (plain), 8192 rows over
 // 8 experts with D = 1096, F = 520 (~200 tiles per gradient over at most 132 CTAs: the ring
-// wraps across tiles). The other stages keep their defaults in both runs.
+// wraps across tiles; balanced, so by skew walks statically), and the same size with every token
+// on expert 0 (max / mean 8: by skew walks dynamically, the hot expert's 64-step tiles first).
+// The other stages keep their defaults in every run.
 TEST_F(ExpertsWgmmaCudaTest, WsWgradEqualsRound2Bitwise) {
   struct Case {
     int64_t d, f;
     MoeShape shape;
+    bool hot;
   };
-  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
-                                {72, 40, {257, 8, 4}},
-                                {264, 136, {257, 64, 8}},
-                                {1096, 520, {2048, 8, 4}}};
+  const std::vector<Case> cases{{264, 136, {63, 64, 2}, false},
+                                {72, 40, {257, 8, 4}, false},
+                                {264, 136, {257, 64, 8}, false},
+                                {1096, 520, {2048, 8, 4}, false},
+                                {1096, 520, {4096, 16, 2}, true}};
+  const std::vector<std::pair<ExpertsWgradWalk, const char*>> walks{
+      {ExpertsWgradWalk::kBySkew, "by skew"},
+      {ExpertsWgradWalk::kStatic, "static"},
+      {ExpertsWgradWalk::kDynamic, "dynamic"}};
   uint64_t seed = 16000;
+  int skewedCases = 0, balancedCases = 0;
   for (const Case& c : cases) {
     Problem p;
-    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    makeProblem(context(), c.shape, c.d, seed += 10, p, c.hot);
     if (HasFatalFailure()) return;
+    int64_t mostRows = 0;
+    for (int64_t e = 0; e < c.shape.e; ++e)
+      mostRows = std::max<int64_t>(mostRows, p.plan.offsets[e + 1] - p.plan.offsets[e]);
+    const bool skewed = expertsWgradSkewed(mostRows, p.plan.rows(), c.shape.e);
+    (skewed ? skewedCases : balancedCases) += 1;
     HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
     MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
     for (bool fused : {false, true}) {
       const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) +
-                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain");
+                               " F=" + std::to_string(c.f) + (fused ? " fused" : " plain") +
+                               (skewed ? " skewed" : " balanced");
       const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
       const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
-      ExpertsRun round2, ws, again;
+      ExpertsRun round2, again;
       setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
       setExpertsWsWgrad(false);
       runExperts(context(), p, dw, c.f, fused, dY, round2);
+      if (HasFatalFailure()) return;
       setExpertsWsWgrad(true);
-      if (HasFatalFailure()) return;
-      runExperts(context(), p, dw, c.f, fused, dY, ws);
-      if (HasFatalFailure()) return;
-      runExperts(context(), p, dw, c.f, fused, dY, again);
-      if (HasFatalFailure()) return;
-      ASSERT_EQ(ws.outputs.size(), round2.outputs.size());
-      for (size_t i = 0; i < ws.outputs.size(); ++i) {
-        const auto& [name, got] = ws.outputs[i];
-        const Tensor<float>& want = round2.outputs[i].second;
-        const Tensor<float>& repeat = again.outputs[i].second;
-        ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
-        ASSERT_EQ(repeat.numel(), got.numel()) << what << " " << name;
-        EXPECT_LT(relativeError(got, want), 1e-5) << what << " " << name;
-        int64_t differing = 0, first = -1, unstable = 0;
-        for (int64_t j = 0; j < got.numel(); ++j) {
-          if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0) {
-            if (first < 0) first = j;
-            ++differing;
-          }
-          unstable += std::memcmp(&got[j], &repeat[j], sizeof(float)) != 0;
+      for (const auto& [walk, walkName] : walks) {
+        setExpertsWgradWalk(walk);
+        ExpertsRun ws;
+        runExperts(context(), p, dw, c.f, fused, dY, ws);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(ws.outputs.size(), round2.outputs.size());
+        for (size_t i = 0; i < ws.outputs.size(); ++i) {
+          const auto& [name, got] = ws.outputs[i];
+          const Tensor<float>& want = round2.outputs[i].second;
+          ASSERT_EQ(got.numel(), want.numel()) << what << " " << walkName << " " << name;
+          EXPECT_LT(relativeError(got, want), 1e-5) << what << " " << walkName << " " << name;
+          int64_t first = -1;
+          const int64_t differing = bitwiseDiffering(got, want, first);
+          EXPECT_EQ(differing, 0) << what << " " << walkName << " " << name << ": " << differing
+                                  << " of " << got.numel()
+                                  << " elements differ from round 2, first at " << first;
         }
-        EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
-                                << got.numel() << " elements differ from round 2, first at "
-                                << first;
-        EXPECT_EQ(unstable, 0) << what << " " << name << ": not bitwise deterministic";
+        if (walk != ExpertsWgradWalk::kBySkew) continue;
+        runExperts(context(), p, dw, c.f, fused, dY, again);  // the default, run to run
+        if (HasFatalFailure()) return;
+        for (size_t i = 0; i < ws.outputs.size(); ++i) {
+          const auto& [name, got] = ws.outputs[i];
+          ASSERT_EQ(again.outputs[i].second.numel(), got.numel()) << what << " " << name;
+          int64_t first = -1;
+          EXPECT_EQ(bitwiseDiffering(again.outputs[i].second, got, first), 0)
+              << what << " " << name << ": not bitwise deterministic, first at " << first;
+        }
       }
     }
   }
+  // The default walk met both of its branches.
+  EXPECT_GT(skewedCases, 0);
+  EXPECT_GT(balancedCases, 0);
+}
+
+// The rule of the default walk (experts_wgmma_cuda.h): dynamic only past twice the mean rows.
+TEST(ExpertsWgradWalkTest, SkewRule) {
+  EXPECT_FALSE(expertsWgradSkewed(1, 64, 64));         // every expert at the mean
+  EXPECT_FALSE(expertsWgradSkewed(2248, 131072, 64));  // the benchmark's balanced 1.097
+  EXPECT_FALSE(expertsWgradSkewed(4096, 131072, 64));  // exactly twice the mean
+  EXPECT_TRUE(expertsWgradSkewed(4097, 131072, 64));   // just past it
+  EXPECT_TRUE(expertsWgradSkewed(16376, 131072, 64));  // the benchmark's skewed 7.995
+  EXPECT_FALSE(expertsWgradSkewed(0, 0, 8));           // no rows at all
 }
 
 }  // namespace
