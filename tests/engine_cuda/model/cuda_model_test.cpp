@@ -93,8 +93,12 @@ class CudaModelTest : public CudaTest {
   }
 };
 
+// The per-parameter tolerances are bf16-vs-fp32 gradient errors measured on one weight draw; with
+// the per-name init streams (2026-12-01) four of them moved up (max 0.060, 0.163, 0.129, 0.137
+// against 0.05, 0.15, 0.1, 0.1), so those four have more room; every new kernel in the same call
+// gave its predecessor's bits, so the draw is what moved.
 TEST_F(CudaModelTest, SoftmaxRouterStepMatchesCpu) {
-  expectStepMatchesCpu(smallMoeConfig(), 5e-2);
+  expectStepMatchesCpu(smallMoeConfig(), 8e-2);
 }
 
 TEST_F(CudaModelTest, SigmoidSharedLatentSituStepMatchesCpu) {
@@ -159,7 +163,7 @@ TEST_F(CudaModelTest, HybridDenseWarmupChunkLossStepMatchesCpu) {
   config.sparse.warmupSteps = 10;  // dense warm-up stage
   config.loss.kind = "chunk";
   config.loss.chunkTokens = 48;
-  expectStepMatchesCpu(config, 0.15);
+  expectStepMatchesCpu(config, 0.2);
 }
 
 // Capacity cut-offs turn a bf16 near-tie of the routing weights into a different dropped token,
@@ -210,7 +214,7 @@ TEST_F(CudaModelTest, AttnResidualsStepMatchesCpu) {
   config.model.residual = "attnres";
   config.model.numLayers = 3;
   config.model.attnresBlockSize = 2;
-  expectStepMatchesCpu(config, 0.1);
+  expectStepMatchesCpu(config, 0.16);
 }
 
 TEST_F(CudaModelTest, LoraStepMatchesCpu) {
@@ -225,7 +229,7 @@ TEST_F(CudaModelTest, ImagePatchesStepMatchesCpu) {
   RunConfig config = smallMoeConfig();
   config.data.imageSize = 8;
   config.data.patchSize = 4;
-  expectStepMatchesCpu(config, 0.1);
+  expectStepMatchesCpu(config, 0.17);
 }
 
 TEST_F(CudaModelTest, UnsupportedSettingsAreNamed) {
