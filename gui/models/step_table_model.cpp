@@ -33,6 +33,8 @@ QVariant StepTableModel::rawValue(const storage::StepRow& row, int column) const
   switch (column) {
     case kStep:
       return qlonglong(row.step);
+    case kRank:
+      return qlonglong(row.rank);
     case kLoss:
       return row.loss;
     case kAuxLoss:
@@ -52,6 +54,8 @@ QString StepTableModel::text(const storage::StepRow& row, int column) const {
   switch (column) {
     case kStep:
       return QString::number(row.step);
+    case kRank:
+      return QString::number(row.rank);
     case kLoss:
       return QString::number(row.loss, 'f', 4);
     case kAuxLoss:
@@ -91,6 +95,8 @@ QVariant StepTableModel::headerData(int section, Qt::Orientation orientation, in
   switch (section) {
     case kStep:
       return tr("Step");
+    case kRank:
+      return tr("Rank");
     case kLoss:
       return tr("Loss");
     case kAuxLoss:

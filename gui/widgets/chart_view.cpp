@@ -427,7 +427,8 @@ const QPointF* pointAt(const std::vector<QPointF>& points, double x) {
 
 std::vector<std::pair<QString, QColor>> ChartView::hoverRows() const {
   // One line per series that has a point here ("name: value"), under an "x: <x>" header when
-  // there are several; a single unnamed series reads "<x title> <x>: <value>" as one line. A
+  // there are several; a single series reads "<x title> <x>: <value>" as one line, after its
+  // name if it has one ("rank 2, step 40: 351"). A
   // value above the axis says so (its arrow sits at the top edge).
   std::vector<std::pair<QString, QColor>> rows;
   if (!m_hasHover) return rows;
@@ -441,7 +442,8 @@ std::vector<std::pair<QString, QColor>> ChartView::hoverRows() const {
     if (several) {
       rows.emplace_back(QStringLiteral("%1: %2").arg(s.name, value), s.color);
     } else {
-      rows.emplace_back(QStringLiteral("%1 %2: %3").arg(m_xTitle).arg(pt->x()).arg(value),
+      const QString who = s.name.isEmpty() ? QString() : s.name + QStringLiteral(", ");
+      rows.emplace_back(QStringLiteral("%1%2 %3: %4").arg(who, m_xTitle).arg(pt->x()).arg(value),
                         s.color);
     }
   }

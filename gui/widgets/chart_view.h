@@ -1,6 +1,6 @@
 // ChartView: a small line chart painted with QPainter: title, axes with round tick labels
 // (niceAxis), axis titles, one or more line series (point markers when sparse; a legend in rows
-// under the title when there are several), vertical event markers (config changes: a dashed line
+// under the title when a series is named), vertical event markers (config changes: a dashed line
 // with a flag and a tooltip) and a hover readout of the nearest x (every series' value there).
 // Used for loss, step time, grad norm, learning rate and the memory account per step. A series
 // with more points than the plot has pixel columns is drawn from its per-column min/max
@@ -35,7 +35,8 @@ struct ChartMarker {
   QString text;  // tooltip, one line per event
 };
 
-// One line of a chart; `name` labels it in the legend and the hover readout.
+// One line of a chart; `name` labels it in the legend (drawn when any series is named) and the
+// hover readout.
 struct ChartSeries {
   QString name;
   QColor color;

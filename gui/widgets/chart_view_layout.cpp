@@ -83,14 +83,15 @@ void ChartView::updateLayout() {
   m_plotTop = legend.empty() ? m_headerBottom + 4 : legend.back().bottom() + 8;
 }
 
-// Items flow in rows from the plot's left edge when they fit in one row there, else from the
+// A legend is drawn when any series is named (one named series: "all 4 ranks equal"). Items flow
+// in rows from the plot's left edge when they fit in one row there, else from the
 // window's left edge; when the rows would leave the plot less than kMinPlotPx, they share one
 // row, each narrowed in proportion (names elided; the hover readout and tooltip name every series).
 std::vector<QRectF> ChartView::legendItems(double top) const {
   std::vector<QRectF> items;
   int named = 0;
   for (const ChartSeries& s : m_series) named += s.name.isEmpty() ? 0 : 1;
-  if (named < 2) return items;
+  if (named < 1) return items;
   const QFontMetrics fm(font());
   const double right = std::max(kLeftPx + 40, width() - kRightPx);
   auto itemPx = [&](const ChartSeries& s) {

@@ -24,11 +24,14 @@
 #include <QTableView>
 #include <QTimer>
 #include <QToolBar>
+#include <QHBoxLayout>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 
+#include "chart_ranks_choice.h"
 #include "chart_view.h"
 #include "compare_window.h"
 #include "heatmap_panel.h"
@@ -177,6 +180,7 @@ void MainWindow::createDocks() {
           [this] { m_changeTable->scrollToBottom(); });
   m_stepTable = new QTableView;
   m_stepTable->setModel(m_document.stepModel());
+  m_stepTable->setColumnHidden(StepTableModel::kRank, true);  // until a trace has 2+ ranks
   m_phaseTable = new QTableView;
   auto* proxy = new QSortFilterProxyModel(this);
   proxy->setSourceModel(m_document.phaseSummaryModel());
@@ -391,6 +395,15 @@ void MainWindow::createActions() {
   bar->addAction(zoomIn);
   bar->addAction(zoomOut);
   createFollowActions(view, bar);  // main_window_views.cpp: follow mode and bookmarks
+  auto* ranks = new QWidget;
+  auto* ranksRow = new QHBoxLayout(ranks);
+  ranksRow->setContentsMargins(8, 0, 0, 0);
+  ranksRow->addWidget(new QLabel(tr("Ranks")));
+  m_ranksChoice = new RanksChoice;
+  ranksRow->addWidget(m_ranksChoice);
+  m_ranksAction = bar->addWidget(ranks);
+  m_ranksAction->setVisible(false);
+  connect(m_ranksChoice, &RanksChoice::choiceChanged, this, &MainWindow::updateCharts);
 }
 
 void MainWindow::createStatusBar() {
@@ -490,27 +503,33 @@ void MainWindow::onDocumentChanged() {
 }
 
 void MainWindow::updateCharts() {
-  std::vector<QPointF> loss, time, gradNorm, lr;
+  const auto& rows = m_document.stepModel()->rows();
+  const std::vector<int32_t> ranks = stepRanks(rows);
+  m_ranksChoice->setRanks(ranks);
+  m_ranksAction->setVisible(ranks.size() > 1);
+  m_stepTable->setColumnHidden(StepTableModel::kRank, ranks.size() <= 1);
   bool hasGradNorm = false, hasLr = false;
-  for (const storage::StepRow& r : m_document.stepModel()->rows()) {
-    if (r.rank != 0) continue;
-    loss.emplace_back(double(r.step), r.loss);
-    time.emplace_back(double(r.step), double(r.endNs - r.startNs) / double(kNsPerMs));
-    gradNorm.emplace_back(double(r.step), r.gradNorm);
-    lr.emplace_back(double(r.step), r.lr);
+  for (const storage::StepRow& r : rows) {
     hasGradNorm = hasGradNorm || r.gradNorm != 0;
     hasLr = hasLr || r.lr != 0;
   }
+  const RankChoice choice = m_ranksChoice->choice();
+  auto series = [&](const std::function<double(const storage::StepRow&)>& value, int color) {
+    return rankSeries(rankLines(rows, value, choice), theme::series(color));
+  };
   // Traces from before the step table had these columns read them as 0: say so instead.
-  const bool anySteps = !loss.empty();
-  if (!hasGradNorm) gradNorm.clear();
-  if (!hasLr) lr.clear();
-  m_gradNormChart->setEmptyText(anySteps ? tr("no gradient norms in this trace") : tr("no steps yet"));
+  const bool anySteps = !rows.empty();
+  m_gradNormChart->setEmptyText(anySteps ? tr("no gradient norms in this trace")
+                                         : tr("no steps yet"));
   m_lrChart->setEmptyText(anySteps ? tr("no learning rates in this trace") : tr("no steps yet"));
-  m_lossChart->setPoints(std::move(loss));
-  m_stepTimeChart->setPoints(std::move(time));
-  m_gradNormChart->setPoints(std::move(gradNorm));
-  m_lrChart->setPoints(std::move(lr));
+  m_lossChart->setSeries(series([](const storage::StepRow& r) { return r.loss; }, 0));
+  m_stepTimeChart->setSeries(series(
+      [](const storage::StepRow& r) { return double(r.endNs - r.startNs) / double(kNsPerMs); }, 1));
+  m_gradNormChart->setSeries(
+      hasGradNorm ? series([](const storage::StepRow& r) { return r.gradNorm; }, 2)
+                  : std::vector<ChartSeries>{});
+  m_lrChart->setSeries(hasLr ? series([](const storage::StepRow& r) { return r.lr; }, 3)
+                             : std::vector<ChartSeries>{});
 }
 
 void MainWindow::updateChartMarkers() {

@@ -50,6 +50,7 @@ namespace moewb::gui {
 
 class BookmarkModel;
 class ChartView;
+class RanksChoice;
 class HeatmapPanel;
 class StepBreakdownModel;
 class StepBreakdownView;
@@ -116,6 +117,9 @@ class MainWindow : public QMainWindow {
   ChartView* memoryChart() const { return m_memoryChart; }
   ChartView* gradNormChart() const { return m_gradNormChart; }
   ChartView* lrChart() const { return m_lrChart; }
+  // The toolbar's Ranks choice for the step charts (shown for traces with step rows of 2+ ranks).
+  RanksChoice* ranksChoice() const { return m_ranksChoice; }
+  QAction* ranksAction() const { return m_ranksAction; }
   RunController* runController() const { return m_runner; }
   LiveControlPanel* liveControlPanel() const { return m_livePanel; }
   QTableView* configChangeTable() const { return m_changeTable; }
@@ -226,6 +230,8 @@ class MainWindow : public QMainWindow {
   ChartView* m_memoryChart = nullptr;
   ChartView* m_gradNormChart = nullptr;
   ChartView* m_lrChart = nullptr;
+  RanksChoice* m_ranksChoice = nullptr;
+  QAction* m_ranksAction = nullptr;  // the toolbar's Ranks label and combo box
   QTableView* m_stepTable = nullptr;
   QTableView* m_phaseTable = nullptr;
   QTableView* m_changeTable = nullptr;

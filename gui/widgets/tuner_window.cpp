@@ -16,6 +16,9 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "main_window.h"
+#include "moewb/gui/config_change_model.h"
+#include "moewb/gui/trace_document.h"
 #include "moewb/gui/trace_loader.h"
 #include "tuner_prediction_view.h"
 #include "tuner_scatter_view.h"
@@ -93,6 +96,7 @@ TunerWindow::TunerWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
     m_exportButtons.push_back(button);
   }
   buttons->addStretch();
+  auto* layout = new QVBoxLayout(this);
 
   auto* split = new QSplitter(Qt::Vertical, this);
   auto* charts = new QSplitter(Qt::Horizontal, this);
@@ -105,11 +109,11 @@ TunerWindow::TunerWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
 
-  auto* layout = new QVBoxLayout(this);
   layout->addWidget(m_header);
   layout->addWidget(split, 1);
   layout->addWidget(m_whyNot);
   layout->addLayout(buttons);
+  buildLive(buttons, layout);  // the Apply live button and its line (tuner_window_live.cpp)
   resize(1000, 720);
 }
 
@@ -172,6 +176,7 @@ void TunerWindow::showStudy() {
   m_prediction->setPoints(std::move(predicted));
   m_whyNot->clear();
   for (QPushButton* b : m_exportButtons) b->setEnabled(exportTrial().has_value());
+  updateLive();
   layout()->activate();  // the header's line count changed: lay out now, not on the next event
 }
 
@@ -215,6 +220,7 @@ void TunerWindow::onCurrentRowChanged() {
     b->setToolTip(trial ? tr("Write trial %1 as moewb tune --export does").arg(*trial)
                         : tr("No trial passed; nothing to export"));
   }
+  updateLive();
 }
 
 Status TunerWindow::exportTo(tuner::ExportFormat format, const QString& outPath) {
@@ -249,6 +255,14 @@ QString TunerWindow::whyNotLine() const {
 TunerWindow* openStudyWindow(const QString& path, QWidget* parent) {
   auto* window = new TunerWindow(parent);
   window->setAttribute(Qt::WA_DeleteOnClose);
+  // Apply live reaches the run the main window started (the Live control dock's controller).
+  if (auto* mainWindow = qobject_cast<MainWindow*>(parent)) {
+    window->setRunController(mainWindow->runController());
+    // A change from the Live control dock (or any source) changes what Apply live would send.
+    QAbstractItemModel* changes = mainWindow->document()->configChangeModel();
+    QObject::connect(changes, &QAbstractItemModel::rowsInserted, window, &TunerWindow::refreshLive);
+    QObject::connect(changes, &QAbstractItemModel::modelReset, window, &TunerWindow::refreshLive);
+  }
   window->show();
   // A refused file is shown in the window itself (errorText); nothing else to do with it here.
   (void)window->openStudy(path);

@@ -35,13 +35,19 @@ TEST(StepTableModel, PassesModelTesterThroughResetAndAppend) {
 
 TEST(StepTableModel, ShowsTheRowValues) {
   StepTableModel model;
-  model.setRows({stepRow(0, 5.5), stepRow(7, 4.25)});
+  storage::StepRow rank3 = stepRow(7, 4.25);
+  rank3.rank = 3;
+  model.setRows({stepRow(0, 5.5), rank3});
   ASSERT_EQ(model.rowCount(), 2);
   ASSERT_EQ(model.columnCount(), StepTableModel::kColumnCount);
   auto cell = [&](int row, int col, int role = Qt::DisplayRole) {
     return model.data(model.index(row, col), role);
   };
   EXPECT_EQ(cell(1, StepTableModel::kStep).toString(), "7");
+  EXPECT_EQ(cell(1, StepTableModel::kRank).toString(), "3");
+  EXPECT_EQ(cell(1, StepTableModel::kRank, StepTableModel::kSortRole).toLongLong(), 3);
+  EXPECT_EQ(cell(0, StepTableModel::kRank).toString(), "0");
+  EXPECT_EQ(model.headerData(StepTableModel::kRank, Qt::Horizontal).toString(), "Rank");
   EXPECT_EQ(cell(1, StepTableModel::kLoss).toString(), "4.2500");
   EXPECT_DOUBLE_EQ(cell(1, StepTableModel::kLoss, StepTableModel::kSortRole).toDouble(), 4.25);
   EXPECT_EQ(cell(1, StepTableModel::kDuration).toString(), "2.50 ms");

@@ -1,5 +1,6 @@
 // StepTableModel: the committed steps of a run as a table (one row per step row of the trace:
-// step, loss, aux loss, tokens/s, duration, peak memory).
+// step, rank, loss, aux loss, tokens/s, duration, peak memory; a parallel run has a row per rank
+// and step, and the main window hides the Rank column for one-rank traces).
 //
 // DisplayRole gives formatted text ("12.3k", "4.56 ms", "1.50 MiB"); kSortRole gives the raw
 // number for sorting and charts. appendRows adds rows at the end with the usual insert signals,
@@ -17,8 +18,8 @@ class StepTableModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { kStep, kLoss, kAuxLoss, kTokensPerSecond, kDuration, kPeakMemory, kColumnCount };
-  // Raw value of a cell: qlonglong for step/duration/bytes, double otherwise.
+  enum Column { kStep, kRank, kLoss, kAuxLoss, kTokensPerSecond, kDuration, kPeakMemory, kColumnCount };
+  // Raw value of a cell: qlonglong for step/rank/duration/bytes, double otherwise.
   static constexpr int kSortRole = Qt::UserRole + 1;
 
   explicit StepTableModel(QObject* parent = nullptr);
