@@ -94,6 +94,7 @@ std::vector<std::string> generatedValues(const engine::RunConfig& base,
   if (k == "loss.cce_vocab_block") return {"64", "256", "1024"};
   if (k == "loss.cce_filter_eps") return {"0.0", "1e-6"};
   if (k == "moe.capacity_factor") return {"0.0", "1.0", "1.25", "1.5", "2.0"};
+  if (k == "swap.prefetch_layers") return {"1", "2", "4"};
   if (k == "run.threads") {
     const int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
     return powersOfTwo(1, hw);

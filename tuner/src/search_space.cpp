@@ -33,6 +33,8 @@ const std::vector<TunableKey>& tunableTable() {
       {"parallel.replicate", true},
       {"moe.capacity_factor", false},
       {"moe.drop_policy", false},
+      {"swap.mode", false},             // same bits as without swap (docs/SWAP.md)
+      {"swap.prefetch_layers", false},  // when reloads are issued: timing only
       {"run.threads", true},
   };
   return table;
