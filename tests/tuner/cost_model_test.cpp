@@ -87,9 +87,11 @@ TEST_F(CostModelTest, CalibratesFromACpuTrace) {
     EXPECT_GT(c.phaseMs.at(phase), 0) << phase;
   }
   EXPECT_FALSE(c.phaseMs.count("forward")) << "passes are not phases";
+  // Each phase and the step are medians over the steps, and medians do not add: the phases'
+  // sum may pass the step's median by step-to-step noise (0.3% seen in a fresh-clone run).
   double compute = 0;
   for (const auto& [name, ms] : c.phaseMs) compute += ms;
-  EXPECT_LE(compute, c.stepMs * 1.0001);
+  EXPECT_LE(compute, c.stepMs * 1.05);
   EXPECT_GT(c.weightsBytes, 0);
   EXPECT_EQ(c.optimizerBytes, 2 * c.weightsBytes);  // AdamW: two moments per weight
   EXPECT_EQ(c.peakBytes, c.weightsBytes + c.gradsBytes + c.optimizerBytes + c.activationsBytes);
