@@ -11,17 +11,14 @@
 // products split their operands once while staging, else round 2's kda_bwd_products_kernel;
 // with kKdaBwdChunkRound4 (kda_bwd_chunk_r4.cuh) the per-chunk backward stages every MMA operand
 // split once and loads fragments with ldmatrix (same bits as round 2; bench/scratch/kda_chunk_04).
-// With kKdaIntraRound5 (or MOEWB_KDA_INTRA_R5=1, or setKdaIntraRound5) the intra-chunk forward is
-// round 5's (kda_intra_r5.cuh: operands split once, ldmatrix, 16 warps; same bits as round 2,
-// bench/scratch/kda_chunk_05) where kdaIntraR5Supported. With kKdaBwdChunkRound5 (or
-// MOEWB_KDA_BWD_R5=1, or setKdaBwdChunkRound5) the per-chunk backward is round 5's
+// With intraRound5() (on by default; MOEWB_KDA_INTRA_R5, setKdaIntraRound5) the intra-chunk
+// forward is round 5's (kda_intra_r5.cuh: operands split once, ldmatrix, 16 warps; same bits as
+// round 2, bench/scratch/kda_chunk_05) where kdaIntraR5Supported. With bwdChunkRound5() (on by
+// default; MOEWB_KDA_BWD_R5, setKdaBwdChunkRound5) the per-chunk backward is round 5's
 // (kda_bwd_chunk_r5.cuh: shorter serial tails, two barriers fewer, lane-balanced diagonal
 // blocks; same bits as round 4, bench/scratch/kda_chunk_06) where kdaBwdChunkR5Supported.
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernel_choice.h"
 #include "ops/kda/kda_bwd_chunk_r4.cuh"
 #include "ops/kda/kda_bwd_chunk_r5.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
@@ -39,32 +36,16 @@ namespace {
 
 // Round 5 of the intra-chunk forward (bench/scratch/kda_chunk_05.md): on since its H200 check
 // (B2 T8192: 2.42 -> 1.71 ms, the recompute 1.40 -> 0.55 ms; every output bitwise round 2's).
-constexpr bool kKdaIntraRound5 = true;
-std::atomic<int> g_intraRound5{-1};  // -1: kKdaIntraRound5 or MOEWB_KDA_INTRA_R5; 0 / 1: forced
-
-bool intraRound5On() {
-  const int forced = g_intraRound5.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced == 1;
-  static const bool fromEnv = [] {
-    const char* env = std::getenv("MOEWB_KDA_INTRA_R5");
-    return env != nullptr ? std::strcmp(env, "1") == 0 : kKdaIntraRound5;
-  }();
-  return fromEnv;
+KernelChoice& intraRound5() {
+  static KernelChoice choice("MOEWB_KDA_INTRA_R5", true);
+  return choice;
 }
 
 // Round 5 of the per-chunk backward (bench/scratch/kda_chunk_06.md): on since its H200 check
 // (B2 T8192 3.87 -> 3.77 ms, round 4's bits).
-constexpr bool kKdaBwdChunkRound5 = true;
-std::atomic<int> g_bwdChunkRound5{-1};  // -1: kKdaBwdChunkRound5 or MOEWB_KDA_BWD_R5; 0 / 1: forced
-
-bool bwdChunkRound5On() {
-  const int forced = g_bwdChunkRound5.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced == 1;
-  static const bool fromEnv = [] {
-    const char* env = std::getenv("MOEWB_KDA_BWD_R5");
-    return env != nullptr ? std::strcmp(env, "1") == 0 : kKdaBwdChunkRound5;
-  }();
-  return fromEnv;
+KernelChoice& bwdChunkRound5() {
+  static KernelChoice choice("MOEWB_KDA_BWD_R5", true);
+  return choice;
 }
 
 kda_detail::CoreArgs coreArgs(const KdaCoreDims& dims) {
@@ -88,7 +69,7 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
   const kda_detail::CoreArgs args = coreArgs(dims);
   const bool mma = kda_detail::kKdaIntraOnTensorCores && kda_detail::kdaIntraMmaSupported(args);
   const auto launch = !mma ? kda_detail::launchIntraForward
-                      : intraRound5On() && kda_detail::kdaIntraR5Supported(args)
+                      : intraRound5().newer() && kda_detail::kdaIntraR5Supported(args)
                           ? kda_detail::launchIntraForwardR5
                           : kda_detail::launchIntraForwardMma;
   MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, q, k, v, g, beta, computeM, savedAqk, savedM,
@@ -97,11 +78,11 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 }
 
 void setKdaIntraRound5(int mode) {
-  g_intraRound5.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+  intraRound5().force(mode);
 }
 
 void setKdaBwdChunkRound5(int mode) {
-  g_bwdChunkRound5.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+  bwdChunkRound5().force(mode);
 }
 
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
@@ -149,7 +130,7 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
   const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
                                                        : kda_detail::launchBackwardProducts;
   MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
-  if (bwdChunkRound5On() && kda_detail::kdaBwdChunkR5Supported(args)) {
+  if (bwdChunkRound5().newer() && kda_detail::kdaBwdChunkR5Supported(args)) {
     MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR5(stream, args, p));
     return Status::ok();
   }

@@ -48,14 +48,14 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 
 // Tests and benchmarks: which intra-chunk forward launchKdaIntraForward runs where the shape
 // allows round 5 (kda_intra_r5.cuh). mode 1 forces round 5, 0 forces round 2, -1 (the start
-// state) follows kKdaIntraRound5 in kda_chunk_cuda.cu unless the environment variable
+// state) follows intraRound5()'s default (on) in kda_chunk_cuda.cu unless the environment variable
 // MOEWB_KDA_INTRA_R5 is set ("1": round 5, any other value: round 2; read once per process).
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaIntraRound5(int mode);
 
 // Tests and benchmarks: which per-chunk backward launchKdaChunkBackward runs where the shape
 // allows round 5 (kda_bwd_chunk_r5.cuh). mode 1 forces round 5, 0 forces round 4, -1 (the start
-// state) follows kKdaBwdChunkRound5 in kda_chunk_cuda.cu unless the environment variable
+// state) follows bwdChunkRound5()'s default (on) in kda_chunk_cuda.cu unless the environment variable
 // MOEWB_KDA_BWD_R5 is set ("1": round 5, any other value: round 4; read once per process).
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaBwdChunkRound5(int mode);

@@ -13,14 +13,12 @@
 // Within a path the scores, the logits and the backward's ReLU test compute every pre-activation
 // identically, so logits are bitwise the dense scores and the backward's ReLU pattern is bitwise
 // the forward's. The key side (dk) is the scalar indexer_key_bwd_kernel on both paths, or the
-// key-tile x query-tile product of indexer_key_bwd_tiled.cuh when kIndexerKeyBwdTiled (or the
-// test hook / MOEWB_INDEXER_KEY_TILED=1) selects it and the shape allows it.
-#include <atomic>
+// key-tile x query-tile product of indexer_key_bwd_tiled.cuh when keyBwdTiled() (on by default;
+// the test hook / MOEWB_INDEXER_KEY_TILED) selects it and the shape allows it.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernel_choice.h"
 #include "ops/sparse_attention/indexer_key_bwd_tiled.cuh"
 #include "ops/sparse_attention/indexer_mma.cuh"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
@@ -44,17 +42,9 @@ constexpr bool kIndexerTensorCores = true;
 // The tiled key-side backward (indexer_key_bwd_tiled.cuh, bench/scratch/indexer_key_bwd_01.md):
 // on since its H200 check (B4 T4096 top-512: 4.54 -> 1.99 ms; B1 T32768 top-2048: 31.6 -> 20.3
 // ms; the same values as the scalar kernel at every benchmark shape).
-constexpr bool kIndexerKeyBwdTiled = true;
-std::atomic<int> g_keyBwdTiled{-1};  // -1: kIndexerKeyBwdTiled or MOEWB_INDEXER_KEY_TILED; 0/1
-
-bool keyBwdTiledOn() {
-  const int forced = g_keyBwdTiled.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced == 1;
-  static const bool fromEnv = [] {
-    const char* env = std::getenv("MOEWB_INDEXER_KEY_TILED");
-    return env != nullptr ? std::strcmp(env, "1") == 0 : kIndexerKeyBwdTiled;
-  }();
-  return fromEnv;
+KernelChoice& keyBwdTiled() {
+  static KernelChoice choice("MOEWB_INDEXER_KEY_TILED", true);
+  return choice;
 }
 
 bool indexerUsesTensorCores(const IndexerDims& dims, int64_t width) {
@@ -329,7 +319,7 @@ size_t indexerRowBytes(const IndexerDims& dims) {
 
 }  // namespace
 
-void setIndexerKeyBwdTiled(int mode) { g_keyBwdTiled.store(mode, std::memory_order_relaxed); }
+void setIndexerKeyBwdTiled(int mode) { keyBwdTiled().force(mode); }
 
 Status launchIndexerNormForward(cudaStream_t stream, const float* kPre, const bf16* gain,
                                 const bf16* bias, int64_t n, int64_t di, double eps, float* kHat,
@@ -423,7 +413,7 @@ Status launchIndexerBackward(cudaStream_t stream, const IndexerDims& dims,
         b.coef, b.dwPre, b.dq);
     MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  if (keyBwdTiledOn() && indexerKeyBwdTiledSupported(hi, di, b.q, b.dk) &&
+  if (keyBwdTiled().newer() && indexerKeyBwdTiledSupported(hi, di, b.q, b.dk) &&
       n * width < (int64_t(1) << 31)) {
     MOEWB_CUDA_RETURN_IF_ERROR(launchIndexerKeyBwdTiled(stream, b.q, b.coef, keyStart, entries,
                                                         dims.batch, dims.seqLen, width, hi, di,

@@ -46,7 +46,7 @@ Status launchIndexerBackward(cudaStream_t stream, const IndexerDims& dims,
 
 // Tests and benches only: 1 forces the tiled key-side backward (indexer_key_bwd_tiled.cuh) where
 // its shape allows it, 0 the scalar indexer_key_bwd_kernel, -1 (the default) goes back to
-// kIndexerKeyBwdTiled or MOEWB_INDEXER_KEY_TILED=1. Process-wide.
+// the default (on) or MOEWB_INDEXER_KEY_TILED (runtime/cuda/kernel_choice.h). Process-wide.
 void setIndexerKeyBwdTiled(int mode);
 
 // Scratch of the selection transpose (total = N W entries).
