@@ -17,10 +17,14 @@
 // default; MOEWB_KDA_BWD_R5, setKdaBwdChunkRound5) the per-chunk backward is round 5's
 // (kda_bwd_chunk_r5.cuh: shorter serial tails, two barriers fewer, lane-balanced diagonal
 // blocks; same bits as round 4, bench/scratch/kda_chunk_06) where kdaBwdChunkR5Supported.
+// With bwdChunkRound6() (on by default; MOEWB_KDA_BWD_R6, setKdaBwdChunkRound6) it is round
+// 6's (kda_bwd_chunk_r6.cuh: the pairwise sums' diagonal blocks on tensor cores; other bits than
+// round 5's, bench/scratch/kda_chunk_07) where kdaBwdChunkR6Supported, checked before round 5.
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernel_choice.h"
 #include "ops/kda/kda_bwd_chunk_r4.cuh"
 #include "ops/kda/kda_bwd_chunk_r5.cuh"
+#include "ops/kda/kda_bwd_chunk_r6.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
@@ -45,6 +49,14 @@ KernelChoice& intraRound5() {
 // (B2 T8192 3.87 -> 3.77 ms, round 4's bits).
 KernelChoice& bwdChunkRound5() {
   static KernelChoice choice("MOEWB_KDA_BWD_R5", true);
+  return choice;
+}
+
+// Round 6 of the per-chunk backward (bench/scratch/kda_chunk_07.md): on since its H200 check
+// (B2 T8192 3.79 -> 2.78 ms, B1 T32768 7.47 -> 5.49 ms; errors against fp64 as round 5's but dg,
+// within max(4x round 5's, 3e-5)).
+KernelChoice& bwdChunkRound6() {
+  static KernelChoice choice("MOEWB_KDA_BWD_R6", true);
   return choice;
 }
 
@@ -83,6 +95,10 @@ void setKdaIntraRound5(int mode) {
 
 void setKdaBwdChunkRound5(int mode) {
   bwdChunkRound5().force(mode);
+}
+
+void setKdaBwdChunkRound6(int mode) {
+  bwdChunkRound6().force(mode);
 }
 
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
@@ -130,6 +146,10 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
   const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
                                                        : kda_detail::launchBackwardProducts;
   MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
+  if (bwdChunkRound6().newer() && kda_detail::kdaBwdChunkR6Supported(args)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR6(stream, args, p));
+    return Status::ok();
+  }
   if (bwdChunkRound5().newer() && kda_detail::kdaBwdChunkR5Supported(args)) {
     MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR5(stream, args, p));
     return Status::ok();

@@ -60,6 +60,14 @@ void setKdaIntraRound5(int mode);
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaBwdChunkRound5(int mode);
 
+// Tests and benchmarks: whether launchKdaChunkBackward runs round 6 of the per-chunk backward
+// (kda_bwd_chunk_r6.cuh) where the shape allows, checked before round 5. mode 1 forces round 6,
+// 0 forces the round-5 choice above, -1 (the start state) follows bwdChunkRound6()'s default
+// (on) in kda_chunk_cuda.cu unless the environment variable MOEWB_KDA_BWD_R6 is set ("1":
+// round 6, any other value: not; read once per process). Process-wide; safe to call from any
+// thread, takes effect at the next launch.
+void setKdaBwdChunkRound6(int mode);
+
 // Per (b, hv, value tile): the chunk recurrence. Each output may be null: statesOut
 // [B*HV*NC, K, V] (entry states), vnOut [R, V], o [N, HV*V], finalState [B, HV, K, V].
 Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,

@@ -1,14 +1,14 @@
-// Round 5 of the per-chunk KDA backward (kda_bwd_chunk_r5.cuh, forced through
-// setKdaBwdChunkRound5) against round 4 (kda_bwd_chunk_r4.cuh) on the same forward: dq, dk, dv,
-// dg, dbeta and dS0 of the whole chunked backward. Round 5 keeps round 4's operand values and the
-// order of every sum (only where the work runs changes), so it is expected bitwise equal: the
-// check allows 1e-6 relative (an fp32 contraction the compiler might choose differently) and
-// reports how many elements differ; with HV == H (every dq / dk element has one owner) the
-// count must be 0, with GVA the dq / dk atomics of several value heads land in any order, so
-// only dv, dg, dbeta must match bitwise. Also: round 5 against the fp64 chunk reference with
-// kda_chunk_cuda_test's tolerances, and round 5 run twice bitwise equal (HV == H). Outputs are
-// NaN-poisoned. Shapes: partial last chunks (c = 2, 13, 40), one chunk, GVA, K != V, C = 16 /
-// 32 / 64, gates at the lower bound.
+// Round 5 of the per-chunk KDA backward (kda_bwd_chunk_r5.cuh, forced through setKdaBwdChunkRound5,
+// round 6 forced off) against round 4 (kda_bwd_chunk_r4.cuh) on the same forward: dq, dk, dv, dg,
+// dbeta and dS0 of the whole chunked backward. Round 5 keeps round 4's operand values and the order
+// of every sum (only where the work runs changes), so it is expected bitwise equal: the check
+// allows 1e-6 relative (an fp32 contraction the compiler might choose differently) and reports how
+// many elements differ; with HV == H (every dq / dk element has one owner) the count must be 0,
+// with GVA the dq / dk atomics of several value heads land in any order, so only dv, dg, dbeta must
+// match bitwise. Also: round 5 against the fp64 chunk reference with kda_chunk_cuda_test's
+// tolerances, and round 5 run twice bitwise equal (HV == H). Outputs are NaN-poisoned. Shapes:
+// partial last chunks (c = 2, 13, 40), one chunk, GVA, K != V, C = 16 / 32 / 64, gates at the lower
+// bound.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,11 +98,13 @@ void runBackward(CudaContext& context, const KdaCoreDims& dims, const DeviceInpu
   MOEWB_ASSIGN_OR_FAIL(auto dS0, poisonedFloat(context, {dims.batch, hv, kd, vd}));
   const KdaCoreGradsCuda grads{dq.data(), dk.data(),    dv.data(),
                                dg.data(), dbeta.data(), dS0.data()};
+  setKdaBwdChunkRound6(0);  // round 6 (on by default) would take round 5's place
   setKdaBwdChunkRound5(round5 ? 1 : 0);
   const Status st = kdaChunkBackwardCuda(context, dims, in.dO.data(), in.dSFinal.data(),
                                          in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                                          in.beta.data(), in.s0.data(), saved, grads);
   setKdaBwdChunkRound5(-1);
+  setKdaBwdChunkRound6(-1);
   MOEWB_ASSERT_OK(st);
   MOEWB_ASSIGN_OR_FAIL(out.t[0], toHostFloat(context, dq));
   MOEWB_ASSIGN_OR_FAIL(out.t[1], toHostFloat(context, dk));
