@@ -117,6 +117,9 @@ TEST_F(GpuCaptureModesTest, StepWindowRecordsKernelsOfItsStepsOnly) {
   EXPECT_EQ(queryInt(path, "SELECT count(*) FROM step"), 6);
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'gpu_steps_captured'"), 2);
   EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_dropped_records'"), 0);
+  // A short window is flushed once, after its last step (no flush between its steps, which would
+  // hold the next step's CUDA calls): the detach's flush.
+  EXPECT_EQ(queryInt(path, "SELECT value FROM stats WHERE name = 'cupti_flushes'"), 1);
   EXPECT_EQ(queryText(path, "SELECT value FROM meta WHERE key = 'gpu_capture_mode'"),
             "every step of steps 2..3");
   std::filesystem::remove(path);

@@ -45,6 +45,24 @@ bool longGapAfter(const CaptureMode& mode, int64_t step) {
   return true;
 }
 
+// A flush of CUPTI's buffers on the parser thread holds CUPTI's locks for milliseconds, and the
+// engine's CUDA calls wait for them: on h200.toml each per-step flush put a 1-7 ms hole in the GPU
+// timeline at the next step's start (bench/RESULTS.md, eleventh session). Inside a short window the
+// steps' rows are therefore flushed and written once, after the window's last step (as Kineto
+// flushes once per active phase); a window longer than this, every-step capture and the flight
+// recorder keep the per-step flush (their records would pile up in memory).
+constexpr int64_t kFlushAtWindowEndMaxSteps = 16;
+
+// True when `step` is captured inside a window that ends within kFlushAtWindowEndMaxSteps steps:
+// the next step is captured and one of the following kFlushAtWindowEndMaxSteps is not.
+bool flushAtWindowEnd(const CaptureMode& mode, int64_t step) {
+  if (mode.isEveryStep() || !mode.capturesStep(step + 1)) return false;
+  for (int64_t s = step + 2; s <= step + kFlushAtWindowEndMaxSteps; ++s) {
+    if (!mode.capturesStep(s)) return true;
+  }
+  return false;
+}
+
 // Each GpuTraceKind and the CUPTI activity kind it enables.
 constexpr std::pair<GpuTraceKind, CUpti_ActivityKind> kActivityKinds[] = {
     {GpuTraceKind::kKernel, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
@@ -356,6 +374,8 @@ void CuptiCapture::onStep(const engine::StepEvent& event) {
   if (!mode.capturesStep(event.step)) return;
   m_builder.addStep(event.step, event.startNs, event.endNs);
   m_stepsCaptured.fetch_add(1);
+  // Not yet published to the parser thread: the window's last step publishes them all.
+  if (!m_flight && flushAtWindowEnd(mode, event.step)) return;
   {
     std::lock_guard lock(m_queueMutex);
     m_lastStep = event.step;
@@ -405,6 +425,7 @@ Status CuptiCapture::flushAndCalibrate(uint32_t flag) {
   if (m_detached) return Status::ok();  // nothing recorded since; a CUPTI call would re-attach
   // The flush calls bufferCompleted on this thread for every finished buffer.
   MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityFlushAll(flag));
+  m_flushes.fetch_add(1);
   size_t dropped = 0;
   MOEWB_CUPTI_RETURN_IF_ERROR(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
   m_dropped.fetch_add(int64_t(dropped));
@@ -528,6 +549,10 @@ void CuptiCapture::writeStats() {
                        "times CUPTI was detached after a capture window, so the steps between "
                        "windows ran without its hooks"});
   }
+  m_writer->addStat({"cupti_flushes", "info", m_flushes.load(),
+                     "times CUPTI's buffers were flushed (after each captured step; once at the "
+                     "end of a window of at most 16 steps; at capture end); a flush can hold the "
+                     "engine's CUDA calls for milliseconds"});
   if (!m_options.mode.isEveryStep()) {
     m_writer->addStat({"gpu_steps_captured", "info", m_stepsCaptured.load(),
                        "steps whose GPU activity CUPTI recorded (" +

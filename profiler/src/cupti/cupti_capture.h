@@ -89,6 +89,7 @@ class CuptiCapture final : public GpuCapture {
   std::mutex m_cuptiMutex;  // held around every CUPTI call but the kinds' (see Detaching)
   bool m_detached = false;  // guarded by m_cuptiMutex
   std::atomic<int64_t> m_detaches{0};
+  std::atomic<int64_t> m_flushes{0};  // cuptiActivityFlushAll calls (stats: cupti_flushes)
   gpu::ClockCalibration m_clock;  // under m_cuptiMutex (and create before the parser starts)
   ActivityParser m_parser{&m_clock};  // under m_cuptiMutex
   std::unique_ptr<gpu::FlightRecorderWriter> m_flight;  // flight recorder only; before m_builder

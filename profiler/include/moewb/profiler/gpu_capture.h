@@ -10,7 +10,9 @@
 // the engine's sinks (it only copies phase and step events), train, then stop() before the
 // writer is closed. CUPTI hands its buffers to a parser thread; nothing is parsed on the engine's
 // thread. After each step (or, with options.flushIntervalMs, after the first step that ends that
-// long after the last flush) the parser thread flushes CUPTI and writes the finished steps' rows.
+// long after the last flush) the parser thread flushes CUPTI and writes the finished steps' rows;
+// inside a step window of at most 16 steps only after its last step (a flush holds the engine's
+// CUDA calls for milliseconds; stats: cupti_flushes).
 // Dropped CUPTI records and attribution problems are counted in the stats table; the
 // CUPTI-to-steady clock offset is kept in meta (cupti_clock_offset_ns,
 // cupti_clock_offset_start_ns).
