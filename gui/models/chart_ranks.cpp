@@ -71,7 +71,11 @@ std::vector<int32_t> stepRanks(const std::vector<storage::StepRow>& rows) {
 std::vector<RankLine> rankLines(const std::vector<storage::StepRow>& rows,
                                 const std::function<double(const storage::StepRow&)>& value,
                                 RankChoice choice) {
-  std::map<int32_t, Points> byRank = pointsByRank(rows, value);
+  return rankLines(pointsByRank(rows, value), choice);
+}
+
+std::vector<RankLine> rankLines(std::map<int32_t, std::vector<QPointF>> byRank,
+                                RankChoice choice) {
   std::vector<RankLine> lines;
   if (byRank.empty()) return lines;
   if (byRank.size() == 1) {

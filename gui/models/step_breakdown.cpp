@@ -1,11 +1,10 @@
-// Per-step time breakdown: the category mapping, the priority sweep and the one-pass reader
-// (see moewb/gui/step_breakdown.h).
+// Per-step time breakdown: the category mapping, the priority sweep and the pixel-column layout
+// (see moewb/gui/step_breakdown.h; the reader is in step_breakdown_read.cpp).
 #include "moewb/gui/step_breakdown.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <map>
 
 #include "moewb/gui/palette.h"
 #include "moewb/storage/gpu_rows.h"
@@ -151,111 +150,6 @@ CategoryNs attributeStep(const std::vector<WorkInterval>& work, int64_t startNs,
     t = next;
   }
   return out;
-}
-
-namespace {
-
-// The GPU work row's engine phase ("" for other slices).
-std::string_view workPhase(const storage::GpuWorkRow* gpu) {
-  if (!gpu) return {};
-  if (gpu->kernel) return gpu->kernel->phase;
-  if (gpu->memcpy) return gpu->memcpy->phase;
-  if (gpu->memset) return gpu->memset->phase;
-  return {};
-}
-
-// Accumulates slices, in start order, into the steps they overlap; a step is attributed as soon
-// as a slice starts after its end (nothing later can overlap it).
-class StepSweep {
- public:
-  StepSweep(std::vector<storage::StepRow> steps, BreakdownSource source)
-      : m_steps(std::move(steps)), m_work(m_steps.size()), m_source(source) {
-    m_out.source = source;
-    m_out.steps.reserve(m_steps.size());
-  }
-
-  void add(int64_t startNs, int64_t endNs, TimeCategory category) {
-    while (m_first < m_steps.size() && m_steps[m_first].endNs <= startNs) finish(m_first++);
-    for (size_t i = m_first; i < m_steps.size() && m_steps[i].startNs < endNs; ++i) {
-      if (m_steps[i].endNs > startNs) m_work[i].push_back({startNs, endNs, category});
-    }
-  }
-
-  StepBreakdownSet done() {
-    while (m_first < m_steps.size()) finish(m_first++);
-    return std::move(m_out);
-  }
-
- private:
-  void finish(size_t i) {
-    const storage::StepRow& row = m_steps[i];
-    StepBreakdown b;
-    b.step = row.step;
-    b.startNs = row.startNs;
-    b.durNs = std::max<int64_t>(0, row.endNs - row.startNs);
-    b.ns = attributeStep(m_work[i], row.startNs, row.endNs, m_source);
-    m_out.steps.push_back(b);
-    std::vector<WorkInterval>().swap(m_work[i]);
-  }
-
-  std::vector<storage::StepRow> m_steps;  // rank 0's, in start order
-  std::vector<std::vector<WorkInterval>> m_work;
-  BreakdownSource m_source;
-  size_t m_first = 0;  // steps before it are attributed
-  StepBreakdownSet m_out;
-};
-
-}  // namespace
-
-Result<StepBreakdownSet> readStepBreakdowns(storage::TraceReader& reader,
-                                            const std::atomic<bool>* cancel) {
-  MOEWB_ASSIGN_OR_RETURN(std::vector<storage::RunRow> runs, reader.runs());
-  if (runs.empty()) return StepBreakdownSet{};
-  MOEWB_ASSIGN_OR_RETURN(std::vector<storage::StepRow> all, reader.steps(runs.front().id));
-  std::vector<storage::StepRow> steps;
-  for (storage::StepRow& r : all) {
-    if (r.rank == 0) steps.push_back(std::move(r));
-  }
-  std::sort(steps.begin(), steps.end(), [](const storage::StepRow& a, const storage::StepRow& b) {
-    return a.startNs < b.startNs;
-  });
-  MOEWB_ASSIGN_OR_RETURN(std::vector<storage::TrackRow> tracks, reader.tracks());
-  std::map<int64_t, int32_t> rankOf;
-  bool gpu = false;
-  for (const storage::TrackRow& t : tracks) {
-    rankOf[t.id.value] = t.rank;
-    gpu = gpu || (t.rank == 0 && t.kind == storage::kTrackKindStream);
-  }
-  const BreakdownSource source =
-      gpu ? BreakdownSource::kGpuKernels : BreakdownSource::kHostPhases;
-  StepSweep sweep(std::move(steps), source);
-  bool stopped = false;
-  auto visit = [&](const storage::SliceRow& s, const storage::GpuWorkRow* work) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) {
-      stopped = true;
-      return false;
-    }
-    auto rank = rankOf.find(s.track.value);
-    if (rank == rankOf.end() || rank->second != 0 || s.durNs <= 0) return true;
-    if (gpu) {
-      if (!storage::isGpuWorkCategory(s.category)) return true;
-    } else if (s.category == storage::kCategoryPhase) {
-      // Phases (depth 2) and the optimizer pass; the forward/backward passes only contain them.
-      if (s.depth < 2 && s.name != "optimizer") return true;
-    } else if (s.category != storage::kCategoryCollective) {
-      return true;
-    }
-    sweep.add(s.startNs, s.startNs + s.durNs, classifyWork(s.name, s.category, workPhase(work)));
-    return true;
-  };
-  if (gpu) {
-    MOEWB_RETURN_IF_ERROR(reader.forEachSliceWithGpuWork(visit));
-  } else {
-    MOEWB_RETURN_IF_ERROR(
-        reader.forEachSlice([&](const storage::SliceRow& s) { return visit(s, nullptr); }));
-  }
-  if (stopped) return cancelled("the step breakdown was cancelled");
-  return sweep.done();
 }
 
 std::vector<BreakdownColumn> columnsOf(const std::vector<StepBreakdown>& steps, size_t first,

@@ -245,6 +245,7 @@ void TraceDocument::close() {
   m_loadNames.clear();
   m_loadNameIds.clear();
   m_memory.clear();
+  m_trackRanks.clear();
   ++m_memoryRevision;
   m_memoryCursorNs = kNoTime;
   std::fill(std::begin(m_memoryByOrder), std::end(m_memoryByOrder), 0);
@@ -268,6 +269,7 @@ void TraceDocument::applyRunInfo(TraceHeader& header) {
   m_hostTracks.clear();
   m_hasGpuTracks = false;
   for (const storage::TrackRow& t : tracks) {
+    m_trackRanks[t.id.value] = t.rank;
     if (t.kind == storage::kTrackKindMemory) m_memoryTracks.push_back(t);
     if (t.kind == storage::kTrackKindStream || t.kind == storage::kTrackKindCudaApi) {
       m_gpuLaneTracks.push_back(t);
@@ -486,10 +488,15 @@ int TraceDocument::applyMemory(const std::vector<storage::CounterRow>& rows) {
       if (it == steps.end() || it->startNs > r.tsNs) continue;
       step = it->step;
     }
-    auto at = std::lower_bound(m_memory.begin(), m_memory.end(), step,
-                               [](const MemorySample& m, int64_t s) { return m.step < s; });
-    if (at == m_memory.end() || at->step != step) {
+    const auto rank = m_trackRanks.find(r.track.value);
+    const std::pair<int32_t, int64_t> key{rank == m_trackRanks.end() ? 0 : rank->second, step};
+    auto at = std::lower_bound(m_memory.begin(), m_memory.end(), key,
+                               [](const MemorySample& m, const std::pair<int32_t, int64_t>& k) {
+                                 return std::make_pair(m.rank, m.step) < k;
+                               });
+    if (at == m_memory.end() || at->rank != key.first || at->step != step) {
       MemorySample fresh;
+      fresh.rank = key.first;
       fresh.step = step;
       at = m_memory.insert(at, fresh);
     }

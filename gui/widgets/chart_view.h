@@ -57,6 +57,7 @@ class ChartView : public QWidget {
   explicit ChartView(QWidget* parent = nullptr);
 
   void setTitle(const QString& title);
+  QString title() const { return m_title; }
   void setAxisTitles(const QString& x, const QString& y);
   void setColor(const QColor& color);
   // Formats y values for tick labels and the hover readout (default: 3 significant digits).

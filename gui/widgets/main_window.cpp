@@ -16,6 +16,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
@@ -27,6 +28,7 @@
 #include <QHBoxLayout>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <functional>
 #include <iterator>
@@ -265,7 +267,13 @@ void MainWindow::createParallelDock() {
   m_parallelPanel->setModel(m_parallel);
   m_parallelDock = new QDockWidget(tr("Parallelism"), this);
   m_parallelDock->setObjectName(QStringLiteral("parallelism"));
-  m_parallelDock->setWidget(m_parallelPanel);
+  // In a scroll area: on a small screen the panel (matrix, two tables) scrolls instead of
+  // making the window taller or wider than 1280x720.
+  auto* scroll = new QScrollArea;
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setWidget(m_parallelPanel);
+  m_parallelDock->setWidget(scroll);
   addDockWidget(Qt::RightDockWidgetArea, m_parallelDock);
   // A tab beside Live control (not a column of its own), so every dock fits 1280x720.
   tabifyDockWidget(m_liveDock, m_parallelDock);
@@ -404,6 +412,7 @@ void MainWindow::createActions() {
   m_ranksAction = bar->addWidget(ranks);
   m_ranksAction->setVisible(false);
   connect(m_ranksChoice, &RanksChoice::choiceChanged, this, &MainWindow::updateCharts);
+  connect(m_ranksChoice, &RanksChoice::choiceChanged, this, &MainWindow::updateMemoryChart);
 }
 
 void MainWindow::createStatusBar() {
@@ -543,27 +552,55 @@ void MainWindow::updateChartMarkers() {
   m_memoryChart->setMarkers(std::move(markers));
 }
 
+// One rank's four categories (a one-rank trace, or the rank the Ranks choice names); for all
+// ranks or the band, the total account per rank as rank lines (rankLines: a line per rank, the
+// min / median / max band past kMaxRankLines or by choice).
 void MainWindow::updateMemoryChart() {
   const bool hasSteps = m_document.isOpen() && !m_document.stepModel()->rows().empty();
+  const RankChoice choice = m_ranksChoice->choice();
   // A streamed load refreshes often; rebuild the series only when the samples changed.
-  if (m_memoryChartRevision == m_document.memoryRevision() && m_memoryChartHasSteps == hasSteps) {
+  if (m_memoryChartRevision == m_document.memoryRevision() && m_memoryChartHasSteps == hasSteps &&
+      m_memoryChartChoice == choice) {
     return;
   }
   m_memoryChartRevision = m_document.memoryRevision();
   m_memoryChartHasSteps = hasSteps;
-  const auto& samples = m_document.memory();
+  m_memoryChartChoice = choice;
+  const auto& samples = m_document.memory();  // in (rank, step) order
+  const bool ranks = !samples.empty() && samples.front().rank != samples.back().rank;
   std::vector<ChartSeries> series;
-  for (int c = 0; c < MemorySample::kCategoryCount; ++c) {
-    ChartSeries s;
-    s.name = QString::fromLatin1(MemorySample::categoryName(c));
-    s.color = theme::series(c);
-    s.dashed = c == MemorySample::kGrads;  // grads usually equal the weights: keep both visible
-    s.points.reserve(samples.size());
-    for (const MemorySample& m : samples) {
-      if (!std::isnan(m.bytes[c])) s.points.emplace_back(double(m.step), m.bytes[c] / 1048576.0);
+  QString title;
+  if (!ranks || choice.view == RankChoice::View::kOne) {
+    const int32_t rank = ranks ? choice.rank : 0;
+    for (int c = 0; c < MemorySample::kCategoryCount; ++c) {
+      ChartSeries s;
+      s.name = QString::fromLatin1(MemorySample::categoryName(c));
+      s.color = theme::series(c);
+      s.dashed = c == MemorySample::kGrads;  // grads usually equal the weights: keep both visible
+      for (const MemorySample& m : samples) {
+        if ((!ranks || m.rank == rank) && !std::isnan(m.bytes[c])) {
+          s.points.emplace_back(double(m.step), m.bytes[c] / 1048576.0);
+        }
+      }
+      series.push_back(std::move(s));
     }
-    series.push_back(std::move(s));
+    title = ranks ? tr("Memory per step (rank %1)").arg(rank) : tr("Memory per step");
+  } else {
+    std::map<int32_t, std::vector<QPointF>> byRank;
+    for (const MemorySample& m : samples) {
+      double total = 0;
+      bool any = false;
+      for (double bytes : m.bytes) {
+        if (std::isnan(bytes)) continue;
+        total += bytes;
+        any = true;
+      }
+      if (any) byRank[m.rank].emplace_back(double(m.step), total / 1048576.0);
+    }
+    series = rankSeries(rankLines(std::move(byRank), choice), theme::series(0));
+    title = tr("Memory per step (total per rank)");
   }
+  if (m_memoryChart->title() != title) m_memoryChart->setTitle(title);
   m_memoryChart->setSeries(std::move(series));
   m_memoryChart->setEmptyText(hasSteps ? tr("no memory counters in this trace")
                                        : tr("no steps yet"));

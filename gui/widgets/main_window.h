@@ -31,9 +31,11 @@
 #include <vector>
 
 #include "moewb/base/status.h"
+#include "moewb/gui/chart_ranks.h"
 #include "moewb/gui/trace_document.h"
 
 class QAction;
+class QComboBox;
 class QDockWidget;
 class QLabel;
 class QListView;
@@ -154,6 +156,9 @@ class MainWindow : public QMainWindow {
   QDockWidget* breakdownDock() const { return m_breakdownDock; }
   StepBreakdownView* breakdownView() const { return m_breakdownView; }
   StepBreakdownModel* breakdownModel() const { return m_breakdownModel; }
+  // The dock's rank choice for parallel traces (hidden for one rank): "slowest rank" (item 0,
+  // the default: per step the slowest rank's bar) or "rank N" (item data: N).
+  QComboBox* breakdownRanks() const { return m_breakdownRanks; }
   // Selects `step` in every view: the heat map, the Steps table's row (rank 0), the timeline
   // zoomed to the step (what a click on a step in the Step breakdown does).
   void selectStep(qint64 step);
@@ -197,6 +202,9 @@ class MainWindow : public QMainWindow {
   void createSelectionDock();
   // main_window_views.cpp
   void createBreakdownDock();
+  // Lists the read breakdown's ranks in the rank choice (keeping the choice when still offered)
+  // and shows the chosen view.
+  void showBreakdown();
   void createBookmarkDock();
   void createFollowActions(QMenu* view, QToolBar* bar);
   void applyFollow();
@@ -253,6 +261,7 @@ class MainWindow : public QMainWindow {
   QDockWidget* m_selectionDock = nullptr;
   uint64_t m_memoryChartRevision = ~uint64_t(0);  // document memoryRevision() drawn
   bool m_memoryChartHasSteps = false;  // hidden until a run started here is live
+  RankChoice m_memoryChartChoice;      // the Ranks choice the memory chart was drawn for
   bool m_parallelTrace = false;       // the open trace has world size > 1 (dock shown once for it)
   std::vector<QDockWidget*> m_docks;  // in View menu order
   QTimer* m_liveTimer = nullptr;
@@ -277,6 +286,8 @@ class MainWindow : public QMainWindow {
   StepBreakdownModel* m_breakdownModel = nullptr;
   StepBreakdownView* m_breakdownView = nullptr;
   QDockWidget* m_breakdownDock = nullptr;
+  QComboBox* m_breakdownRanks = nullptr;
+  QWidget* m_breakdownRankBar = nullptr;  // the rank choice's row, shown for parallel traces
   BookmarkModel* m_bookmarks = nullptr;
   QListView* m_bookmarkList = nullptr;
   QDockWidget* m_bookmarkDock = nullptr;

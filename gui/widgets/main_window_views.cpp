@@ -1,5 +1,7 @@
 // MainWindow: the Step breakdown dock, follow-the-last-N-steps mode and bookmarks.
 #include <QAction>
+#include <QComboBox>
+#include <QHBoxLayout>
 #include <QCursor>
 #include <QDockWidget>
 #include <QInputDialog>
@@ -13,6 +15,7 @@
 #include <QStatusBar>
 #include <QTableView>
 #include <QToolBar>
+#include <QVBoxLayout>
 #include <algorithm>
 
 #include "chart_view.h"
@@ -28,27 +31,61 @@ namespace moewb::gui {
 
 // A tab beside the phase summary. The model reads the breakdown on its worker once a file has
 // loaded and after live refreshes; a click on a bar selects its step everywhere.
+// Parallel traces get a rank choice above the bars: the slowest rank per step (default) or one
+// rank.
 void MainWindow::createBreakdownDock() {
   m_breakdownModel = new StepBreakdownModel(this);
   m_breakdownModel->setDocument(&m_document);
   m_breakdownView = new StepBreakdownView;
+  m_breakdownRanks = new QComboBox;
+  m_breakdownRanks->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  m_breakdownRanks->setToolTip(
+      tr("Whose breakdown each bar shows: per step the rank whose step took longest (its hover "
+         "names it and the median rank's time), or one rank's"));
+  m_breakdownRankBar = new QWidget;
+  auto* bar = new QHBoxLayout(m_breakdownRankBar);
+  bar->setContentsMargins(6, 2, 6, 0);
+  bar->addWidget(new QLabel(tr("Ranks:")));
+  bar->addWidget(m_breakdownRanks);
+  bar->addStretch(1);
+  m_breakdownRankBar->hide();
+  auto* body = new QWidget;
+  auto* column = new QVBoxLayout(body);
+  column->setContentsMargins(0, 0, 0, 0);
+  column->setSpacing(0);
+  column->addWidget(m_breakdownRankBar);
+  column->addWidget(m_breakdownView, 1);
   m_breakdownDock = new QDockWidget(tr("Step breakdown"), this);
   m_breakdownDock->setObjectName(QStringLiteral("step breakdown"));
-  m_breakdownDock->setWidget(m_breakdownView);
+  m_breakdownDock->setWidget(body);
   addDockWidget(Qt::RightDockWidgetArea, m_breakdownDock);
   tabifyDockWidget(m_phaseDock, m_breakdownDock);
   m_phaseDock->raise();
   m_docks.push_back(m_breakdownDock);
-  auto show = [this] {
-    m_breakdownView->setData(m_breakdownModel->data());
-    m_breakdownView->setEmptyText(m_breakdownModel->isBusy() ? tr("reading the steps...")
-                                                             : tr("no steps yet"));
-  };
-  connect(m_breakdownModel, &StepBreakdownModel::changed, this, show);
-  connect(&m_document, &TraceDocument::opening, this, show);
+  connect(m_breakdownModel, &StepBreakdownModel::changed, this, &MainWindow::showBreakdown);
+  connect(&m_document, &TraceDocument::opening, this, &MainWindow::showBreakdown);
+  connect(m_breakdownRanks, &QComboBox::currentIndexChanged, this, &MainWindow::showBreakdown);
   connect(m_breakdownModel, &StepBreakdownModel::failed, this,
           [this](const QString& text) { statusBar()->showMessage(text, 15000); });
   connect(m_breakdownView, &StepBreakdownView::stepClicked, this, &MainWindow::selectStep);
+}
+
+void MainWindow::showBreakdown() {
+  const StepBreakdownSet& all = m_breakdownModel->data();
+  const QVariant chosen = m_breakdownRanks->currentData();
+  {
+    const QSignalBlocker block(m_breakdownRanks);
+    m_breakdownRanks->clear();
+    m_breakdownRanks->addItem(tr("slowest rank"));
+    for (int32_t r : all.ranks) m_breakdownRanks->addItem(tr("rank %1").arg(r), r);
+    m_breakdownRanks->setCurrentIndex(std::max(0, m_breakdownRanks->findData(chosen)));
+  }
+  m_breakdownRankBar->setVisible(all.isParallel());
+  const QVariant rank = m_breakdownRanks->currentData();
+  m_breakdownView->setData(
+      shownBreakdown(all, rank.isValid() ? std::optional<int32_t>(rank.toInt()) : std::nullopt));
+  m_breakdownView->setEmptyText(m_breakdownModel->isBusy() ? tr("reading the steps...")
+                                                           : tr("no steps yet"));
 }
 
 void MainWindow::selectStep(qint64 step) {
@@ -149,7 +186,8 @@ void MainWindow::onTimelineWindowChanged() {
       8000);
 }
 
-// The Bookmarks dock: click a bookmark to zoom there, Delete removes it.
+// The Bookmarks dock: click a bookmark (or its flag on the timeline) to zoom there, Delete
+// removes it.
 void MainWindow::createBookmarkDock() {
   m_bookmarks = new BookmarkModel(this);
   m_bookmarkList = new QListView;
@@ -168,6 +206,12 @@ void MainWindow::createBookmarkDock() {
   m_docks.push_back(m_bookmarkDock);
   connect(m_bookmarkList, &QListView::clicked, this,
           [this](const QModelIndex& index) { goToBookmark(index.row()); });
+  // Drawn on the timeline too: a line and a named flag; clicking the flag goes there.
+  m_timeline->setBookmarkModel(m_bookmarks);
+  connect(m_timeline, &TimelineView::bookmarkActivated, this, [this](int row) {
+    goToBookmark(row);
+    m_bookmarkList->setCurrentIndex(m_bookmarks->index(row));
+  });
   auto* remove = new QShortcut(QKeySequence::Delete, m_bookmarkList);
   remove->setContext(Qt::WidgetShortcut);
   connect(remove, &QShortcut::activated, this, [this] {

@@ -32,8 +32,10 @@ QTableView* makeTable(QWidget* parent) {
   return table;
 }
 
-// A titled block for the splitter: a bold label above `body`.
+// A titled block for the splitter: a bold label above `body`. The title wraps, so a narrow dock
+// (a 1280-px screen) takes its lines instead of the window's width.
 QWidget* titled(QLabel* title, QWidget* body) {
+  title->setWordWrap(true);
   auto* box = new QWidget;
   auto* layout = new QVBoxLayout(box);
   layout->setContentsMargins(0, 4, 0, 0);
@@ -61,6 +63,7 @@ ParallelPanel::ParallelPanel(QWidget* parent) : QWidget(parent) {
   m_summary = new QLabel(this);
   m_summary->setWordWrap(true);
   m_hover = new QLabel(tr("Hover a cell for its numbers."), this);
+  m_hover->setWordWrap(true);  // a cell's numbers wrap rather than widen the window
   m_hover->setStyleSheet(QStringLiteral("color: #9aa0ac;"));
   m_matrix = new ParallelMatrixView(this);
   m_rankTable = makeTable(this);

@@ -61,9 +61,15 @@ void StepBreakdownView::setEmptyText(const QString& text) {
 
 QString StepBreakdownView::sourceText() const {
   if (m_data.steps.empty()) return {};
+  QString ranks = tr("rank 0");
+  if (m_data.isParallel()) {
+    ranks = m_data.shownRank ? tr("rank %1 of %2").arg(*m_data.shownRank).arg(m_data.ranks.size())
+                             : tr("per step the slowest of %1 ranks").arg(m_data.ranks.size());
+  }
   return m_data.source == BreakdownSource::kGpuKernels
-             ? tr("from GPU kernels (rank 0; communication: the part no compute overlapped)")
-             : tr("from host phases (rank 0; no GPU capture in this trace)");
+             ? tr("from GPU kernels (%1; communication: the part no compute overlapped)")
+                   .arg(ranks)
+             : tr("from host phases (%1; no GPU capture in this trace)").arg(ranks);
 }
 
 std::vector<TimeCategory> StepBreakdownView::presentCategories() const {
@@ -153,17 +159,21 @@ QString StepBreakdownView::hoverText(const QPointF& pos) const {
   QStringList lines;
   double total = 0;
   for (double v : c.meanNs) total += v;
+  const bool slowestView = m_data.isParallel() && !m_data.shownRank;
+  const StepBreakdown& slowest = steps[c.slowest];
   if (c.first == c.last) {
-    lines << tr("step %1: %2 ms").arg(steps[c.first].step).arg(ms(total));
+    lines << tr("step %1: %2 ms").arg(slowest.step).arg(ms(total));
   } else {
     lines << tr("steps %1-%2 (%3 steps), mean %4 ms; slowest: step %5, %6 ms")
                  .arg(steps[c.first].step)
                  .arg(steps[c.last].step)
                  .arg(c.last - c.first + 1)
                  .arg(ms(total))
-                 .arg(steps[c.slowest].step)
+                 .arg(slowest.step)
                  .arg(ms(c.maxDurNs));
   }
+  if (slowestView) lines << rankText(slowest);
+  if (m_data.isParallel() && m_data.shownRank) lines << tr("rank %1").arg(*m_data.shownRank);
   for (int k = kTimeCategoryCount - 1; k >= 0; --k) {
     const double v = c.meanNs[size_t(k)];
     if (v <= 0) continue;
@@ -177,6 +187,19 @@ QString StepBreakdownView::hoverText(const QPointF& pos) const {
                  .arg(QString::number(m_y.max, 'g', 4));
   }
   return lines.join(QLatin1Char('\n'));
+}
+
+QString StepBreakdownView::rankText(const StepBreakdown& b) {
+  const int64_t gapNs = b.durNs - b.medianDurNs;
+  const double gapPercent = b.medianDurNs > 0 ? 100.0 * double(gapNs) / double(b.medianDurNs) : 0;
+  return tr("slowest of %1 ranks: rank %2, %3 ms; median rank %4: %5 ms; gap %6 ms (%7%)")
+      .arg(b.rankCount)
+      .arg(b.rank)
+      .arg(ms(double(b.durNs)))
+      .arg(b.medianRank)
+      .arg(ms(double(b.medianDurNs)))
+      .arg(ms(double(gapNs)))
+      .arg(gapPercent, 0, 'f', 1);
 }
 
 void StepBreakdownView::paintEvent(QPaintEvent*) {

@@ -5,11 +5,14 @@
 // per column with the mean parts of its steps and a tick at its slowest step's duration
 // (columnsOf, computed once per data change, resize or step window, never per paint), so painting
 // costs O(pixels). Hover shows the step's (or column's) parts in ms and % (hoverText); a click
-// emits stepClicked with the step (a column's slowest). setStepWindow limits the x axis to a step
-// range (follow mode). The y axis leaves out the few far-out steps robustRange picks
-// (chart_range.h: a warm-up first step of 2.7 s among steps of 345 ms): their bars run to the top
-// edge with a break mark and their true duration as a label; the hover gives every part in full,
-// and the context menu's "Full range" shows every bar to scale. GUI thread only.
+// emits stepClicked with the step (a column's slowest). A parallel trace's data (shownBreakdown)
+// draws per step the slowest rank's bar, whose hover names that rank, its step time, the median
+// rank's and the gap, or one chosen rank's bars; the legend line says which. setStepWindow
+// limits the x axis to a step range (follow mode). The y axis leaves out the few far-out steps
+// robustRange picks (chart_range.h: a warm-up first step of 2.7 s among steps of 345 ms): their
+// bars run to the top edge with a break mark and their true duration as a label; the hover gives
+// every part in full, and the context menu's "Full range" shows every bar to scale. GUI thread
+// only.
 #pragma once
 
 #include <QWidget>
@@ -47,8 +50,12 @@ class StepBreakdownView : public QWidget {
   // The hover text of the bar under `pos`: step (or step range), duration and each part in ms
   // and %; "" when no bar is there.
   QString hoverText(const QPointF& pos) const;
-  // The legend line ("from GPU kernels: ..." / "from host phases: ...").
+  // The legend line ("from GPU kernels (...)" / "from host phases (...)"), naming the ranks
+  // shown: rank 0 (one rank), "per step the slowest of N ranks" or "rank R of N".
   QString sourceText() const;
+  // The hover line of a slowest-rank step `b` (slowestPerStep): its rank and duration, the
+  // median rank's and the gap in ms and % of the median.
+  static QString rankText(const StepBreakdown& b);
   // Whether the y axis covers every step (true) or leaves out the far-out ones (false, the
   // default); the context menu's checkable "Full range" action sets it.
   void setFullRange(bool on);

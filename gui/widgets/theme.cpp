@@ -37,6 +37,10 @@ QColor marker() {
   return QColor(0xff, 0x6e, 0xc7);
 }
 
+QColor bookmark() {
+  return QColor(0x3e, 0xe6, 0xc1);
+}
+
 QColor series(int i) {
   static constexpr std::array<QRgb, 4> kSeries = {0x4da3ff, 0xf2a541, 0x6cc57c, 0xe86a6a};
   return QColor::fromRgb(kSeries[size_t(i) % kSeries.size()]);

@@ -20,6 +20,7 @@ QColor text();         // primary text
 QColor dimText();      // secondary text (tick labels, hints)
 QColor accent();       // selection and highlights
 QColor marker();       // config-change markers (timeline and charts)
+QColor bookmark();     // bookmark lines and flags on the timeline (distinct from marker())
 QColor series(int i);  // line-chart series colours
 
 }  // namespace moewb::gui::theme

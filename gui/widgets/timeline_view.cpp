@@ -122,6 +122,7 @@ void TimelineView::setGeometryChecked(const TimelineGeometry& g, bool fit) {
 
 void TimelineView::rebuildDrawList() {
   rebuildMarkers();
+  rebuildBookmarkFlags();
   if (!m_document) {
     m_drawList = {};
     return;

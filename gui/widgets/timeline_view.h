@@ -45,8 +45,14 @@
 // clicking again collapses it; setLayersExpanded / toggleAllLayers (View > Expand layers) do it
 // for every track. The split copies the lane's slices once per expand or data change
 // (splitLaneByLayer), never per frame; the draw list then treats each layer row as a lane.
+// Bookmarks (setBookmarkModel): each bookmark in the window is a thin vertical line over all
+// lanes in the bookmark colour (theme::bookmark, distinct from the config markers' pink, whose
+// flags sit at the ruler's bottom) and a flag with its name at the ruler's top (bookmarkFlags);
+// hovering a flag shows the name, clicking it emits bookmarkActivated (the main window zooms
+// there, as the Bookmarks dock does). The flags are laid out with the draw list, not per frame.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
-// timeline_view_swap.cpp (the swap lanes), timeline_view_range.cpp (range selection, search).
+// timeline_view_swap.cpp (the swap lanes), timeline_view_range.cpp (range selection, search),
+// timeline_view_bookmarks.cpp (bookmark lines and flags).
 #pragma once
 
 #include <QWidget>
@@ -54,6 +60,7 @@
 #include <set>
 #include <vector>
 
+#include "moewb/gui/bookmark_flags.h"
 #include "moewb/gui/config_markers.h"
 #include "moewb/gui/gpu_timeline.h"
 #include "moewb/gui/memory_timeline.h"
@@ -67,6 +74,7 @@ class QPainter;
 
 namespace moewb::gui {
 
+class BookmarkModel;
 class SwapModel;
 class TimelineSearchBar;
 class TraceDocument;
@@ -122,6 +130,18 @@ class TimelineView : public QWidget {
   const storage::GpuLaneItem* gpuItemAtPos(const QPoint& pos) const;
   // The GPU slice selected by the last click, if any.
   std::optional<SliceId> selectedGpuSlice() const { return m_selectedGpuSlice; }
+
+  // Draws `model`'s bookmarks (not owned; may be null) and follows its changes.
+  void setBookmarkModel(BookmarkModel* model);
+  // The bookmark flags of the visible window (x in plot pixels), rebuilt with the draw list.
+  const std::vector<BookmarkFlag>& bookmarkFlags() const { return m_bookmarkFlags; }
+  // Widget rectangle of flag `index` (in the ruler's top band); empty for a bad index.
+  QRect bookmarkFlagRect(int index) const;
+  // The bookmark row (BookmarkModel) of the flag under widget point `pos`, or -1.
+  int bookmarkAt(const QPoint& pos) const;
+  // The tooltip of bookmark `row`: its name, time (from the trace start) and, for a range, its
+  // duration; "" for a bad row.
+  QString bookmarkText(int row) const;
 
   // Shows `model`'s copies in swap lanes and follows its changes (not owned; may be null).
   void setSwapModel(SwapModel* model);
@@ -208,6 +228,8 @@ class TimelineView : public QWidget {
   void rangeSelected(qint64 startNs, qint64 endNs);
   // The range selection was cleared (Esc, setSelectedRange(nullopt), a newly opened file).
   void rangeCleared();
+  // The user clicked the flag of bookmark `row` (a row of the BookmarkModel).
+  void bookmarkActivated(int row);
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -233,6 +255,9 @@ class TimelineView : public QWidget {
   void setGeometryChecked(const TimelineGeometry& g, bool fit);
   void rebuildDrawList();
   void rebuildMarkers();
+  void rebuildBookmarkFlags();
+  void paintBookmarkLines(QPainter& p) const;
+  void paintBookmarkFlags(QPainter& p) const;
   void rebuildMemory();
   void rebuildGpu();
   void rebuildSwap();
@@ -314,6 +339,8 @@ class TimelineView : public QWidget {
   std::set<int64_t> m_layersToggled;  // tracks whose phases lane differs from m_layersAll
   std::optional<TimelineSlice> m_selectedSlice;
   std::vector<ConfigMarker> m_markers;
+  BookmarkModel* m_bookmarks = nullptr;
+  std::vector<BookmarkFlag> m_bookmarkFlags;
   std::vector<MemoryStack> m_memory;
   std::vector<storage::MemorySeries> m_memorySeries;  // the last series read (m_memory's source)
   int m_memoryTop = 0;  // y of the first memory row, px

@@ -35,6 +35,13 @@ void TimelineView::mousePressEvent(QMouseEvent* event) {
     event->accept();
     return;
   }
+  if (event->button() == Qt::LeftButton) {
+    if (const int row = bookmarkAt(event->position().toPoint()); row >= 0) {
+      emit bookmarkActivated(row);
+      event->accept();
+      return;
+    }
+  }
   if (event->button() == Qt::LeftButton && event->position().x() < kGutterPx && m_document) {
     // A click on the label of a phases lane expands or collapses its layer rows.
     const int lane = laneAtY(int(event->position().y()));
@@ -190,9 +197,12 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
 bool TimelineView::event(QEvent* event) {
   if (event->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(event);
+    const int bookmark = bookmarkAt(help->pos());
     const int marker = configMarkerAt(help->pos());
     const Hit hit = hitAt(help->pos());
-    if (marker >= 0) {
+    if (bookmark >= 0) {
+      QToolTip::showText(help->globalPos(), bookmarkText(bookmark), this);
+    } else if (marker >= 0) {
       QStringList lines;
       for (const QString& line : configMarkerText(marker).split(QLatin1Char('\n'))) {
         lines << line.toHtmlEscaped();

@@ -37,11 +37,13 @@ void TimelineView::paintEvent(QPaintEvent*) {
   paintGpu(p);
   paintSwap(p);
   paintMemory(p);
+  paintBookmarkLines(p);
   paintMarkers(p);
   paintRange(p);
   p.restore();
   paintRuler(p);
-  paintMarkerFlags(p);
+  paintBookmarkFlags(p);
+  paintMarkerFlags(p);  // over the bookmarks' poles
   paintRangeLabels(p);
   paintGutter(p);
   paintGpuGutter(p);

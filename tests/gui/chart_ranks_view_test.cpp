@@ -2,12 +2,15 @@
 // charts draw a line per rank named in the legend and the hover, the lr (and the loss where the
 // ranks agree bitwise) once as "all 4 ranks equal"; the toolbar's Ranks choice switches to one
 // rank ("rank 2, step N: ...") and to the min / median / max band; a one-rank trace hides it.
+// The memory chart draws each rank's total account (one line per rank, or the band) and, for
+// one chosen rank, that rank's four categories.
 #include <gtest/gtest.h>
 
 #include <QApplication>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -164,11 +167,58 @@ TEST_F(ChartRanksViewTest, TheRanksChoiceShowsOneRankOrTheBand) {
   // The Ranks choice on the toolbar does not widen the window (the toolbar folds into its
   // extension menu).
   ASSERT_TRUE(m_window.ranksAction()->isVisible());
+  QApplication::processEvents();  // the reopened trace's docks laid out
   const QSize with = m_window.minimumSizeHint().expandedTo(m_window.minimumSize());
   m_window.ranksAction()->setVisible(false);
   QApplication::processEvents();
   const QSize without = m_window.minimumSizeHint().expandedTo(m_window.minimumSize());
   EXPECT_EQ(with, without);
+}
+
+TEST_F(ChartRanksViewTest, TheMemoryChartHasALinePerRankAndOneRanksCategories) {
+  open(s_parallel, size_t(kWorld * kSteps));
+  // The engine writes every rank's memory account on that rank's counter track.
+  std::map<int32_t, std::map<int64_t, double>> totalMiB;  // rank -> step -> total
+  std::map<int64_t, double> rank2Weights;                 // step -> MiB
+  for (const MemorySample& m : m_window.document()->memory()) {
+    double total = 0;
+    for (double bytes : m.bytes) total += std::isnan(bytes) ? 0 : bytes;
+    totalMiB[m.rank][m.step] = total / 1048576.0;
+    const double weights = m.bytes[MemorySample::kWeights];
+    if (m.rank == 2 && !std::isnan(weights)) rank2Weights[m.step] = weights / 1048576.0;
+  }
+  ASSERT_EQ(totalMiB.size(), size_t(kWorld));
+  ChartView* memory = m_window.memoryChart();
+  EXPECT_EQ(memory->title(), QStringLiteral("Memory per step (total per rank)"));
+  bool equal = true;
+  for (const auto& [rank, steps] : totalMiB) equal = equal && steps == totalMiB.at(0);
+  if (equal) {
+    EXPECT_EQ(names(memory), QStringList{QStringLiteral("all 4 ranks equal")});
+  } else {
+    ASSERT_EQ(names(memory), (QStringList{QStringLiteral("rank 0"), QStringLiteral("rank 1"),
+                                          QStringLiteral("rank 2"), QStringLiteral("rank 3")}));
+    for (const QPointF& p : memory->series()[2].points) {
+      EXPECT_DOUBLE_EQ(p.y(), totalMiB.at(2).at(int64_t(p.x()))) << "step " << p.x();
+    }
+  }
+  // One rank: its four categories, as a one-rank trace's chart.
+  RanksChoice* choice = m_window.ranksChoice();
+  choice->setCurrentIndex(choice->findText(QStringLiteral("rank 2")));
+  QApplication::processEvents();
+  EXPECT_EQ(memory->title(), QStringLiteral("Memory per step (rank 2)"));
+  ASSERT_EQ(memory->series().size(), size_t(MemorySample::kCategoryCount));
+  EXPECT_EQ(memory->series()[MemorySample::kWeights].name, QStringLiteral("weights"));
+  const auto& weights = memory->series()[MemorySample::kWeights].points;
+  ASSERT_EQ(weights.size(), size_t(kSteps));
+  ASSERT_EQ(weights.size(), rank2Weights.size());
+  for (const QPointF& p : weights) {
+    EXPECT_DOUBLE_EQ(p.y(), rank2Weights.at(int64_t(p.x()))) << "step " << p.x();
+  }
+  // The band: min, median and max of the ranks' totals.
+  choice->setCurrentIndex(choice->findText(QStringLiteral("min / median / max")));
+  QApplication::processEvents();
+  EXPECT_EQ(memory->title(), QStringLiteral("Memory per step (total per rank)"));
+  EXPECT_EQ(memory->series().size(), equal ? 1u : 3u);
 }
 
 TEST_F(ChartRanksViewTest, OneRankTraceHidesTheChoiceAndDrawsOneUnnamedLine) {
@@ -178,6 +228,7 @@ TEST_F(ChartRanksViewTest, OneRankTraceHidesTheChoiceAndDrawsOneUnnamedLine) {
   ASSERT_EQ(m_window.stepTimeChart()->series().size(), 1u);
   EXPECT_TRUE(m_window.stepTimeChart()->series()[0].name.isEmpty());
   EXPECT_EQ(m_window.stepTimeChart()->series()[0].points.size(), size_t(kSteps));
+  EXPECT_EQ(m_window.memoryChart()->title(), QStringLiteral("Memory per step"));
 }
 
 }  // namespace

@@ -163,12 +163,14 @@ TEST_F(StepBreakdownTrace, RealParallelRunCountsRankZerosAllToAll) {
   ASSERT_TRUE(written.isOk()) << written.toString();
   auto set = read();
   ASSERT_TRUE(set.isOk()) << set.status().toString();
-  ASSERT_EQ(set->steps.size(), 3u);  // rank 0's steps only
+  ASSERT_EQ(set->ranks, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(set->byRank.size(), 2u);
+  ASSERT_EQ(set->byRank[0].size(), 3u);  // rank 0's steps
   auto reader = storage::TraceReader::open(m_path);
   ASSERT_TRUE(reader.isOk());
   auto tracks = (*reader)->tracks();
   ASSERT_TRUE(tracks.isOk());
-  for (const StepBreakdown& b : set->steps) {
+  for (const StepBreakdown& b : set->byRank[0]) {
     EXPECT_EQ(sum(b.ns), b.durNs);
     for (C c : {C::kMixer, C::kExperts, C::kAllToAll, C::kOptimizer}) {
       EXPECT_GT(b.ns[size_t(c)], 0) << timeCategoryName(c) << " step " << b.step;

@@ -16,6 +16,7 @@
 #include <QString>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "moewb/storage/rows.h"
@@ -51,6 +52,11 @@ std::vector<int32_t> stepRanks(const std::vector<storage::StepRow>& rows);
 // Lines are in rank order, or min, median, max; each line's points are in step order.
 std::vector<RankLine> rankLines(const std::vector<storage::StepRow>& rows,
                                 const std::function<double(const storage::StepRow&)>& value,
+                                RankChoice choice);
+
+// The same lines from points already split by rank: `byRank` maps a rank to its (step, value)
+// points in step order (e.g. the memory account per rank).
+std::vector<RankLine> rankLines(std::map<int32_t, std::vector<QPointF>> byRank,
                                 RankChoice choice);
 
 }  // namespace moewb::gui

@@ -1,23 +1,26 @@
 // Per-step time breakdown (the "Step breakdown" dock, like the PyTorch profiler's overview): each
-// step of the run's rank 0 split into mixers, experts, all-to-all, other collectives, optimizer,
-// loss, other and, for traces with GPU capture, GPU idle.
+// step of each rank split into mixers, experts, all-to-all, other collectives, optimizer, loss,
+// other and, for traces with GPU capture, GPU idle. A parallel trace is shown per step as its
+// slowest rank's breakdown (slowestPerStep: the rank whose step took longest, with the median
+// rank's time beside it) or as one chosen rank's (shownBreakdown).
 //
 // classifyWork is the one mapping from a slice (name, slice category, engine phase) to a
 // TimeCategory; everything that shows a category uses it. attributeStep splits one step's span
 // among the categories of the work intervals inside it: each instant goes to the category of
 // highest priority active then, and instants with nothing active to "other" (host phases) or
 // "GPU idle" (GPU kernels), so a step's parts add up to its duration exactly.
-// Two sources: with GPU capture the intervals are the kernels, copies and memsets of rank 0's
+// Two sources: with GPU capture the intervals are the kernels, copies and memsets of the rank's
 // streams (attributed by their engine phase; compute has priority over communication, so the
 // all-to-all and collective parts are the communication no compute overlapped, and GPU idle is
-// the step time with no GPU work, as `moewb info`'s GPU idle); without it they are rank 0's host
-// phases (depth-2 phase slices, the optimizer pass) and its collectives (communication has
+// the step time with no GPU work, as `moewb info`'s GPU idle); without it they are the rank's
+// host phases (depth-2 phase slices, the optimizer pass) and its collectives (communication has
 // priority: a host phase's span includes the waits of the collectives it called).
-// readStepBreakdowns streams the file once (TraceReader::forEachSlice[WithGpuWork]) and keeps only
-// the open steps' intervals, so memory is O(steps + slices of one step); about the cost of one
-// pass over the slices (the model runs it on a worker thread). columnsOf lays steps out in pixel
-// columns (one bar per step, or several steps per column for long runs). Pure functions; any
-// thread.
+// readStepBreakdowns streams the file once (TraceReader::forEachSlice[WithGpuWork]) into one
+// sweep per rank, each keeping only its open steps' intervals, so memory is O(ranks x (steps +
+// slices of one step)); about the cost of one pass over the slices (the model runs it on a worker
+// thread), plus O(ranks x steps log steps) for the slowest rank per step. columnsOf lays steps
+// out in pixel columns (one bar per step, or several steps per column for long runs). Pure
+// functions; any thread. The reader is in step_breakdown_read.cpp.
 #pragma once
 
 #include <QColor>
@@ -80,24 +83,49 @@ using CategoryNs = std::array<int64_t, kTimeCategoryCount>;
 CategoryNs attributeStep(const std::vector<WorkInterval>& work, int64_t startNs, int64_t endNs,
                          BreakdownSource source);
 
-// One step's breakdown.
+// One step's breakdown on one rank.
 struct StepBreakdown {
   int64_t step = 0;
-  int64_t startNs = 0;  // the step row's span (rank 0)
+  int64_t startNs = 0;  // the step row's span (of `rank`)
   int64_t durNs = 0;
   CategoryNs ns{};      // parts, summing to durNs
+  int32_t rank = 0;     // the rank whose step this is
+  // Set by slowestPerStep only (0 / -1 otherwise): the ranks compared and the median one.
+  int32_t rankCount = 0;     // ranks that committed this step
+  int32_t medianRank = -1;   // the median rank by duration (the lower middle for an even count)
+  int64_t medianDurNs = 0;   // its duration
 };
 
 struct StepBreakdownSet {
   BreakdownSource source = BreakdownSource::kHostPhases;
-  std::vector<StepBreakdown> steps;  // rank 0's committed steps, in step order
+  // The steps shown, in step order: a one-rank trace's; for a parallel trace as read, the
+  // slowest rank's per step (slowestPerStep); shownBreakdown picks one rank's instead.
+  std::vector<StepBreakdown> steps;
+  // Parallel traces (ranks.size() > 1) only, else empty: the ranks with step rows, ascending,
+  // and each one's committed steps in step order (byRank[i] is ranks[i]'s).
+  std::vector<int32_t> ranks;
+  std::vector<std::vector<StepBreakdown>> byRank;
+  // Which view `steps` holds: nullopt the slowest rank per step, else that rank.
+  std::optional<int32_t> shownRank;
+  bool isParallel() const { return ranks.size() > 1; }
 };
 
-// The breakdown of every committed step of the file's first run (rank 0's step rows). GPU
-// source when rank 0 has stream tracks, host phases otherwise. `cancel` (may be null) stops the
-// pass early (kCancelled). Errors: read errors of the reader.
+// The breakdown of every committed step of the file's first run, for every rank with step rows.
+// GPU source when any rank has stream tracks, host phases otherwise. A one-rank trace fills
+// `steps` only; a parallel one fills ranks and byRank, and `steps` with slowestPerStep(byRank).
+// `cancel` (may be null) stops the pass early (kCancelled). Errors: read errors of the reader.
 Result<StepBreakdownSet> readStepBreakdowns(storage::TraceReader& reader,
                                             const std::atomic<bool>* cancel = nullptr);
+
+// Per step that every non-empty rank of `byRank` committed (in step order): the breakdown of the
+// rank whose step took longest (ties: the lowest rank), with rankCount, medianRank and
+// medianDurNs set. Empty when `byRank` is. O(R x S log S) for R ranks of S steps; pure.
+std::vector<StepBreakdown> slowestPerStep(const std::vector<std::vector<StepBreakdown>>& byRank);
+
+// `all` (as read) showing `rank`'s steps (nullopt: the slowest rank per step), without byRank
+// (what the view keeps): steps, source, ranks and shownRank. A rank not in all.ranks, or a
+// one-rank trace, or a set without byRank (a view) gives `all` unchanged. O(steps).
+StepBreakdownSet shownBreakdown(const StepBreakdownSet& all, std::optional<int32_t> rank);
 
 // Bars of a stacked chart: one per step, or one per pixel column holding several steps.
 struct BreakdownColumn {

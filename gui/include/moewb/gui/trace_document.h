@@ -48,6 +48,7 @@ namespace moewb::gui {
 // per step, stamped at the step end). A category the trace has no sample for is NaN.
 struct MemorySample {
   enum Category { kWeights, kGrads, kOptimizer, kActivations, kCategoryCount };
+  int32_t rank = 0;  // the rank of the counter's track
   int64_t step = 0;
   double bytes[kCategoryCount];  // indexed by Category
   MemorySample();
@@ -142,9 +143,10 @@ class TraceDocument : public QObject {
   Status selectGpuSlice(SliceId slice);
   // The details of the GPU slice last selected with selectGpuSlice.
   GpuDetailsModel* gpuDetailsModel() { return &m_gpuDetails; }
-  // Memory account per step, in step order; empty for traces without memory counters. Samples
-  // are mapped to the step row whose [start, end] holds their timestamp (by order of arrival
-  // when the run has no step rows); with several ranks the first sample of a step is kept.
+  // Memory account per rank and step, in (rank, step) order; empty for traces without memory
+  // counters. Samples are mapped to the step row whose [start, end] holds their timestamp (by
+  // order of arrival when the run has no step rows) and to their counter track's rank; the
+  // first sample of a (rank, step, category) is kept.
   const std::vector<MemorySample>& memory() const { return m_memory; }
   // Changes whenever memory() changes (views skip rebuilding their series otherwise).
   uint64_t memoryRevision() const { return m_memoryRevision; }
@@ -227,6 +229,7 @@ class TraceDocument : public QObject {
   std::vector<std::string> m_loadNames;  // the running load's names, by name index
   std::vector<int32_t> m_loadNameIds;    // their timeline name ids, by name index
   std::vector<MemorySample> m_memory;
+  std::map<int64_t, int32_t> m_trackRanks;  // track id -> rank, for the memory samples
   uint64_t m_memoryRevision = 0;
   int64_t m_memoryCursorNs;                                    // counters before this time are held
   int64_t m_memoryByOrder[MemorySample::kCategoryCount] = {};  // samples seen, without steps
