@@ -151,12 +151,10 @@ Result<SliceTotals> scanSliceTotals(const std::string& path, const StepSelection
   std::map<std::pair<int64_t, int64_t>, Group> groups;  // (name id, category id)
   std::pair<int64_t, int64_t> lastKey{-1, -1};
   Group* last = nullptr;
-  for (;;) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-    if (!hasRow) break;
-    auto step = sel.indexOfStep.find(q.columnInt(0));
-    if (step == sel.indexOfStep.end()) continue;
-    const std::pair<int64_t, int64_t> key{q.columnInt(1), q.columnInt(2)};
+  MOEWB_RETURN_IF_ERROR(detail::forEachRow(q, [&](const detail::Statement& s) {
+    auto step = sel.indexOfStep.find(s.columnInt(0));
+    if (step == sel.indexOfStep.end()) return;
+    const std::pair<int64_t, int64_t> key{s.columnInt(1), s.columnInt(2)};
     if (last == nullptr || key != lastKey) {
       last = &groups[key];
       lastKey = key;
@@ -165,18 +163,18 @@ Result<SliceTotals> scanSliceTotals(const std::string& path, const StepSelection
         last->present.assign(sel.rows.size(), 0);
       }
     }
-    last->ns[step->second] += std::max<int64_t>(q.columnInt(3), 0);
+    last->ns[step->second] += std::max<int64_t>(s.columnInt(3), 0);
     last->present[step->second] = 1;
     last->slices += 1;
-  }
+  }));
   MOEWB_ASSIGN_OR_RETURN(
       detail::Statement text,
       detail::Statement::prepare(trace.db, "SELECT text FROM string WHERE id = ?1"));
   auto textOf = [&](int64_t id) -> Result<std::string> {
-    text.reset();
     MOEWB_RETURN_IF_ERROR(text.bindInt(1, id));
-    MOEWB_ASSIGN_OR_RETURN(const bool found, text.step());
-    return found ? text.columnText(0) : std::string();
+    MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> found,
+                           detail::firstRow(text, detail::column0Text));
+    return found.value_or(std::string());
   };
   SliceTotals totals;
   totals.stepHasGpuWork.assign(sel.rows.size(), false);

@@ -40,20 +40,19 @@ struct Group {
 
 // The longest slice duration: the writer's meta value, else a scan of the stream tracks' slices.
 Result<int64_t> longestSliceNs(detail::Database& db) {
-  MOEWB_ASSIGN_OR_RETURN(Statement meta,
-                         Statement::prepare(db, "SELECT value FROM meta WHERE key = ?1"));
-  MOEWB_RETURN_IF_ERROR(meta.bindText(1, detail::kMetaMaxSliceDurNs));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasMeta, meta.step());
-  if (hasMeta) {
-    const std::string text = meta.columnText(0);
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> meta,
+                         detail::queryFirstRow(db, "SELECT value FROM meta WHERE key = ?1",
+                                               detail::column0Text, detail::kMetaMaxSliceDurNs));
+  if (meta) {
+    const std::string& text = *meta;
     int64_t value = 0;
     const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec == std::errc() && ptr == text.data() + text.size() && value >= 0) return value;
   }
-  MOEWB_ASSIGN_OR_RETURN(Statement scan,
-                         Statement::prepare(db, "SELECT coalesce(max(dur_ns), 0) FROM slice"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, scan.step());
-  return hasRow ? std::max<int64_t>(scan.columnInt(0), 0) : int64_t{0};
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> scanned,
+      detail::queryFirstRow(db, "SELECT coalesce(max(dur_ns), 0) FROM slice", detail::column0Int));
+  return std::max<int64_t>(scanned.value_or(0), 0);
 }
 
 // Fills the short names of the kernel groups from their longest slice's gpu_kernel row.
@@ -66,10 +65,10 @@ Status addShortNames(detail::Database& db, std::vector<RangeNameTotal>& rows) {
                                       "string n ON n.id = k.short_name WHERE k.slice = ?1"));
   for (RangeNameTotal& row : rows) {
     if (row.category != "kernel") continue;
-    q.reset();
     MOEWB_RETURN_IF_ERROR(q.bindInt(1, row.longest.value));
-    MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-    if (found) row.shortName = q.columnText(0);
+    MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> name,
+                           detail::firstRow(q, detail::column0Text));
+    if (name) row.shortName = *name;
   }
   return Status::ok();
 }
@@ -77,10 +76,10 @@ Status addShortNames(detail::Database& db, std::vector<RangeNameTotal>& rows) {
 // The text of string id `id` ("" when missing), with `q` prepared on "SELECT text FROM string
 // WHERE id = ?1".
 Result<std::string> stringText(Statement& q, int64_t id) {
-  q.reset();
   MOEWB_RETURN_IF_ERROR(q.bindInt(1, id));
-  MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-  return found ? q.columnText(0) : std::string();
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> text,
+                         detail::firstRow(q, detail::column0Text));
+  return text.value_or(std::string());
 }
 
 Result<std::vector<RangeNameTotal>> queryGpuRange(detail::Database& db, TimeWindow window) {
@@ -91,26 +90,24 @@ Result<std::vector<RangeNameTotal>> queryGpuRange(detail::Database& db, TimeWind
   std::map<std::pair<int64_t, int64_t>, Group> groups;  // few names: a small ordered map
   std::pair<int64_t, int64_t> lastKey{-1, -1};
   Group* last = nullptr;
-  for (;;) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-    if (!hasRow) break;
-    const std::pair<int64_t, int64_t> key{q.columnInt(0), q.columnInt(1)};
+  MOEWB_RETURN_IF_ERROR(detail::forEachRow(q, [&](const Statement& s) {
+    const std::pair<int64_t, int64_t> key{s.columnInt(0), s.columnInt(1)};
     if (!last || key != lastKey) {
       last = &groups[key];
       lastKey = key;
     }
-    const int64_t startNs = q.columnInt(2), durNs = q.columnInt(3);
+    const int64_t startNs = s.columnInt(2), durNs = s.columnInt(3);
     const int64_t endNs = detail::saturatingAdd(startNs, durNs);
     const int64_t clipped = std::min(endNs, window.endNs) - std::max(startNs, window.startNs);
     ++last->count;
     last->totalNs += double(clipped);
     if (clipped > last->maxNs) {
       last->maxNs = clipped;
-      last->longestId = q.columnInt(4);
+      last->longestId = s.columnInt(4);
       last->longestStartNs = startNs;
       last->longestDurNs = durNs;
     }
-  }
+  }));
   MOEWB_ASSIGN_OR_RETURN(Statement text,
                          Statement::prepare(db, "SELECT text FROM string WHERE id = ?1"));
   std::vector<RangeNameTotal> rows;

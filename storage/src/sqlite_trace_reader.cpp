@@ -17,19 +17,86 @@ namespace moewb::storage::detail {
 
 namespace {
 
-// Steps `statement` to the end, appending map(statement) for each row.
-template <typename Row, typename Map>
-Result<std::vector<Row>> collectRows(Statement& statement, Map map) {
-  std::vector<Row> rows;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, statement.step());
-    if (!hasRow) break;
-    rows.push_back(map(statement));
-  }
-  statement.reset();
-  return rows;
+constexpr const char* kRunsSql =
+    "SELECT id, name, config_toml, backend, world_size, start_ns, start_unix_ns, end_ns, status, "
+    "message FROM run ORDER BY id";
+// ?1 = run, ?2 = first step.
+constexpr const char* kStepsSql =
+    "SELECT run, rank, step, start_ns, end_ns, loss, aux_loss, tokens, tokens_per_second, "
+    "peak_bytes, grad_norm, lr FROM step WHERE run = ?1 AND step >= ?2 ORDER BY step, rank";
+// ?1, ?2 = step range (inclusive).
+constexpr const char* kExpertLoadSql =
+    "SELECT step, layer, expert, rank, tokens, dropped, bias FROM expert_load "
+    "WHERE step >= ?1 AND step <= ?2 ORDER BY step, layer, expert, rank";
+constexpr const char* kAllSlicesSql =
+    "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
+    "s.step, s.layer, s.correlation_id, s.depth FROM slice s "
+    "LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
+    "ORDER BY s.start_ns, s.id";
+
+RunRow runFromColumns(const Statement& s) {
+  RunRow row;
+  row.id = RunId(s.columnInt(0));
+  row.name = s.columnText(1);
+  row.configToml = s.columnText(2);
+  row.backend = s.columnText(3);
+  row.worldSize = int32_t(std::clamp<int64_t>(s.columnInt(4), 1, kMaxWorldSize));
+  row.startNs = s.columnInt(5);
+  row.startUnixNs = s.columnInt(6);
+  row.endNs = s.columnInt(7);
+  row.status = s.columnText(8);
+  row.message = s.columnText(9);
+  return row;
 }
 
+StepRow stepFromColumns(const Statement& s) {
+  StepRow row;
+  row.run = RunId(s.columnInt(0));
+  row.rank = s.columnInt32(1);
+  row.step = s.columnInt(2);
+  row.startNs = s.columnInt(3);
+  row.endNs = s.columnInt(4);
+  row.loss = s.columnDouble(5);
+  row.auxLoss = s.columnDouble(6);
+  row.tokens = s.columnInt(7);
+  row.tokensPerSecond = s.columnDouble(8);
+  row.peakBytes = s.columnInt(9);
+  row.gradNorm = s.columnDouble(10);
+  row.lr = s.columnDouble(11);
+  return row;
+}
+
+ExpertLoadRow expertLoadFromColumns(const Statement& s) {
+  ExpertLoadRow row;
+  row.step = s.columnInt(0);
+  row.layer = s.columnInt32(1);
+  row.expert = s.columnInt32(2);
+  row.rank = s.columnInt32(3);
+  row.tokens = s.columnInt(4);
+  row.dropped = s.columnInt(5);
+  row.bias = s.columnDouble(6);
+  return row;
+}
+
+ConfigChangeRow configChangeFromColumns(const Statement& s) {
+  ConfigChangeRow row;
+  row.step = s.columnInt(0);
+  row.tsNs = s.columnInt(1);
+  row.key = s.columnText(2);
+  row.oldValue = s.columnText(3);
+  row.newValue = s.columnText(4);
+  row.source = s.columnText(5);
+  return row;
+}
+
+StatRow statFromColumns(const Statement& s) {
+  StatRow row;
+  row.name = s.columnText(0);
+  row.severity = s.columnText(1);
+  row.value = s.columnInt(2);
+  row.description = s.columnText(3);
+  return row;
+}
 
 CounterRow counterFromColumns(const Statement& s) {
   CounterRow row;
@@ -120,18 +187,17 @@ void SqliteTraceReader::countClamped(int64_t count) {
 
 Status SqliteTraceReader::checkRunWorldSizes() {
   // The first bad run and how many there are, in one row.
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db, "SELECT id, world_size, count(*) OVER () FROM run "
-                               "WHERE world_size NOT BETWEEN ?1 AND ?2 ORDER BY id LIMIT 1"));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(1, kMaxWorldSize));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  if (!hasRow) return Status::ok();
-  countBadValue("world_size_out_of_range", query.columnInt(2),
-                fmt::format("run {} has world_size {}; readers accept 1 to {} and read it as the "
-                            "nearest bound (the file may be damaged or hostile)",
-                            query.columnInt(0), query.columnText(1), kMaxWorldSize));
-  return Status::ok();
+  return queryEachRow(
+      m_db,
+      "SELECT id, world_size, count(*) OVER () FROM run "
+      "WHERE world_size NOT BETWEEN ?1 AND ?2 ORDER BY id LIMIT 1",
+      [&](const Statement& s) {
+        countBadValue("world_size_out_of_range", s.columnInt(2),
+                      fmt::format("run {} has world_size {}; readers accept 1 to {} and read it "
+                                  "as the nearest bound (the file may be damaged or hostile)",
+                                  s.columnInt(0), s.columnText(1), kMaxWorldSize));
+      },
+      1, kMaxWorldSize);
 }
 
 Status SqliteTraceReader::verifyIsTrace() {
@@ -187,78 +253,31 @@ Status SqliteTraceReader::verifyCoreTables() {
 
 // The value of meta `key`, "" when the key is absent.
 Result<std::string> SqliteTraceReader::metaValue(const char* key) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db, "SELECT value FROM meta WHERE key = ?1"));
-  MOEWB_RETURN_IF_ERROR(query.bindText(1, key));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  return hasRow ? query.columnText(0) : std::string();
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<std::string> value,
+      queryFirstRow(m_db, "SELECT value FROM meta WHERE key = ?1", column0Text, key));
+  return value.value_or(std::string());
 }
 
 Result<std::map<std::string, std::string>> SqliteTraceReader::meta() {
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db, "SELECT key, value FROM meta ORDER BY key"));
   std::map<std::string, std::string> out;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    out[query.columnText(0)] = query.columnText(1);
-  }
+  MOEWB_RETURN_IF_ERROR(
+      queryEachRow(m_db, "SELECT key, value FROM meta ORDER BY key",
+                   [&](const Statement& s) { out[s.columnText(0)] = s.columnText(1); }));
   return out;
 }
 
 Result<std::vector<RunRow>> SqliteTraceReader::runs() {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT id, name, config_toml, backend, world_size, start_ns, "
-                         "start_unix_ns, end_ns, status, message FROM run ORDER BY id"));
-  return collectRows<RunRow>(query, [](const Statement& s) {
-    RunRow row;
-    row.id = RunId(s.columnInt(0));
-    row.name = s.columnText(1);
-    row.configToml = s.columnText(2);
-    row.backend = s.columnText(3);
-    row.worldSize = int32_t(std::clamp<int64_t>(s.columnInt(4), 1, kMaxWorldSize));
-    row.startNs = s.columnInt(5);
-    row.startUnixNs = s.columnInt(6);
-    row.endNs = s.columnInt(7);
-    row.status = s.columnText(8);
-    row.message = s.columnText(9);
-    return row;
-  });
+  return queryRows(m_db, kRunsSql, runFromColumns);
 }
 
 Result<std::vector<TrackRow>> SqliteTraceReader::tracks() {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db, "SELECT id, name, kind, rank, thread_id FROM track ORDER BY id"));
-  return collectRows<TrackRow>(query, trackFromColumns);
+  return queryRows(m_db, "SELECT id, name, kind, rank, thread_id FROM track ORDER BY id",
+                   trackFromColumns);
 }
 
 Result<std::vector<StepRow>> SqliteTraceReader::steps(RunId run, int64_t fromStep) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT run, rank, step, start_ns, end_ns, loss, aux_loss, "
-                         "tokens, tokens_per_second, peak_bytes, grad_norm, lr FROM step "
-                         "WHERE run = ?1 AND step >= ?2 ORDER BY step, rank"));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(run.value, fromStep));
-  return collectRows<StepRow>(query, [](const Statement& s) {
-    StepRow row;
-    row.run = RunId(s.columnInt(0));
-    row.rank = s.columnInt32(1);
-    row.step = s.columnInt(2);
-    row.startNs = s.columnInt(3);
-    row.endNs = s.columnInt(4);
-    row.loss = s.columnDouble(5);
-    row.auxLoss = s.columnDouble(6);
-    row.tokens = s.columnInt(7);
-    row.tokensPerSecond = s.columnDouble(8);
-    row.peakBytes = s.columnInt(9);
-    row.gradNorm = s.columnDouble(10);
-    row.lr = s.columnDouble(11);
-    return row;
-  });
+  return queryRows(m_db, kStepsSql, stepFromColumns, run.value, fromStep);
 }
 
 Result<int64_t> SqliteTraceReader::maxSliceDurNs() {
@@ -267,10 +286,10 @@ Result<int64_t> SqliteTraceReader::maxSliceDurNs() {
   const char* end = fromMeta.data() + fromMeta.size();
   const auto [ptr, ec] = std::from_chars(fromMeta.data(), end, value);
   if (!fromMeta.empty() && ec == std::errc() && ptr == end) return value;
-  MOEWB_ASSIGN_OR_RETURN(Statement scan,
-                         Statement::prepare(m_db, "SELECT coalesce(max(dur_ns), 0) FROM slice"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, scan.step());
-  return hasRow ? scan.columnInt(0) : int64_t{0};
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> scanned,
+      queryFirstRow(m_db, "SELECT coalesce(max(dur_ns), 0) FROM slice", column0Int));
+  return scanned.value_or(0);
 }
 
 Result<std::vector<SliceRow>> SqliteTraceReader::slices(TimeWindow window,
@@ -282,12 +301,13 @@ Result<std::vector<SliceRow>> SqliteTraceReader::slices(TimeWindow window,
 Result<std::vector<SliceRow>> SqliteTraceReader::slicesInSnapshot(TimeWindow window,
                                                                   std::optional<TrackId> track) {
   MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db, track ? kSliceWindowTrackSql : kSliceWindowSql));
-  MOEWB_RETURN_IF_ERROR(
-      query.bindAll(saturatingSub(window.startNs, maxDurNs), window.endNs, window.startNs));
-  if (track) MOEWB_RETURN_IF_ERROR(query.bindInt(4, track->value));
-  return collectRows<SliceRow>(query, sliceFromColumns);
+  const int64_t lowestStartNs = saturatingSub(window.startNs, maxDurNs);
+  if (!track) {
+    return queryRows(m_db, kSliceWindowSql, sliceFromColumns, lowestStartNs, window.endNs,
+                     window.startNs);
+  }
+  return queryRows(m_db, kSliceWindowTrackSql, sliceFromColumns, lowestStartNs, window.endNs,
+                   window.startNs, track->value);
 }
 
 Result<TimeWindow> SqliteTraceReader::timeBounds() {
@@ -297,114 +317,54 @@ Result<TimeWindow> SqliteTraceReader::timeBounds() {
 // min(start) and max(start) are single index probes; the latest end is among the slices that
 // start within maxSliceDur of the latest start.
 Result<TimeWindow> SqliteTraceReader::timeBoundsInSnapshot() {
-  MOEWB_ASSIGN_OR_RETURN(Statement first,
-                         Statement::prepare(m_db, "SELECT min(start_ns) FROM slice"));
-  MOEWB_ASSIGN_OR_RETURN(bool hasRow, first.step());
-  if (!hasRow || first.columnIsNull(0)) return TimeWindow{0, 0};
-  TimeWindow bounds{first.columnInt(0), 0};
-  MOEWB_ASSIGN_OR_RETURN(Statement last,
-                         Statement::prepare(m_db, "SELECT max(start_ns) FROM slice"));
-  MOEWB_ASSIGN_OR_RETURN(hasRow, last.step());
-  const int64_t lastStartNs = last.columnInt(0);
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<int64_t> firstStartNs,
+                         queryFirstRow(m_db, "SELECT min(start_ns) FROM slice", column0IntOrNull));
+  if (!firstStartNs) return TimeWindow{0, 0};
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<int64_t> lastStartNs,
+                         queryFirstRow(m_db, "SELECT max(start_ns) FROM slice", column0Int));
   MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
   MOEWB_ASSIGN_OR_RETURN(
-      Statement end,
-      Statement::prepare(m_db, "SELECT max(start_ns + dur_ns) FROM slice WHERE start_ns >= ?1"));
-  MOEWB_RETURN_IF_ERROR(end.bindInt(1, saturatingSub(lastStartNs, maxDurNs)));
-  MOEWB_ASSIGN_OR_RETURN(hasRow, end.step());
-  bounds.endNs = end.columnInt(0);
-  return bounds;
+      const std::optional<int64_t> lastEndNs,
+      queryFirstRow(m_db, "SELECT max(start_ns + dur_ns) FROM slice WHERE start_ns >= ?1",
+                    column0Int, saturatingSub(lastStartNs.value_or(0), maxDurNs)));
+  return TimeWindow{*firstStartNs, lastEndNs.value_or(0)};
 }
 
 Result<std::vector<ExpertLoadRow>> SqliteTraceReader::expertLoad(int64_t fromStep, int64_t toStep) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query, Statement::prepare(m_db,
-                                          "SELECT step, layer, expert, rank, tokens, dropped, bias "
-                                          "FROM expert_load WHERE step >= ?1 AND step <= ?2 "
-                                          "ORDER BY step, layer, expert, rank"));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
-  return collectRows<ExpertLoadRow>(query, [](const Statement& s) {
-    ExpertLoadRow row;
-    row.step = s.columnInt(0);
-    row.layer = s.columnInt32(1);
-    row.expert = s.columnInt32(2);
-    row.rank = s.columnInt32(3);
-    row.tokens = s.columnInt(4);
-    row.dropped = s.columnInt(5);
-    row.bias = s.columnDouble(6);
-    return row;
-  });
+  return queryRows(m_db, kExpertLoadSql, expertLoadFromColumns, fromStep, toStep);
 }
 
 Result<std::vector<CounterRow>> SqliteTraceReader::counters(TimeWindow window) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kCounterWindowSql));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(window.startNs, window.endNs));
-  return collectRows<CounterRow>(query, counterFromColumns);
+  return queryRows(m_db, kCounterWindowSql, counterFromColumns, window.startNs, window.endNs);
 }
 
 Result<std::vector<ConfigChangeRow>> SqliteTraceReader::configChanges() {
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db,
-                                            "SELECT step, ts_ns, key, old_value, new_value, source "
-                                            "FROM config_change ORDER BY step, ts_ns, id"));
-  return collectRows<ConfigChangeRow>(query, [](const Statement& s) {
-    ConfigChangeRow row;
-    row.step = s.columnInt(0);
-    row.tsNs = s.columnInt(1);
-    row.key = s.columnText(2);
-    row.oldValue = s.columnText(3);
-    row.newValue = s.columnText(4);
-    row.source = s.columnText(5);
-    return row;
-  });
+  return queryRows(m_db,
+                   "SELECT step, ts_ns, key, old_value, new_value, source "
+                   "FROM config_change ORDER BY step, ts_ns, id",
+                   configChangeFromColumns);
 }
 
 Result<std::vector<StatRow>> SqliteTraceReader::stats() {
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db,
-                                            "SELECT name, severity, value, description FROM stats "
-                                            "ORDER BY name"));
-  MOEWB_ASSIGN_OR_RETURN(std::vector<StatRow> rows,
-                         collectRows<StatRow>(query, [](const Statement& s) {
-                           StatRow row;
-                           row.name = s.columnText(0);
-                           row.severity = s.columnText(1);
-                           row.value = s.columnInt(2);
-                           row.description = s.columnText(3);
-                           return row;
-                         }));
+  MOEWB_ASSIGN_OR_RETURN(
+      std::vector<StatRow> rows,
+      queryRows(m_db, "SELECT name, severity, value, description FROM stats ORDER BY name",
+                statFromColumns));
   rows.insert(rows.end(), m_badValues.begin(), m_badValues.end());
   return rows;
 }
 
 Status SqliteTraceReader::forEachSlice(const std::function<bool(const SliceRow&)>& visit) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT s.id, s.track, s.start_ns, s.dur_ns, "
-                         "coalesce(n.text, ''), coalesce(c.text, ''), s.step, s.layer, "
-                         "s.correlation_id, s.depth FROM slice s "
-                         "LEFT JOIN string n ON n.id = s.name "
-                         "LEFT JOIN string c ON c.id = s.category "
-                         "ORDER BY s.start_ns, s.id"));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow || !visit(sliceFromColumns(query))) break;
-  }
-  return Status::ok();
+  return queryEachRow(m_db, kAllSlicesSql,
+                      [&](const Statement& s) { return visit(sliceFromColumns(s)); });
 }
 
 Status SqliteTraceReader::forEachCounter(const std::function<bool(const CounterRow&)>& visit) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query, Statement::prepare(m_db,
-                                          "SELECT c.track, coalesce(n.text, ''), c.ts_ns, c.value "
-                                          "FROM counter c LEFT JOIN string n ON n.id = c.name "
-                                          "ORDER BY c.track, c.ts_ns, c.id"));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow || !visit(counterFromColumns(query))) break;
-  }
-  return Status::ok();
+  return queryEachRow(m_db,
+                      "SELECT c.track, coalesce(n.text, ''), c.ts_ns, c.value "
+                      "FROM counter c LEFT JOIN string n ON n.id = c.name "
+                      "ORDER BY c.track, c.ts_ns, c.id",
+                      [&](const Statement& s) { return visit(counterFromColumns(s)); });
 }
 
 }  // namespace moewb::storage::detail

@@ -44,21 +44,18 @@ struct HottestExpert {
 }  // namespace
 
 Result<std::vector<PhaseTotal>> SqliteTraceReader::phaseTotals(const std::string& category) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kPhaseTotalsSql));
-  MOEWB_RETURN_IF_ERROR(query.bindText(1, category));
-  std::vector<PhaseTotal> totals;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    PhaseTotal total;
-    total.name = query.columnText(0);
-    total.category = query.columnText(1);
-    total.count = query.columnInt(2);
-    total.totalNs = query.columnInt(3);
-    total.maxNs = query.columnInt(4);
-    totals.push_back(std::move(total));
-  }
-  return totals;
+  return queryRows(
+      m_db, kPhaseTotalsSql,
+      [](const Statement& s) {
+        PhaseTotal total;
+        total.name = s.columnText(0);
+        total.category = s.columnText(1);
+        total.count = s.columnInt(2);
+        total.totalNs = s.columnInt(3);
+        total.maxNs = s.columnInt(4);
+        return total;
+      },
+      category);
 }
 
 namespace {
@@ -66,20 +63,17 @@ namespace {
 // Per layer: max/mean of per-expert tokens, averaged over the steps that routed tokens.
 Result<std::map<int32_t, RatioAccumulator>> readStepRatios(Database& db) {
   std::map<int32_t, RatioAccumulator> ratios;
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, kLayerStepLoadSql));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    const int64_t maxTokens = query.columnInt(2);
-    const int64_t totalTokens = query.columnInt(3);
-    const int64_t experts = query.columnInt(4);
-    RatioAccumulator& acc = ratios[query.columnInt32(0)];
-    if (totalTokens <= 0 || experts <= 0) continue;
+  MOEWB_RETURN_IF_ERROR(queryEachRow(db, kLayerStepLoadSql, [&](const Statement& s) {
+    const int64_t maxTokens = s.columnInt(2);
+    const int64_t totalTokens = s.columnInt(3);
+    const int64_t experts = s.columnInt(4);
+    RatioAccumulator& acc = ratios[s.columnInt32(0)];
+    if (totalTokens <= 0 || experts <= 0) return;
     const double ratio = double(maxTokens) / (double(totalTokens) / double(experts));
     acc.sum += ratio;
     acc.last = ratio;
     ++acc.steps;
-  }
+  }));
   return ratios;
 }
 
@@ -87,18 +81,15 @@ Result<std::map<int32_t, RatioAccumulator>> readStepRatios(Database& db) {
 // `clamped` counts layer totals that overflowed int64 (token counts come from the file).
 Result<std::map<int32_t, HottestExpert>> readHottestExperts(Database& db, int64_t* clamped) {
   std::map<int32_t, HottestExpert> hottest;
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, kLayerExpertTotalsSql));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    HottestExpert& hot = hottest[query.columnInt32(0)];
-    const int64_t tokens = query.columnInt(2);
+  MOEWB_RETURN_IF_ERROR(queryEachRow(db, kLayerExpertTotalsSql, [&](const Statement& s) {
+    HottestExpert& hot = hottest[s.columnInt32(0)];
+    const int64_t tokens = s.columnInt(2);
     hot.layerTotal = saturatingAdd(hot.layerTotal, tokens, clamped);
     if (tokens > hot.tokens) {  // rows come in expert order, so ties keep the lower id
       hot.tokens = tokens;
-      hot.expert = query.columnInt32(1);
+      hot.expert = s.columnInt32(1);
     }
-  }
+  }));
   return hottest;
 }
 

@@ -26,7 +26,10 @@ constexpr const char* kStringSql = "SELECT text FROM string WHERE id = ?1";
 
 // Steps a bound `query` to its end, reading each row with readRow(query, row) into batches of
 // rowsPerBatch rows handed to `visit` (the last one possibly shorter); visit returning false
-// stops early. Resets the query at the end (on an error, step() has reset it already).
+// stops early. The query is reset at the end, error or not (forEachRow). This is the hot path of
+// loading a trace: forEachRow is a template, so the loop below compiles to the same step / read
+// loop as a hand-written one, with no call through a std::function and no allocation per row
+// (rows are read in place into the batch, whose capacity is reused).
 template <typename Row, typename ReadRow>
 Status visitInBatches(detail::Statement& query, size_t rowsPerBatch, const ReadRow& readRow,
                       const std::function<bool(std::vector<Row>&)>& visit) {
@@ -34,17 +37,14 @@ Status visitInBatches(detail::Statement& query, size_t rowsPerBatch, const ReadR
   std::vector<Row> batch;
   batch.reserve(std::min<size_t>(per, 1 << 16));
   bool more = true;
-  while (more) {
-    Result<bool> hasRow = query.step();
-    if (!hasRow.isOk()) return hasRow.status();
-    if (!*hasRow) break;
-    readRow(query, batch.emplace_back());
-    if (batch.size() < per) continue;
+  MOEWB_RETURN_IF_ERROR(detail::forEachRow(query, [&](const detail::Statement& q) {
+    readRow(q, batch.emplace_back());
+    if (batch.size() < per) return true;
     more = visit(batch);
     batch.clear();
-  }
+    return more;
+  }));
   if (more && !batch.empty()) visit(batch);
-  query.reset();
   return Status::ok();
 }
 
@@ -78,9 +78,9 @@ Result<std::string> BulkTraceReader::stringText(int64_t id) {
     MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kStringSql));
   }
   MOEWB_RETURN_IF_ERROR(query.bindInt(1, id));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  std::string text = hasRow ? query.columnText(0) : std::string();
-  query.reset();
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> found,
+                         detail::firstRow(query, detail::column0Text));
+  std::string text = found.value_or(std::string());
   m_state->strings.emplace(id, text);
   return text;
 }
@@ -93,7 +93,7 @@ Status BulkTraceReader::forEachSliceBatch(
   }
   return visitInBatches<SliceIdRow>(
       query, rowsPerBatch,
-      [](detail::Statement& q, SliceIdRow& row) {
+      [](const detail::Statement& q, SliceIdRow& row) {
         row.id = q.columnInt(0);
         row.track = q.columnInt(1);
         row.startNs = q.columnInt(2);
@@ -118,7 +118,7 @@ Status BulkTraceReader::forEachExpertLoadBatch(
   MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
   return visitInBatches<ExpertLoadRow>(
       query, rowsPerBatch,
-      [](detail::Statement& q, ExpertLoadRow& row) {
+      [](const detail::Statement& q, ExpertLoadRow& row) {
         row.step = q.columnInt(0);
         row.layer = q.columnInt32(1);
         row.expert = q.columnInt32(2);

@@ -136,6 +136,35 @@ GpuMemsetRow memsetFromColumns(const Statement& q, int first) {
                       q.columnInt32(first + 4), q.columnText(first + 5)};
 }
 
+// kKernelSql's row: the kernel columns, then its mangled and short names and phase.
+GpuKernelRow kernelDetailsFromColumns(const Statement& q) {
+  GpuKernelRow k = kernelFromColumns(q, 0);
+  k.mangledName = q.columnText(11);
+  k.shortName = q.columnText(12);
+  k.phase = q.columnText(13);
+  return k;
+}
+
+GpuMemcpyRow memcpyDetailsFromColumns(const Statement& q) {
+  return memcpyFromColumns(q, 0);
+}
+
+GpuMemsetRow memsetDetailsFromColumns(const Statement& q) {
+  return memsetFromColumns(q, 0);
+}
+
+// kApiCallSql's row: the slice columns, then api, cbid, thread id, return value and phase.
+struct ApiCall {
+  SliceRow slice;
+  CudaApiRow details;
+};
+
+ApiCall apiCallFromColumns(const Statement& q) {
+  return ApiCall{sliceFromColumns(q),
+                 CudaApiRow{q.columnText(10), q.columnInt32(11), q.columnInt(12), q.columnInt32(13),
+                            q.columnText(14)}};
+}
+
 int64_t lowestStartToScan(int64_t startNs, int64_t maxDurNs) {
   return startNs < std::numeric_limits<int64_t>::min() + maxDurNs
              ? std::numeric_limits<int64_t>::min()
@@ -194,42 +223,37 @@ Result<std::vector<GpuLane>> SqliteTraceReader::gpuLanesInSnapshot(TimeWindow wi
   std::vector<GpuLane> lanes;
   MOEWB_ASSIGN_OR_RETURN(const bool hasKernels, tableExists(m_db, "gpu_kernel"));
   if (!hasKernels) return lanes;
-  MOEWB_ASSIGN_OR_RETURN(Statement tracks, Statement::prepare(m_db, kGpuLaneTracksSql));
-  MOEWB_RETURN_IF_ERROR(
-      tracks.bindAll(std::string(kTrackKindCudaApi), std::string(kTrackKindStream)));
-  for (;;) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, tracks.step());
-    if (!hasRow) break;
-    TrackRow row = trackFromColumns(tracks);
-    if (!track || row.id == *track) lanes.push_back({std::move(row), {}});
-  }
+  MOEWB_RETURN_IF_ERROR(queryEachRow(
+      m_db, kGpuLaneTracksSql,
+      [&](const Statement& s) {
+        TrackRow row = trackFromColumns(s);
+        if (!track || row.id == *track) lanes.push_back({std::move(row), {}});
+      },
+      std::string(kTrackKindCudaApi), std::string(kTrackKindStream)));
   if (window.endNs <= window.startNs || lanes.empty()) return lanes;
   const double bucketNs =
       (double(window.endNs) - double(window.startNs)) / double(std::max<int32_t>(buckets, 1));
   MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSliceDurNs());
   MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kGpuLaneSql));
   for (GpuLane& lane : lanes) {
-    query.reset();
     MOEWB_RETURN_IF_ERROR(query.bindAll(lowestStartToScan(window.startNs, maxDurNs), window.endNs,
                                         window.startNs, lane.track.id.value));
     LaneFolder folder(&lane.items, bucketNs);
     int64_t clamped = 0;
-    for (;;) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-      if (!hasRow) break;
+    MOEWB_RETURN_IF_ERROR(forEachRow(query, [&](const Statement& s) {
       GpuLaneItem item;
-      item.id = SliceId(query.columnInt(0));
+      item.id = SliceId(s.columnInt(0));
       item.track = lane.track.id;
-      item.startNs = query.columnInt(1);
-      item.endNs = saturatingAdd(item.startNs, query.columnInt(2), &clamped);
-      item.name = query.columnText(3);
-      item.category = query.columnText(4);
-      item.step = query.columnInt(5);
-      item.layer = query.columnInt32(6);
-      item.correlationId = query.columnInt(7);
-      item.shortName = query.columnText(8);
+      item.startNs = s.columnInt(1);
+      item.endNs = saturatingAdd(item.startNs, s.columnInt(2), &clamped);
+      item.name = s.columnText(3);
+      item.category = s.columnText(4);
+      item.step = s.columnInt(5);
+      item.layer = s.columnInt32(6);
+      item.correlationId = s.columnInt(7);
+      item.shortName = s.columnText(8);
       folder.add(std::move(item));
-    }
+    }));
     folder.flush();
     countClamped(clamped);
   }
@@ -242,69 +266,39 @@ Result<std::optional<GpuSliceDetails>> SqliteTraceReader::gpuSliceDetails(SliceI
         std::optional<GpuSliceDetails> none;
         MOEWB_ASSIGN_OR_RETURN(const bool hasGpuTables, tableExists(m_db, "gpu_kernel"));
         if (!hasGpuTables) return none;
+        // An API call stands for the work it launched.
+        MOEWB_ASSIGN_OR_RETURN(const std::optional<int64_t> launched,
+                               queryFirstRow(m_db, kLaunchedWorkSql, column0Int, slice.value));
+        const int64_t work = launched.value_or(slice.value);
+        MOEWB_ASSIGN_OR_RETURN(std::optional<SliceRow> workSlice,
+                               queryFirstRow(m_db, kSliceByIdSql, sliceFromColumns, work));
+        if (!workSlice) return none;
         GpuSliceDetails details;
-        SliceId work = slice;  // an API call stands for the work it launched
-        {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kLaunchedWorkSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) work = SliceId(q.columnInt(0));
-        }
-        {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kSliceByIdSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (!found) return none;
-          details.slice = sliceFromColumns(q);
-        }
-        {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kKernelSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) {
-            GpuKernelRow k = kernelFromColumns(q, 0);
-            k.mangledName = q.columnText(11);
-            k.shortName = q.columnText(12);
-            k.phase = q.columnText(13);
-            details.kernel = std::move(k);
-          }
-        }
+        details.slice = std::move(*workSlice);
+        MOEWB_ASSIGN_OR_RETURN(details.kernel,
+                               queryFirstRow(m_db, kKernelSql, kernelDetailsFromColumns, work));
         if (!details.kernel) {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemcpySql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) {
-            details.memcpy = memcpyFromColumns(q, 0);
-          }
+          MOEWB_ASSIGN_OR_RETURN(details.memcpy,
+                                 queryFirstRow(m_db, kMemcpySql, memcpyDetailsFromColumns, work));
         }
         if (!details.kernel && !details.memcpy) {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kMemsetSql));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(work.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) {
-            details.memset = memsetFromColumns(q, 0);
-          }
+          MOEWB_ASSIGN_OR_RETURN(details.memset,
+                                 queryFirstRow(m_db, kMemsetSql, memsetDetailsFromColumns, work));
         }
         if (!details.kernel && !details.memcpy && !details.memset) return none;
-        {
-          MOEWB_ASSIGN_OR_RETURN(
-              Statement q,
-              Statement::prepare(
-                  m_db, "SELECT id, name, kind, rank, thread_id FROM track WHERE id = ?1"));
-          MOEWB_RETURN_IF_ERROR(q.bindAll(details.slice.track.value));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) details.track = trackFromColumns(q);
-        }
+        MOEWB_ASSIGN_OR_RETURN(
+            std::optional<TrackRow> track,
+            queryFirstRow(m_db, "SELECT id, name, kind, rank, thread_id FROM track WHERE id = ?1",
+                          trackFromColumns, details.slice.track.value));
+        if (track) details.track = std::move(*track);
         if (details.slice.correlationId != 0) {
-          MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kApiCallSql));
-          MOEWB_RETURN_IF_ERROR(
-              q.bindAll(details.slice.correlationId, int64_t(details.track.rank)));
-          MOEWB_ASSIGN_OR_RETURN(const bool found, q.step());
-          if (found) {
-            details.apiCall = sliceFromColumns(q);
-            details.apiDetails =
-                CudaApiRow{q.columnText(10), q.columnInt32(11), q.columnInt(12),
-                           q.columnInt32(13), q.columnText(14)};
+          MOEWB_ASSIGN_OR_RETURN(
+              std::optional<ApiCall> api,
+              queryFirstRow(m_db, kApiCallSql, apiCallFromColumns, details.slice.correlationId,
+                            int64_t(details.track.rank)));
+          if (api) {
+            details.apiCall = std::move(api->slice);
+            details.apiDetails = std::move(api->details);
           }
         }
         return std::optional<GpuSliceDetails>(std::move(details));
@@ -317,10 +311,7 @@ Status SqliteTraceReader::forEachSliceWithGpuWork(
   if (!hasGpuTables) {
     return forEachSlice([&](const SliceRow& slice) { return visit(slice, nullptr); });
   }
-  MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kSlicesWithGpuWorkSql));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-    if (!hasRow) break;
+  return queryEachRow(m_db, kSlicesWithGpuWorkSql, [&](const Statement& q) {
     const SliceRow slice = sliceFromColumns(q);
     GpuWorkRow work;
     if (q.columnInt(22) != 0) {
@@ -332,31 +323,29 @@ Status SqliteTraceReader::forEachSliceWithGpuWork(
       work.memset = memsetFromColumns(q, 31);
     }
     const bool isWork = work.kernel || work.memcpy || work.memset;
-    if (!visit(slice, isWork ? &work : nullptr)) break;
-  }
-  return Status::ok();
+    return visit(slice, isWork ? &work : nullptr);
+  });
 }
 
 Result<std::optional<LayerLoad>> SqliteTraceReader::layerLoad(int64_t step, int32_t layer) {
-  MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db, kLayerLoadSql));
-  MOEWB_RETURN_IF_ERROR(q.bindAll(step, int64_t(layer)));
   LayerLoad load;
   load.step = step;
   load.layer = layer;
   bool any = false;
-  for (;;) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-    if (!hasRow) break;
-    const int64_t expert = q.columnInt(0);
-    if (expert < 0 || expert > (1 << 20)) continue;  // untrusted file: no giant vectors
-    any = true;
-    if (size_t(expert) >= load.tokens.size()) {
-      load.tokens.resize(size_t(expert) + 1, 0);
-      load.dropped.resize(size_t(expert) + 1, 0);
-    }
-    load.tokens[size_t(expert)] = q.columnInt(1);
-    load.dropped[size_t(expert)] = q.columnInt(2);
-  }
+  MOEWB_RETURN_IF_ERROR(queryEachRow(
+      m_db, kLayerLoadSql,
+      [&](const Statement& q) {
+        const int64_t expert = q.columnInt(0);
+        if (expert < 0 || expert > (1 << 20)) return;  // untrusted file: no giant vectors
+        any = true;
+        if (size_t(expert) >= load.tokens.size()) {
+          load.tokens.resize(size_t(expert) + 1, 0);
+          load.dropped.resize(size_t(expert) + 1, 0);
+        }
+        load.tokens[size_t(expert)] = q.columnInt(1);
+        load.dropped[size_t(expert)] = q.columnInt(2);
+      },
+      step, int64_t(layer)));
   if (!any) return std::optional<LayerLoad>{};
   int64_t clamped = 0;  // token counts come from the file: the total saturates
   for (size_t e = 0; e < load.tokens.size(); ++e) {

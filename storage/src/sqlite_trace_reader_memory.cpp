@@ -49,14 +49,6 @@ class BucketWriter {
   int64_t m_firstNs = 0, m_lastNs = 0, m_peak = 0, m_last = 0;
 };
 
-// min or max of memory_event.ts_ns (one probe of memory_event_ts_idx); nullopt when empty.
-Result<std::optional<int64_t>> memoryTsBound(Database& db, const char* sql) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, sql));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  if (!hasRow || query.columnIsNull(0)) return std::optional<int64_t>();
-  return std::optional<int64_t>(query.columnInt(0));
-}
-
 // Every (track, category) of memory_event in (track, category id) order, with category names.
 Result<std::vector<SeriesKey>> seriesKeys(Database& db) {
   MOEWB_ASSIGN_OR_RETURN(Statement next, Statement::prepare(db, kMemoryNextSeriesSql));
@@ -73,9 +65,8 @@ Result<std::vector<SeriesKey>> seriesKeys(Database& db) {
     category = next.columnInt(1);
     next.reset();
     MOEWB_RETURN_IF_ERROR(name.bindInt(1, category));
-    MOEWB_ASSIGN_OR_RETURN(const bool named, name.step());
-    keys.push_back({track, category, named ? name.columnText(0) : std::string()});
-    name.reset();
+    MOEWB_ASSIGN_OR_RETURN(const std::optional<std::string> text, firstRow(name, column0Text));
+    keys.push_back({track, category, text.value_or(std::string())});
   }
   return keys;
 }
@@ -85,13 +76,13 @@ Result<std::vector<SeriesKey>> seriesKeys(Database& db) {
 Result<bool> SqliteTraceReader::hasMemoryColumns() {
   if (m_memoryColumns < 0) {
     MOEWB_ASSIGN_OR_RETURN(
-        Statement query,
-        Statement::prepare(m_db,
-                           "SELECT count(*) FROM pragma_table_info('memory_event') "
-                           "WHERE name IN ('track', 'ts_ns', 'step', 'kind', 'bytes', 'address', "
-                           "'category', 'in_use_bytes')"));
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    m_memoryColumns = hasRow && query.columnInt(0) == 8 ? 1 : 0;
+        const std::optional<int64_t> columns,
+        queryFirstRow(m_db,
+                      "SELECT count(*) FROM pragma_table_info('memory_event') "
+                      "WHERE name IN ('track', 'ts_ns', 'step', 'kind', 'bytes', 'address', "
+                      "'category', 'in_use_bytes')",
+                      column0Int));
+    m_memoryColumns = columns == 8 ? 1 : 0;
   }
   return m_memoryColumns == 1;
 }
@@ -118,10 +109,13 @@ Result<std::vector<MemorySeries>> SqliteTraceReader::memorySeriesInSnapshot(
   if (keys.empty()) return out;
 
   // Buckets cut the part of the window that holds events (the window may be TimeWindow::all()).
-  MOEWB_ASSIGN_OR_RETURN(const auto firstNs,
-                         memoryTsBound(m_db, "SELECT min(ts_ns) FROM memory_event"));
-  MOEWB_ASSIGN_OR_RETURN(const auto lastNs,
-                         memoryTsBound(m_db, "SELECT max(ts_ns) FROM memory_event"));
+  // One probe of memory_event_ts_idx each; nullopt when there are no events.
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> firstNs,
+      queryFirstRow(m_db, "SELECT min(ts_ns) FROM memory_event", column0IntOrNull));
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> lastNs,
+      queryFirstRow(m_db, "SELECT max(ts_ns) FROM memory_event", column0IntOrNull));
   int64_t lo = window.startNs;
   int64_t hi = window.endNs;
   if (firstNs && *firstNs > lo) lo = *firstNs;
@@ -136,20 +130,16 @@ Result<std::vector<MemorySeries>> SqliteTraceReader::memorySeriesInSnapshot(
     series.track = TrackId(key.track);
     series.category = key.category;
     MOEWB_RETURN_IF_ERROR(before.bindAll(key.track, key.categoryId, window.startNs));
-    MOEWB_ASSIGN_OR_RETURN(const bool hasBefore, before.step());
-    if (hasBefore) series.points.push_back({window.startNs, before.columnInt(0)});
-    before.reset();
+    MOEWB_ASSIGN_OR_RETURN(const std::optional<int64_t> bytesBefore, firstRow(before, column0Int));
+    if (bytesBefore) series.points.push_back({window.startNs, *bytesBefore});
     if (span > 0) {
       MOEWB_RETURN_IF_ERROR(inside.bindAll(key.track, key.categoryId, lo, hi));
       BucketWriter writer(&series.points);
-      while (true) {
-        MOEWB_ASSIGN_OR_RETURN(const bool hasRow, inside.step());
-        if (!hasRow) break;
-        const int64_t ts = inside.columnInt(0);
-        writer.add((uint64_t(ts) - uint64_t(lo)) / width, ts, inside.columnInt(1));
-      }
+      MOEWB_RETURN_IF_ERROR(forEachRow(inside, [&](const Statement& s) {
+        const int64_t ts = s.columnInt(0);
+        writer.add((uint64_t(ts) - uint64_t(lo)) / width, ts, s.columnInt(1));
+      }));
       writer.flush();
-      inside.reset();
     }
     out.push_back(std::move(series));
   }
@@ -159,54 +149,43 @@ Result<std::vector<MemorySeries>> SqliteTraceReader::memorySeriesInSnapshot(
 Result<std::vector<MemoryCategoryTotals>> SqliteTraceReader::memoryTotals() {
   MOEWB_ASSIGN_OR_RETURN(const bool usable, hasMemoryColumns());
   if (!usable) return std::vector<MemoryCategoryTotals>{};
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT m.track, coalesce(s.text, ''), "
-                         "sum(m.kind = 'alloc' AND m.address != 0), sum(m.kind = 'free'), "
-                         "max(m.in_use_bytes) FROM memory_event m "
-                         "LEFT JOIN string s ON s.id = m.category "
-                         "GROUP BY m.track, m.category ORDER BY m.track, 2"));
-  std::vector<MemoryCategoryTotals> out;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    MemoryCategoryTotals row;
-    row.track = TrackId(query.columnInt(0));
-    row.category = query.columnText(1);
-    row.allocations = query.columnInt(2);
-    row.frees = query.columnInt(3);
-    row.peakBytes = query.columnInt(4);
-    out.push_back(std::move(row));
-  }
-  return out;
+  return queryRows(m_db,
+                   "SELECT m.track, coalesce(s.text, ''), "
+                   "sum(m.kind = 'alloc' AND m.address != 0), sum(m.kind = 'free'), "
+                   "max(m.in_use_bytes) FROM memory_event m "
+                   "LEFT JOIN string s ON s.id = m.category "
+                   "GROUP BY m.track, m.category ORDER BY m.track, 2",
+                   [](const Statement& s) {
+                     MemoryCategoryTotals row;
+                     row.track = TrackId(s.columnInt(0));
+                     row.category = s.columnText(1);
+                     row.allocations = s.columnInt(2);
+                     row.frees = s.columnInt(3);
+                     row.peakBytes = s.columnInt(4);
+                     return row;
+                   });
 }
 
 Status SqliteTraceReader::forEachMemoryEvent(
     const std::function<bool(const MemoryEventRow&)>& visit) {
   MOEWB_ASSIGN_OR_RETURN(const bool usable, hasMemoryColumns());
   if (!usable) return Status::ok();
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT m.track, m.ts_ns, m.step, m.kind, m.bytes, m.address, "
-                         "coalesce(s.text, ''), m.in_use_bytes FROM memory_event m "
-                         "LEFT JOIN string s ON s.id = m.category ORDER BY m.ts_ns, m.id"));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    MemoryEventRow row;
-    row.track = TrackId(query.columnInt(0));
-    row.tsNs = query.columnInt(1);
-    row.step = query.columnInt(2);
-    row.isAllocation = query.columnText(3) != "free";
-    row.bytes = query.columnInt(4);
-    row.address = query.columnInt(5);
-    row.category = query.columnText(6);
-    row.inUseBytes = query.columnInt(7);
-    if (!visit(row)) break;
-  }
-  return Status::ok();
+  return queryEachRow(m_db,
+                      "SELECT m.track, m.ts_ns, m.step, m.kind, m.bytes, m.address, "
+                      "coalesce(s.text, ''), m.in_use_bytes FROM memory_event m "
+                      "LEFT JOIN string s ON s.id = m.category ORDER BY m.ts_ns, m.id",
+                      [&](const Statement& s) {
+                        MemoryEventRow row;
+                        row.track = TrackId(s.columnInt(0));
+                        row.tsNs = s.columnInt(1);
+                        row.step = s.columnInt(2);
+                        row.isAllocation = s.columnText(3) != "free";
+                        row.bytes = s.columnInt(4);
+                        row.address = s.columnInt(5);
+                        row.category = s.columnText(6);
+                        row.inUseBytes = s.columnInt(7);
+                        return visit(row);
+                      });
 }
 
 }  // namespace moewb::storage::detail

@@ -112,16 +112,6 @@ CollectiveRow collectiveFromColumns(const Statement& s) {
   return row;
 }
 
-Result<std::vector<CollectiveRow>> readCollectives(Statement& q) {
-  std::vector<CollectiveRow> rows;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-    if (!hasRow) break;
-    rows.push_back(collectiveFromColumns(q));
-  }
-  return rows;
-}
-
 // One MatchedCollective from the rows of one (step, comm_group, seq, peers), any order; sums and
 // spans that overflow int64 are clamped, counted in *clamped.
 MatchedCollective matchRows(const std::vector<CollectiveRow>& rows, int64_t* clamped) {
@@ -219,11 +209,10 @@ Status bindFilter(Statement& q, const ParallelFilter& filter, bool withPhase) {
 
 // The first run's world size clamped to [1, kMaxWorldSize]; nullopt without a run row.
 Result<std::optional<int32_t>> SqliteTraceReader::runWorldSize() {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement q, Statement::prepare(m_db, "SELECT world_size FROM run ORDER BY id LIMIT 1"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-  if (!hasRow) return std::optional<int32_t>{};
-  return std::optional<int32_t>(int32_t(std::clamp<int64_t>(q.columnInt(0), 1, kMaxWorldSize)));
+  return queryFirstRow(m_db, "SELECT world_size FROM run ORDER BY id LIMIT 1",
+                       [](const Statement& s) {
+                         return int32_t(std::clamp<int64_t>(s.columnInt(0), 1, kMaxWorldSize));
+                       });
 }
 
 Result<ParallelOverview> SqliteTraceReader::parallelOverview() {
@@ -235,40 +224,22 @@ Result<ParallelOverview> SqliteTraceReader::parallelOverviewInSnapshot() {
   MOEWB_ASSIGN_OR_RETURN(const std::optional<int32_t> worldSize, runWorldSize());
   overview.worldSize = worldSize.value_or(1);
   MOEWB_ASSIGN_OR_RETURN(
-      Statement steps,
-      Statement::prepare(m_db, "SELECT DISTINCT step FROM collective ORDER BY step"));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, steps.step());
-    if (!hasRow) break;
-    overview.steps.push_back(steps.columnInt(0));
-  }
-  MOEWB_ASSIGN_OR_RETURN(Statement firstA2a,
-                         Statement::prepare(m_db, "SELECT min(step) FROM a2a_traffic"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasA2a, firstA2a.step());
-  if (!hasA2a || firstA2a.columnIsNull(0)) return overview;
-  const int64_t a2aStep = firstA2a.columnInt(0);
+      overview.steps,
+      queryRows(m_db, "SELECT DISTINCT step FROM collective ORDER BY step", column0Int));
+  MOEWB_ASSIGN_OR_RETURN(
+      const std::optional<int64_t> a2aStep,
+      queryFirstRow(m_db, "SELECT min(step) FROM a2a_traffic", column0IntOrNull));
+  if (!a2aStep) return overview;
 
   MOEWB_ASSIGN_OR_RETURN(
-      Statement layers,
-      Statement::prepare(m_db,
-                         "SELECT DISTINCT layer FROM a2a_traffic WHERE step = ?1 ORDER BY 1"));
-  MOEWB_RETURN_IF_ERROR(layers.bindInt(1, a2aStep));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, layers.step());
-    if (!hasRow) break;
-    overview.layers.push_back(layers.columnInt32(0));
-  }
+      overview.layers,
+      queryRows(
+          m_db, "SELECT DISTINCT layer FROM a2a_traffic WHERE step = ?1 ORDER BY 1",
+          [](const Statement& s) { return s.columnInt32(0); }, *a2aStep));
   MOEWB_ASSIGN_OR_RETURN(
-      Statement phases,
-      Statement::prepare(m_db,
-                         "SELECT DISTINCT phase FROM a2a_traffic WHERE step = ?1 ORDER BY 1"));
-  MOEWB_RETURN_IF_ERROR(phases.bindInt(1, a2aStep));
-  std::vector<std::string> others;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, phases.step());
-    if (!hasRow) break;
-    others.push_back(phases.columnText(0));
-  }
+      std::vector<std::string> others,
+      queryRows(m_db, "SELECT DISTINCT phase FROM a2a_traffic WHERE step = ?1 ORDER BY 1",
+                column0Text, *a2aStep));
   for (const char* phase : kPhaseOrder) {
     const auto it = std::find(others.begin(), others.end(), phase);
     if (it == others.end()) continue;
@@ -278,38 +249,33 @@ Result<ParallelOverview> SqliteTraceReader::parallelOverviewInSnapshot() {
   overview.phases.insert(overview.phases.end(), others.begin(), others.end());
 
   // The EP groups as the all-to-alls of that step ran them (peers in group order).
-  MOEWB_ASSIGN_OR_RETURN(Statement groups,
-                         Statement::prepare(m_db,
-                                            "SELECT DISTINCT peers FROM collective "
-                                            "WHERE step = ?1 AND comm_group = 'ep'"));
-  MOEWB_RETURN_IF_ERROR(groups.bindInt(1, a2aStep));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, groups.step());
-    if (!hasRow) break;
-    std::vector<int32_t> members = parsePeers(groups.columnText(0));
-    if (!members.empty()) overview.epGroups.push_back(std::move(members));
-  }
+  MOEWB_RETURN_IF_ERROR(queryEachRow(
+      m_db, "SELECT DISTINCT peers FROM collective WHERE step = ?1 AND comm_group = 'ep'",
+      [&](const Statement& s) {
+        std::vector<int32_t> members = parsePeers(s.columnText(0));
+        if (!members.empty()) overview.epGroups.push_back(std::move(members));
+      },
+      *a2aStep));
   std::sort(overview.epGroups.begin(), overview.epGroups.end());
   return overview;
 }
 
 Result<A2aTrafficMatrix> SqliteTraceReader::a2aTrafficMatrix(const ParallelFilter& filter) {
   return inReadTransaction<A2aTrafficMatrix>([&]() -> Result<A2aTrafficMatrix> {
-    MOEWB_ASSIGN_OR_RETURN(Statement q, Statement::prepare(m_db,
-                                                           "SELECT src_rank, dst_rank, total(bytes), "
-                                                           "count(*) FROM a2a_traffic" +
-                                                               filterClause(filter, true) +
-                                                               " GROUP BY src_rank, dst_rank"));
+    MOEWB_ASSIGN_OR_RETURN(
+        Statement q,
+        Statement::prepare(m_db,
+                           "SELECT src_rank, dst_rank, total(bytes), "
+                           "count(*) FROM a2a_traffic" +
+                               filterClause(filter, true) + " GROUP BY src_rank, dst_rank"));
     MOEWB_RETURN_IF_ERROR(bindFilter(q, filter, true));
     std::vector<std::tuple<int64_t, int64_t, int64_t>> cells;  // src, dst, bytes
     A2aTrafficMatrix matrix;
     int64_t clamped = 0;
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-      if (!hasRow) break;
-      cells.emplace_back(q.columnInt(0), q.columnInt(1), clampToInt64(q.columnDouble(2), &clamped));
-      matrix.rowsRead = saturatingAdd(matrix.rowsRead, q.columnInt(3), &clamped);
-    }
+    MOEWB_RETURN_IF_ERROR(forEachRow(q, [&](const Statement& s) {
+      cells.emplace_back(s.columnInt(0), s.columnInt(1), clampToInt64(s.columnDouble(2), &clamped));
+      matrix.rowsRead = saturatingAdd(matrix.rowsRead, s.columnInt(3), &clamped);
+    }));
     MOEWB_ASSIGN_OR_RETURN(const std::optional<int32_t> worldSize, runWorldSize());
     if (worldSize) {
       matrix.worldSize = *worldSize;
@@ -335,11 +301,11 @@ Result<A2aTrafficMatrix> SqliteTraceReader::a2aTrafficMatrix(const ParallelFilte
 
 Result<std::vector<MatchedCollective>> SqliteTraceReader::stepCollectives(int64_t step) {
   MOEWB_ASSIGN_OR_RETURN(
-      Statement q, Statement::prepare(m_db, std::string(kCollectiveColumns) +
-                                                "WHERE step = ?1 "
-                                                "ORDER BY comm_group, peers, seq, rank, start_ns"));
-  MOEWB_RETURN_IF_ERROR(q.bindInt(1, step));
-  MOEWB_ASSIGN_OR_RETURN(const std::vector<CollectiveRow> rows, readCollectives(q));
+      const std::vector<CollectiveRow> rows,
+      queryRows(m_db,
+                std::string(kCollectiveColumns) +
+                    "WHERE step = ?1 ORDER BY comm_group, peers, seq, rank, start_ns",
+                collectiveFromColumns, step));
   std::vector<MatchedCollective> out;
   int64_t clamped = 0;
   for (size_t begin = 0; begin < rows.size();) {
@@ -365,31 +331,31 @@ Result<std::optional<MatchedCollective>> SqliteTraceReader::collectiveAt(TrackId
                                                                          int64_t startNs) {
   using Found = std::optional<MatchedCollective>;
   return inReadTransaction<Found>([&]() -> Result<Found> {
-    MOEWB_ASSIGN_OR_RETURN(Statement slice,
-                           Statement::prepare(m_db,
-                                              "SELECT s.step, t.rank FROM slice s "
-                                              "JOIN track t ON t.id = s.track "
-                                              "WHERE s.track = ?1 AND s.start_ns = ?2 "
-                                              "ORDER BY s.id LIMIT 1"));
-    MOEWB_RETURN_IF_ERROR(slice.bindAll(track.value, startNs));
-    MOEWB_ASSIGN_OR_RETURN(const bool hasSlice, slice.step());
-    if (!hasSlice) return Found{};
-    const int64_t step = slice.columnInt(0), rank = slice.columnInt(1);
-    MOEWB_ASSIGN_OR_RETURN(Statement own,
-                           Statement::prepare(m_db, std::string(kCollectiveColumns) +
-                                                        "WHERE step = ?1 AND rank = ?2 AND "
-                                                        "track = ?3 AND start_ns = ?4 LIMIT 1"));
-    MOEWB_RETURN_IF_ERROR(own.bindAll(step, rank, track.value, startNs));
-    MOEWB_ASSIGN_OR_RETURN(const bool hasOwn, own.step());
-    if (!hasOwn) return Found{};
-    const CollectiveRow key = collectiveFromColumns(own);
+    // The slice's step and rank.
     MOEWB_ASSIGN_OR_RETURN(
-        Statement peers,
-        Statement::prepare(m_db, std::string(kCollectiveColumns) +
-                                     "WHERE step = ?1 AND comm_group = ?2 AND seq = ?3 AND "
-                                     "peers = ?4 ORDER BY rank, start_ns"));
-    MOEWB_RETURN_IF_ERROR(peers.bindAll(step, key.commGroup, key.seq, key.peers));
-    MOEWB_ASSIGN_OR_RETURN(const std::vector<CollectiveRow> rows, readCollectives(peers));
+        const auto place,
+        queryFirstRow(
+            m_db,
+            "SELECT s.step, t.rank FROM slice s JOIN track t ON t.id = s.track "
+            "WHERE s.track = ?1 AND s.start_ns = ?2 ORDER BY s.id LIMIT 1",
+            [](const Statement& s) { return std::pair(s.columnInt(0), s.columnInt(1)); },
+            track.value, startNs));
+    if (!place) return Found{};
+    const auto [step, rank] = *place;
+    MOEWB_ASSIGN_OR_RETURN(
+        const std::optional<CollectiveRow> key,
+        queryFirstRow(m_db,
+                      std::string(kCollectiveColumns) +
+                          "WHERE step = ?1 AND rank = ?2 AND track = ?3 AND start_ns = ?4 LIMIT 1",
+                      collectiveFromColumns, step, rank, track.value, startNs));
+    if (!key) return Found{};
+    MOEWB_ASSIGN_OR_RETURN(
+        const std::vector<CollectiveRow> rows,
+        queryRows(m_db,
+                  std::string(kCollectiveColumns) +
+                      "WHERE step = ?1 AND comm_group = ?2 AND seq = ?3 AND peers = ?4 "
+                      "ORDER BY rank, start_ns",
+                  collectiveFromColumns, step, key->commGroup, key->seq, key->peers));
     if (rows.empty()) return Found{};
     int64_t clamped = 0;
     Found found(matchRows(rows, &clamped));

@@ -78,15 +78,13 @@ Result<RankLoads> SqliteTraceReader::rankLoads(const ParallelFilter& filter) {
     MOEWB_RETURN_IF_ERROR(bindFilter(q, filter, false));
     std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t>> cells;  // rank, expert, tok, drop
     int64_t clamped = 0;
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, q.step());
-      if (!hasRow) break;
-      const int64_t rank = q.columnInt(0), expert = q.columnInt(1);
-      if (rank < 0 || rank >= w || expert < 0 || expert >= kMaxExperts) continue;
+    MOEWB_RETURN_IF_ERROR(forEachRow(q, [&](const Statement& s) {
+      const int64_t rank = s.columnInt(0), expert = s.columnInt(1);
+      if (rank < 0 || rank >= w || expert < 0 || expert >= kMaxExperts) return;
       out.numExperts = std::max(out.numExperts, int32_t(expert + 1));
-      cells.emplace_back(int32_t(rank), int32_t(expert), clampToInt64(q.columnDouble(2), &clamped),
-                         clampToInt64(q.columnDouble(3), &clamped));
-    }
+      cells.emplace_back(int32_t(rank), int32_t(expert), clampToInt64(s.columnDouble(2), &clamped),
+                         clampToInt64(s.columnDouble(3), &clamped));
+    }));
     const int64_t e = out.numExperts;
     const std::vector<EpPlace> places = epPlaces(overview, out.worldSize);
     out.ranks.resize(size_t(w));
@@ -131,14 +129,12 @@ Result<RankLoads> SqliteTraceReader::rankLoads(const ParallelFilter& filter) {
     if (filter.step) tokensSql += " AND step = ?1";
     MOEWB_ASSIGN_OR_RETURN(Statement t, Statement::prepare(m_db, tokensSql + " GROUP BY rank"));
     if (filter.step) MOEWB_RETURN_IF_ERROR(t.bindInt(1, *filter.step));
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasRow, t.step());
-      if (!hasRow) break;
-      const int64_t rank = t.columnInt(0);
+    MOEWB_RETURN_IF_ERROR(forEachRow(t, [&](const Statement& s) {
+      const int64_t rank = s.columnInt(0);
       if (rank >= 0 && rank < w) {
-        out.ranks[size_t(rank)].tokens = clampToInt64(t.columnDouble(1), &clamped);
+        out.ranks[size_t(rank)].tokens = clampToInt64(s.columnDouble(1), &clamped);
       }
-    }
+    }));
     countClamped(clamped);
     return out;
   });

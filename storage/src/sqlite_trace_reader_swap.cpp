@@ -99,16 +99,71 @@ constexpr const char* kNegativeDescription =
     "swap rows with negative bytes, stalls or counts, read as 0 (the file may be damaged or "
     "hostile)";
 
+constexpr const char* kSwapStepsSql =
+    "SELECT step, rank, hbm_peak_bytes, hbm_peak_no_swap_bytes, pinned_peak_bytes, "
+    "pinned_capacity_bytes, offloads, reloads, late_reloads, swapped_bytes, copy_ms, exposed_ms, "
+    "simulated FROM swap_step ORDER BY step, rank, run";
+
+// A kSwapStepsSql row with negative values read as 0, each counted in *negative.
+SwapStepRow swapStepFromColumns(const Statement& s, int64_t* negative) {
+  auto nonNegative = [&](int64_t value) {
+    if (value >= 0) return value;
+    ++*negative;
+    return int64_t{0};
+  };
+  SwapStepRow row;
+  row.step = s.columnInt(0);
+  row.rank = s.columnInt32(1);
+  row.hbmPeakBytes = nonNegative(s.columnInt(2));
+  row.hbmPeakNoSwapBytes = nonNegative(s.columnInt(3));
+  row.pinnedPeakBytes = nonNegative(s.columnInt(4));
+  row.pinnedCapacityBytes = nonNegative(s.columnInt(5));
+  row.offloads = saturateToInt32(nonNegative(s.columnInt(6)));
+  row.reloads = saturateToInt32(nonNegative(s.columnInt(7)));
+  row.lateReloads = saturateToInt32(nonNegative(s.columnInt(8)));
+  row.swappedBytes = nonNegative(s.columnInt(9));
+  row.copyMs = std::max(s.columnDouble(10), 0.0);
+  row.exposedMs = std::max(s.columnDouble(11), 0.0);
+  if (s.columnDouble(10) < 0 || s.columnDouble(11) < 0) ++*negative;
+  row.simulated = s.columnInt(12) != 0;
+  return row;
+}
+
+// A swap_plan row as swapPlansInSnapshot selects it (the settings columns last), without its
+// layers and tensors.
+SwapPlanRow swapPlanFromColumns(const Statement& s) {
+  SwapPlanRow p;
+  p.id = s.columnInt(0);
+  p.step = s.columnInt(1);
+  p.rank = s.columnInt32(2);
+  p.mode = s.columnText(3);
+  p.hbmTargetBytes = s.columnInt(4);
+  p.pinnedBudgetBytes = s.columnInt(5);
+  p.prefetchLayers = s.columnInt32(6);
+  p.d2hGbps = s.columnDouble(7);
+  p.h2dGbps = s.columnDouble(8);
+  p.bidirGbps = s.columnDouble(9);
+  p.fixedBytes = s.columnInt(10);
+  p.turnMs = s.columnDouble(11);
+  p.predictedPeakBytes = s.columnInt(12);
+  p.predictedPeakNoSwapBytes = s.columnInt(13);
+  p.predictedExposedMs = s.columnDouble(14);
+  p.summary = s.columnText(15);
+  p.freeLagLayers = s.columnInt32(16);
+  p.ops = s.columnText(17);
+  p.minBytes = s.columnInt(18);
+  return p;
+}
+
 // Whether `schema`.`wanted.table` has every column of `wanted`.
 Result<bool> hasColumns(Database& db, const TableColumns& wanted, const std::string& schema) {
   MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(db, fmt::format("SELECT count(*) FROM pragma_table_info(?1, ?2) "
-                                         "WHERE name IN ({})",
-                                         wanted.columns)));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(std::string(wanted.table), schema));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  return hasRow && query.columnInt(0) == wanted.count;
+      const std::optional<int64_t> columns,
+      queryFirstRow(db,
+                    fmt::format("SELECT count(*) FROM pragma_table_info(?1, ?2) WHERE name IN ({})",
+                                wanted.columns),
+                    column0Int, std::string(wanted.table), schema));
+  return columns == wanted.count;
 }
 
 }  // namespace
@@ -152,10 +207,10 @@ Result<int64_t> SqliteTraceReader::maxSwapDurNs() {
   const auto [ptr, ec] = std::from_chars(fromMeta.data(), end, value);
   if (!fromMeta.empty() && ec == std::errc() && ptr == end) return std::max<int64_t>(value, 0);
   MOEWB_ASSIGN_OR_RETURN(
-      Statement scan,
-      Statement::prepare(m_db, "SELECT coalesce(max(end_ns - start_ns), 0) FROM swap_event"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, scan.step());
-  return hasRow ? std::max<int64_t>(scan.columnInt(0), 0) : int64_t{0};
+      const std::optional<int64_t> scanned,
+      queryFirstRow(m_db, "SELECT coalesce(max(end_ns - start_ns), 0) FROM swap_event",
+                    column0Int));
+  return std::max<int64_t>(scanned.value_or(0), 0);
 }
 
 void SqliteTraceReader::repairSwapEvent(SwapEventRow& row) {
@@ -184,71 +239,39 @@ Result<std::vector<SwapEventRow>> SqliteTraceReader::swapEvents(TimeWindow windo
 Result<std::vector<SwapEventRow>> SqliteTraceReader::swapEventsInSnapshot(
     TimeWindow window, std::optional<int32_t> rank) {
   MOEWB_ASSIGN_OR_RETURN(const int64_t maxDurNs, maxSwapDurNs());
-  MOEWB_ASSIGN_OR_RETURN(Statement query,
-                         Statement::prepare(m_db, rank ? kSwapWindowRankSql : kSwapWindowSql));
-  MOEWB_RETURN_IF_ERROR(
-      query.bindAll(saturatingSub(window.startNs, maxDurNs), window.endNs, window.startNs));
-  if (rank) MOEWB_RETURN_IF_ERROR(query.bindInt(4, *rank));
-  std::vector<SwapEventRow> rows;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
+  auto read = [&](const Statement& s) {
     SwapEventRow row;
-    row.id = query.columnInt(0);
-    row.step = query.columnInt(1);
-    row.rank = query.columnInt32(2);
-    row.layer = query.columnInt32(3);
-    row.op = query.columnText(4);
-    row.bytes = query.columnInt(5);
-    row.toHost = query.columnInt(6) != 0;
-    row.startNs = query.columnInt(7);
-    row.endNs = query.columnInt(8);
-    row.neededNs = query.columnInt(9);
-    row.stallNs = query.columnInt(10);
-    row.simulated = query.columnInt(11) != 0;
+    row.id = s.columnInt(0);
+    row.step = s.columnInt(1);
+    row.rank = s.columnInt32(2);
+    row.layer = s.columnInt32(3);
+    row.op = s.columnText(4);
+    row.bytes = s.columnInt(5);
+    row.toHost = s.columnInt(6) != 0;
+    row.startNs = s.columnInt(7);
+    row.endNs = s.columnInt(8);
+    row.neededNs = s.columnInt(9);
+    row.stallNs = s.columnInt(10);
+    row.simulated = s.columnInt(11) != 0;
     repairSwapEvent(row);
-    rows.push_back(std::move(row));
+    return row;
+  };
+  const int64_t lowestStartNs = saturatingSub(window.startNs, maxDurNs);
+  if (!rank) {
+    return queryRows(m_db, kSwapWindowSql, read, lowestStartNs, window.endNs, window.startNs);
   }
-  return rows;
+  return queryRows(m_db, kSwapWindowRankSql, read, lowestStartNs, window.endNs, window.startNs,
+                   int64_t(*rank));
 }
 
 Result<std::vector<SwapStepRow>> SqliteTraceReader::swapSteps() {
   MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
   if ((tables & kSwapStepTable) == 0) return std::vector<SwapStepRow>{};
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement query,
-      Statement::prepare(m_db,
-                         "SELECT step, rank, hbm_peak_bytes, hbm_peak_no_swap_bytes, "
-                         "pinned_peak_bytes, pinned_capacity_bytes, offloads, reloads, "
-                         "late_reloads, swapped_bytes, copy_ms, exposed_ms, simulated "
-                         "FROM swap_step ORDER BY step, rank, run"));
-  std::vector<SwapStepRow> rows;
   int64_t negative = 0;
-  auto nonNegative = [&](int64_t value) {
-    if (value >= 0) return value;
-    ++negative;
-    return int64_t{0};
-  };
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    SwapStepRow row;
-    row.step = query.columnInt(0);
-    row.rank = query.columnInt32(1);
-    row.hbmPeakBytes = nonNegative(query.columnInt(2));
-    row.hbmPeakNoSwapBytes = nonNegative(query.columnInt(3));
-    row.pinnedPeakBytes = nonNegative(query.columnInt(4));
-    row.pinnedCapacityBytes = nonNegative(query.columnInt(5));
-    row.offloads = saturateToInt32(nonNegative(query.columnInt(6)));
-    row.reloads = saturateToInt32(nonNegative(query.columnInt(7)));
-    row.lateReloads = saturateToInt32(nonNegative(query.columnInt(8)));
-    row.swappedBytes = nonNegative(query.columnInt(9));
-    row.copyMs = std::max(query.columnDouble(10), 0.0);
-    row.exposedMs = std::max(query.columnDouble(11), 0.0);
-    if (query.columnDouble(10) < 0 || query.columnDouble(11) < 0) ++negative;
-    row.simulated = query.columnInt(12) != 0;
-    rows.push_back(row);
-  }
+  MOEWB_ASSIGN_OR_RETURN(std::vector<SwapStepRow> rows,
+                         queryRows(m_db, kSwapStepsSql, [&](const Statement& s) {
+                           return swapStepFromColumns(s, &negative);
+                         }));
   countBadValue("swap_values_negative", negative,
                 kNegativeDescription);
   return rows;
@@ -285,50 +308,25 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool set
                          "WHERE plan = ?1 ORDER BY idx"));
   std::vector<SwapPlanRow> rows;
   int64_t gaps = 0;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, plans.step());
-    if (!hasRow) break;
-    SwapPlanRow p;
-    p.id = plans.columnInt(0);
-    p.step = plans.columnInt(1);
-    p.rank = plans.columnInt32(2);
-    p.mode = plans.columnText(3);
-    p.hbmTargetBytes = plans.columnInt(4);
-    p.pinnedBudgetBytes = plans.columnInt(5);
-    p.prefetchLayers = plans.columnInt32(6);
-    p.d2hGbps = plans.columnDouble(7);
-    p.h2dGbps = plans.columnDouble(8);
-    p.bidirGbps = plans.columnDouble(9);
-    p.fixedBytes = plans.columnInt(10);
-    p.turnMs = plans.columnDouble(11);
-    p.predictedPeakBytes = plans.columnInt(12);
-    p.predictedPeakNoSwapBytes = plans.columnInt(13);
-    p.predictedExposedMs = plans.columnDouble(14);
-    p.summary = plans.columnText(15);
-    p.freeLagLayers = plans.columnInt32(16);
-    p.ops = plans.columnText(17);
-    p.minBytes = plans.columnInt(18);
+  MOEWB_RETURN_IF_ERROR(forEachRow(plans, [&](const Statement& s) -> Status {
+    SwapPlanRow p = swapPlanFromColumns(s);
     MOEWB_RETURN_IF_ERROR(layers.bindInt(1, p.id));
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasLayer, layers.step());
-      if (!hasLayer) break;
+    MOEWB_RETURN_IF_ERROR(forEachRow(layers, [&](const Statement& layer) {
       // Layers are stored 0 .. L-1; a file with gaps is read in layer order and counted.
-      if (layers.columnInt(0) != int64_t(p.layerForwardMs.size())) ++gaps;
-      p.layerForwardMs.push_back(layers.columnDouble(1));
-      p.layerBackwardMs.push_back(layers.columnDouble(2));
-      p.layerOtherBytes.push_back(layers.columnInt(3));
-    }
-    layers.reset();
+      if (layer.columnInt(0) != int64_t(p.layerForwardMs.size())) ++gaps;
+      p.layerForwardMs.push_back(layer.columnDouble(1));
+      p.layerBackwardMs.push_back(layer.columnDouble(2));
+      p.layerOtherBytes.push_back(layer.columnInt(3));
+    }));
     MOEWB_RETURN_IF_ERROR(tensors.bindInt(1, p.id));
-    while (true) {
-      MOEWB_ASSIGN_OR_RETURN(const bool hasTensor, tensors.step());
-      if (!hasTensor) break;
-      p.tensors.push_back({tensors.columnInt32(0), tensors.columnText(1), tensors.columnInt(2),
-                           tensors.columnInt(3) != 0, tensors.columnText(4)});
-    }
-    tensors.reset();
+    MOEWB_ASSIGN_OR_RETURN(p.tensors, collectRows(tensors, [](const Statement& tensor) {
+                             return SwapPlanTensorRow{tensor.columnInt32(0), tensor.columnText(1),
+                                                      tensor.columnInt(2), tensor.columnInt(3) != 0,
+                                                      tensor.columnText(4)};
+                           }));
     rows.push_back(std::move(p));
-  }
+    return Status::ok();
+  }));
   countBadValue("swap_plan_layer_gaps", gaps,
                 "swap plans whose layer rows are not numbered 0, 1, 2, ...; read in layer order "
                 "(the file may be damaged or hostile)");
@@ -341,30 +339,29 @@ Result<std::vector<SwapLayerSummary>> SqliteTraceReader::swapLayerSummary(int64_
   if ((tables & kSwapEventTable) == 0 || toStep < fromStep) {
     return std::vector<SwapLayerSummary>{};
   }
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(m_db, kSwapLayerSummarySql));
-  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
-  std::vector<SwapLayerSummary> rows;
   int64_t clamped = 0, reversed = 0, negative = 0;
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    SwapLayerSummary s;
-    s.rank = query.columnInt32(0);
-    s.layer = query.columnInt32(1);
-    s.offloadedBytes = clampToInt64(query.columnDouble(2), &clamped);
-    s.reloadedBytes = clampToInt64(query.columnDouble(3), &clamped);
-    s.offloads = query.columnInt32(4);
-    s.reloads = query.columnInt32(5);
-    s.lateReloads = query.columnInt32(6);
-    s.offloadWaits = query.columnInt32(7);
-    s.copyMs = query.columnDouble(8) / kNsPerMsDouble;
-    s.exposedMs = query.columnDouble(9) / kNsPerMsDouble;
-    s.worstStallMs = query.columnDouble(10) / kNsPerMsDouble;
-    s.offloadWaitMs = query.columnDouble(11) / kNsPerMsDouble;
-    reversed = saturatingAdd(reversed, query.columnInt(12));
-    negative = saturatingAdd(negative, query.columnInt(13));
-    rows.push_back(s);
-  }
+  MOEWB_ASSIGN_OR_RETURN(std::vector<SwapLayerSummary> rows,
+                         queryRows(
+                             m_db, kSwapLayerSummarySql,
+                             [&](const Statement& q) {
+                               SwapLayerSummary s;
+                               s.rank = q.columnInt32(0);
+                               s.layer = q.columnInt32(1);
+                               s.offloadedBytes = clampToInt64(q.columnDouble(2), &clamped);
+                               s.reloadedBytes = clampToInt64(q.columnDouble(3), &clamped);
+                               s.offloads = q.columnInt32(4);
+                               s.reloads = q.columnInt32(5);
+                               s.lateReloads = q.columnInt32(6);
+                               s.offloadWaits = q.columnInt32(7);
+                               s.copyMs = q.columnDouble(8) / kNsPerMsDouble;
+                               s.exposedMs = q.columnDouble(9) / kNsPerMsDouble;
+                               s.worstStallMs = q.columnDouble(10) / kNsPerMsDouble;
+                               s.offloadWaitMs = q.columnDouble(11) / kNsPerMsDouble;
+                               reversed = saturatingAdd(reversed, q.columnInt(12));
+                               negative = saturatingAdd(negative, q.columnInt(13));
+                               return s;
+                             },
+                             fromStep, toStep));
   countClamped(clamped);
   countBadValue("swap_times_reversed", reversed,
                 kReversedDescription);

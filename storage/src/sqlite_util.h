@@ -3,10 +3,13 @@
 // Holds: MOEWB_SQLITE_CHECK, which turns a failed sqlite3_* call into a Status whose message says
 // in plain words which trace file failed and how (the call and source line are appended only when
 // the environment sets MOEWB_SQLITE_DEBUG); Database, an owned connection with an optional time
-// limit per statement step; and Statement, an owned prepared statement with checked bind/step and
-// unchecked column reads.
+// limit per statement step; Statement, an owned prepared statement with checked bind/step and
+// unchecked column reads; and the row loop that every reader query goes through, written once:
+// forEachRow, collectRows and firstRow over a bound statement, and queryEachRow, queryRows and
+// queryFirstRow that also prepare and bind it (prepareBound).
 // Costs: preparing a statement parses SQL (microseconds); binding and reading columns are O(1);
-// step() does the real work; a step time limit costs one clock read per 4096 VM instructions.
+// step() does the real work; a step time limit costs one clock read per 4096 VM instructions;
+// the row loop adds nothing per row to the step and the caller's callback (templates, inlined).
 // A Database or Statement is used by one thread at a time.
 #pragma once
 
@@ -15,9 +18,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "moewb/base/status.h"
 
@@ -173,12 +179,131 @@ Status Statement::bindValue(int index, const T& value) {
 template <typename... Args>
 Status Statement::bindAll(const Args&... args) {
   Status status;
-  int index = 0;
+  [[maybe_unused]] int index = 0;  // unused when there is nothing to bind
   ((status = status.isOk() ? bindValue(++index, args) : status), ...);
   return status;
 }
 
 // Whether the main schema of `db` has a table named `name`. Cost: one probe of sqlite_master.
 Result<bool> tableExists(Database& db, const char* name);
+
+// ---- The row loop ----
+// Every loop over a statement's rows: step, read the row's columns, keep or visit the result.
+// The callbacks get the statement as `const Statement&` (column reads only: they must not step,
+// bind or reset it). Rows come in the statement's order. Each step runs under the connection's
+// step time limit (see Database::setStepTimeLimit), as step() alone does, and a failed step is
+// returned with step()'s message. The statement is reset with its bindings cleared when these
+// return, on every path, so a cached statement can be bound again at once. Cost: one step per row
+// plus the callback; the loops themselves allocate nothing (collectRows grows its vector).
+
+// The type a row map returns when given the statement.
+template <typename Map>
+using RowOf = std::remove_cvref_t<std::invoke_result_t<Map&, const Statement&>>;
+
+namespace row_loop {
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+// firstRow's value: the map's optional as it is, any other type wrapped in one.
+template <typename Row>
+using FirstRow = std::conditional_t<IsOptional<Row>::value, Row, std::optional<Row>>;
+}  // namespace row_loop
+
+// Steps the prepared, bound `statement` to its end, calling fn(statement) for each row. fn
+// returns void (every row is visited), bool (false stops after that row; the result is still
+// ok) or Status (a failure stops the loop and is returned as it is).
+// Errors: the first failed step (SQLite error, or the step time limit), or fn's failure.
+template <typename Fn>
+Status forEachRow(Statement& statement, Fn&& fn) {
+  using Returned = std::invoke_result_t<Fn&, const Statement&>;
+  static_assert(std::is_void_v<Returned> || std::is_same_v<Returned, bool> ||
+                    std::is_same_v<Returned, Status>,
+                "forEachRow's fn returns void, bool or Status");
+  const Statement& row = statement;
+  while (true) {
+    Result<bool> hasRow = statement.step();
+    if (!hasRow.isOk()) return hasRow.status();  // step() has reset the statement
+    if (!*hasRow) break;
+    if constexpr (std::is_void_v<Returned>) {
+      fn(row);
+    } else if constexpr (std::is_same_v<Returned, bool>) {
+      if (!fn(row)) break;
+    } else {
+      Status status = fn(row);
+      if (!status.isOk()) {
+        statement.reset();
+        return status;
+      }
+    }
+  }
+  statement.reset();
+  return Status::ok();
+}
+
+// Steps `statement` to its end and returns map(statement) of each row, in order.
+// Errors: the first failed step; rows read before it are dropped.
+template <typename Map>
+Result<std::vector<RowOf<Map>>> collectRows(Statement& statement, Map&& map) {
+  std::vector<RowOf<Map>> rows;
+  MOEWB_RETURN_IF_ERROR(forEachRow(statement, [&](const Statement& s) { rows.push_back(map(s)); }));
+  return rows;
+}
+
+// map(statement) of the statement's first row, nullopt when it has none (the rest is not
+// stepped). A map that returns std::optional<T> gives that optional as it is, so "no row" and
+// "a row the map declines" (e.g. a NULL aggregate) read alike. Errors: the failed step.
+template <typename Map>
+Result<row_loop::FirstRow<RowOf<Map>>> firstRow(Statement& statement, Map&& map) {
+  row_loop::FirstRow<RowOf<Map>> out;
+  MOEWB_RETURN_IF_ERROR(forEachRow(statement, [&](const Statement& s) {
+    out = map(s);
+    return false;
+  }));
+  return out;
+}
+
+// Row maps for one-column queries: column 0 as an integer, as text, and as an integer that is
+// nullopt when NULL (e.g. min() over no rows).
+inline int64_t column0Int(const Statement& s) {
+  return s.columnInt(0);
+}
+inline std::string column0Text(const Statement& s) {
+  return s.columnText(0);
+}
+inline std::optional<int64_t> column0IntOrNull(const Statement& s) {
+  return s.columnIsNull(0) ? std::nullopt : std::optional<int64_t>(s.columnInt(0));
+}
+
+// `sql` prepared on `db` with `binds` bound to ?1..?n (as Statement::bindAll).
+// Errors: the SQLite error of prepare or of a bind.
+template <typename... Binds>
+Result<Statement> prepareBound(Database& db, std::string_view sql, const Binds&... binds) {
+  MOEWB_ASSIGN_OR_RETURN(Statement statement, Statement::prepare(db, sql));
+  MOEWB_RETURN_IF_ERROR(statement.bindAll(binds...));
+  return statement;
+}
+
+// forEachRow, collectRows and firstRow on prepareBound(db, sql, binds...); the statement is
+// finalized on return. Errors: those of prepareBound, then those of the loop.
+template <typename Fn, typename... Binds>
+Status queryEachRow(Database& db, std::string_view sql, Fn&& fn, const Binds&... binds) {
+  MOEWB_ASSIGN_OR_RETURN(Statement statement, prepareBound(db, sql, binds...));
+  return forEachRow(statement, std::forward<Fn>(fn));
+}
+
+template <typename Map, typename... Binds>
+Result<std::vector<RowOf<Map>>> queryRows(Database& db, std::string_view sql, Map&& map,
+                                          const Binds&... binds) {
+  MOEWB_ASSIGN_OR_RETURN(Statement statement, prepareBound(db, sql, binds...));
+  return collectRows(statement, std::forward<Map>(map));
+}
+
+template <typename Map, typename... Binds>
+Result<row_loop::FirstRow<RowOf<Map>>> queryFirstRow(Database& db, std::string_view sql, Map&& map,
+                                                     const Binds&... binds) {
+  MOEWB_ASSIGN_OR_RETURN(Statement statement, prepareBound(db, sql, binds...));
+  return firstRow(statement, std::forward<Map>(map));
+}
 
 }  // namespace moewb::storage::detail

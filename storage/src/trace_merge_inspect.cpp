@@ -35,12 +35,8 @@ std::string gpuCategoryIdsSql(const std::string& schema) {
 }
 
 Status readRanks(Database& db, MergeSource& source) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, kRanksSql));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    source.ranks.push_back(query.columnInt32(0));
-  }
+  MOEWB_ASSIGN_OR_RETURN(
+      source.ranks, queryRows(db, kRanksSql, [](const Statement& s) { return s.columnInt32(0); }));
   if (source.ranks.empty()) {
     return invalidArgument(fmt::format(
         "'{}' holds no rows with a rank (no tracks, steps, collectives, expert load or traffic), "
@@ -53,26 +49,24 @@ Status readRanks(Database& db, MergeSource& source) {
 // The run row's world_size as stored (the reader clamps it): merge enumerates every rank of
 // [0, world size), so a value beyond kMaxWorldSize is refused instead of clamped.
 Status checkWorldSize(Database& db, const MergeSource& source) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, "SELECT world_size FROM run"));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  if (!hasRow) return Status::ok();
-  const int64_t worldSize = query.columnInt(0);
-  if (worldSize >= 1 && worldSize <= kMaxWorldSize) return Status::ok();
+  MOEWB_ASSIGN_OR_RETURN(const auto declared,  // (value, as written)
+                         queryFirstRow(db, "SELECT world_size FROM run", [](const Statement& s) {
+                           return std::pair(s.columnInt(0), s.columnText(0));
+                         }));
+  if (!declared || (declared->first >= 1 && declared->first <= kMaxWorldSize)) {
+    return Status::ok();
+  }
   return dataLoss(fmt::format(
       "'{}' declares world size {}; merge accepts 1 to {} ranks (the file may be damaged or "
       "hostile)",
-      source.path, query.columnText(0), kMaxWorldSize));
+      source.path, declared->second, kMaxWorldSize));
 }
 
 Status readCollectiveEnds(Database& db, MergeSource& source) {
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, kCollectivesSql));
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-    if (!hasRow) break;
-    CollectiveKey key{query.columnText(0), query.columnInt(1), query.columnText(2)};
-    source.collectiveEnds.try_emplace(std::move(key), query.columnInt(3));  // lowest rank first
-  }
-  return Status::ok();
+  return queryEachRow(db, kCollectivesSql, [&](const Statement& s) {
+    CollectiveKey key{s.columnText(0), s.columnInt(1), s.columnText(2)};
+    source.collectiveEnds.try_emplace(std::move(key), s.columnInt(3));  // lowest rank first
+  });
 }
 
 Status readGpuCorrelationRange(Database& db, MergeSource& source) {
@@ -81,13 +75,11 @@ Status readGpuCorrelationRange(Database& db, MergeSource& source) {
       "!= 0 AND category IN {} UNION ALL SELECT correlation_id FROM gpu_memory WHERE "
       "correlation_id != 0)",
       gpuCategoryIdsSql("main"));
-  MOEWB_ASSIGN_OR_RETURN(Statement query, Statement::prepare(db, sql));
-  MOEWB_ASSIGN_OR_RETURN(const bool hasRow, query.step());
-  if (hasRow && !query.columnIsNull(0)) {
-    source.gpuCorrelationMin = query.columnInt(0);
-    source.gpuCorrelationMax = query.columnInt(1);
-  }
-  return Status::ok();
+  return queryEachRow(db, sql, [&](const Statement& s) {
+    if (s.columnIsNull(0)) return;
+    source.gpuCorrelationMin = s.columnInt(0);
+    source.gpuCorrelationMax = s.columnInt(1);
+  });
 }
 
 // The first line where `a` and `b` differ, for the "different config" message.

@@ -136,9 +136,6 @@ Status hardenConnection(Database& db, int maxAttached) {
 }
 
 Status checkSchemaObjects(Database& db) {
-  MOEWB_ASSIGN_OR_RETURN(
-      Statement objects,
-      Statement::prepare(db, "SELECT type, name, tbl_name, coalesce(sql, '') FROM main.sqlite_master"));
   const DeclaredNames& declared = declaredNames();
   auto refuse = [&](const std::string& what) {
     return dataLoss(fmt::format(
@@ -146,27 +143,28 @@ Status checkSchemaObjects(Database& db) {
         "(views: {}), so the file was altered and may be damaged or hostile",
         db.path(), what, joinNames(declared.views)));
   };
-  while (true) {
-    MOEWB_ASSIGN_OR_RETURN(const bool hasRow, objects.step());
-    if (!hasRow) break;
-    const std::string type = objects.columnText(0), name = objects.columnText(1);
-    const std::string lowerName = lowerCase(name);
-    const bool ourTable = declared.tables.contains(lowerName);
-    if (type == "trigger") {
-      return refuse(fmt::format("it holds a trigger '{}' on '{}'", name, objects.columnText(2)));
-    }
-    if (type == "view" && ourTable) {
-      return refuse(fmt::format("'{}' is a view, where a trace has a table", name));
-    }
-    if (type == "view" && !declared.views.contains(lowerName)) {
-      return refuse(fmt::format("it holds a view '{}' that its schema does not declare", name));
-    }
-    if (type == "table" && ourTable &&
-        lowerCase(objects.columnText(3)).starts_with("create virtual")) {
-      return refuse(fmt::format("'{}' is a virtual table, where a trace has a table", name));
-    }
-  }
-  return Status::ok();
+  return queryEachRow(
+      db, "SELECT type, name, tbl_name, coalesce(sql, '') FROM main.sqlite_master",
+      [&](const Statement& objects) -> Status {
+        const std::string type = objects.columnText(0), name = objects.columnText(1);
+        const std::string lowerName = lowerCase(name);
+        const bool ourTable = declared.tables.contains(lowerName);
+        if (type == "trigger") {
+          return refuse(
+              fmt::format("it holds a trigger '{}' on '{}'", name, objects.columnText(2)));
+        }
+        if (type == "view" && ourTable) {
+          return refuse(fmt::format("'{}' is a view, where a trace has a table", name));
+        }
+        if (type == "view" && !declared.views.contains(lowerName)) {
+          return refuse(fmt::format("it holds a view '{}' that its schema does not declare", name));
+        }
+        if (type == "table" && ourTable &&
+            lowerCase(objects.columnText(3)).starts_with("create virtual")) {
+          return refuse(fmt::format("'{}' is a virtual table, where a trace has a table", name));
+        }
+        return Status::ok();
+      });
 }
 
 Result<UntrustedTrace> openUntrustedTrace(const std::string& path,
