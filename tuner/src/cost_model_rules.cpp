@@ -51,23 +51,18 @@ double rankSkewOf(const engine::RunConfig& c, double skew) {
 // kda.keep_intermediates on the CUDA backend (the CPU backend always recomputes): each 'K' layer
 // also keeps its chunk workspace (W, U, q decayed, k decayed: 3 K + 2 V floats per padded row)
 // and the chunk-entry states (K x (V + 1) floats per chunk), as kdaKeptIntermediateBytes in
-// engine/ops/kda/kda_chunk_cuda.cpp counts them: ~0.94 GB per layer on h200.toml. In the saved
-// activations' 2-byte elements (a float is two). `tokensPerRank` = sequences x seq_len.
-double kdaKeptElems(const engine::RunConfig& c, double tokensPerRank) {
+// engine/ops/kda/kda_chunk_cuda.cpp counts them (an internal CUDA-only function the tuner cannot
+// call): ~0.94 GB per layer on h200.toml. Per 'K' layer, in the saved activations' 2-byte
+// elements (a float is two). `tokensPerRank` = sequences x seq_len.
+double kdaKeptElemsPerLayer(const engine::RunConfig& c, double tokensPerRank) {
   if (!c.kda.keepIntermediates || c.run.backend == "cpu") return 0;
-  const std::string& p = c.model.mixerPattern;
-  int32_t kdaLayers = 0;
-  for (int32_t l = 0; l < c.model.numLayers; ++l) {
-    if (!p.empty() && p[size_t(l) % p.size()] == 'K') ++kdaLayers;
-  }
-  if (kdaLayers == 0) return 0;
   const double heads = c.kda.numHeads > 0 ? c.kda.numHeads : c.model.numHeads;
   const double hd = c.kda.headDim > 0 ? c.kda.headDim : double(c.model.dModel) / heads;
   const double seq = std::max(1, c.model.seqLen), chunk = std::max(1, c.kda.chunkSize);
   const double sequences = std::ceil(tokensPerRank / seq);
   const double rows = sequences * heads * std::ceil(seq / chunk) * chunk;
   const double floats = rows * 5 * hd + rows / chunk * hd * (hd + 1);
-  return 2 * floats * kdaLayers;
+  return 2 * floats;
 }
 
 }  // namespace
@@ -130,17 +125,19 @@ Work workOf(const engine::RunConfig& c, double skew) {
   // attention's probabilities (heads x T) in 'A' layers, per routed row the permuted input and
   // output (2 D; D with fusion.permute_into_experts) and the SwiGLU gate / up / activated rows
   // (3 F); plus the loss buffer.
-  double perToken = 0;
+  double perToken = 0, kdaKept = 0;
+  const double keptPerKdaLayer = kdaKeptElemsPerLayer(c, n);
   for (int32_t l = 0; l < c.model.numLayers; ++l) {
     const char kind = p.empty() ? 'A' : p[size_t(l) % p.size()];
     const double rowsIn = c.fusion.permuteIntoExperts ? 1 : 2;  // fused: no permuted copy
     perToken += 8 * d + k * (rowsIn * d + 3 * dff) * w.rankSkew;
     if (kind == 'A') perToken += double(c.model.numHeads) * c.model.seqLen;
+    if (kind == 'K') kdaKept += keptPerKdaLayer;
   }
   double lossBuffer = n * v;
   if (c.loss.kind == "chunk") lossBuffer = std::min(n, double(c.loss.chunkTokens)) * v;
   if (c.loss.kind == "cce") lossBuffer = n * std::min(v, double(c.loss.cceVocabBlock));
-  w.activationElems = n * perToken + lossBuffer + kdaKeptElems(c, n);
+  w.activationElems = n * perToken + lossBuffer + kdaKept;
 
   // EP all-to-all: dispatch, combine and their backwards per layer; a count exchange each.
   w.a2aElems = ep > 1 ? 4 * layers * n * k * d * (ep - 1) / ep * w.rankSkew : 0;
