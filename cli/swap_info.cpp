@@ -84,12 +84,16 @@ void printPlan(const std::vector<storage::SwapPlanRow>& plans) {
     return;
   }
   const storage::SwapPlanRow& last = plans.back();
-  int64_t swapped = 0;
-  for (const auto& t : last.tensors) swapped += t.swapped ? 1 : 0;
+  int64_t swapped = 0, recomputed = 0;
+  for (const auto& t : last.tensors) {
+    swapped += t.swapped ? 1 : 0;
+    recomputed += t.recomputed ? 1 : 0;
+  }
   std::printf("\nswap     mode %s, %zu plan%s; last from step %lld (rank %d): %lld of %zu "
-              "tensors swapped\n",
+              "tensors swapped%s\n",
               last.mode.c_str(), plans.size(), plans.size() == 1 ? "" : "s",
-              (long long)last.step, last.rank, (long long)swapped, last.tensors.size());
+              (long long)last.step, last.rank, (long long)swapped, last.tensors.size(),
+              recomputed > 0 ? (", " + std::to_string(recomputed) + " recomputed").c_str() : "");
   if (!last.summary.empty()) std::printf("  plan     %s\n", last.summary.c_str());
 }
 

@@ -180,27 +180,44 @@ std::string gbText(double gb) {
   return buf;
 }
 
+// Each entry of the comma list `list` (key `key`) must be one of `names`; "" (or blanks) passes.
+// `what` names the kind of entry in the message ("a swap op").
+Status validateOpList(const std::string& key, const std::string& list,
+                      const std::vector<std::string>& names, const std::string& what,
+                      const std::string& emptyMeaning) {
+  std::string accepted;
+  for (const auto& name : names) accepted += (accepted.empty() ? "" : ", ") + name;
+  size_t begin = 0;
+  const bool listed = list.find_first_not_of(" \t") != std::string::npos;
+  while (listed && begin <= list.size()) {
+    size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    std::string entry = list.substr(begin, end - begin);
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    if (std::find(names.begin(), names.end(), entry) == names.end()) {
+      return relationError(key, "\"" + entry + "\" in \"" + list + "\" is not " + what + "; "
+                                "accepted: a comma list of " + accepted + " (\"\" = " +
+                                emptyMeaning + ")");
+    }
+    begin = end + 1;
+  }
+  return Status::ok();
+}
+
 // Cross-key rules of [swap]. swap.prefetch_layers >= model.num_layers is accepted on purpose: it
 // issues every reload at the turn, which is a valid (if memory-hungry) schedule.
 Status validateSwap(const RunConfig& config) {
   const SwapSection& swap = config.swap;
-  std::string accepted;
-  for (const auto& name : swapOpNames()) accepted += (accepted.empty() ? "" : ", ") + name;
-  size_t begin = 0;
-  const bool listed = swap.ops.find_first_not_of(" \t") != std::string::npos;
-  while (listed && begin <= swap.ops.size()) {
-    size_t end = swap.ops.find(',', begin);
-    if (end == std::string::npos) end = swap.ops.size();
-    std::string entry = swap.ops.substr(begin, end - begin);
-    entry.erase(0, entry.find_first_not_of(" \t"));
-    entry.erase(entry.find_last_not_of(" \t") + 1);
-    const auto& names = swapOpNames();
-    if (std::find(names.begin(), names.end(), entry) == names.end()) {
-      return relationError("swap.ops", "\"" + entry + "\" in \"" + swap.ops +
-                                           "\" is not a swap op; accepted: a comma list of " +
-                                           accepted + " (\"\" = all)");
-    }
-    begin = end + 1;
+  MOEWB_RETURN_IF_ERROR(validateOpList("swap.ops", swap.ops, swapOpNames(), "a swap op", "all"));
+  MOEWB_RETURN_IF_ERROR(validateOpList("swap.recompute_ops", swap.recomputeOps,
+                                       swapRecomputeOpNames(), "a recomputable op",
+                                       "none"));
+  const bool recomputes = swap.recomputeOps.find_first_not_of(" \t,") != std::string::npos;
+  if (recomputes && swap.mode != "off" && config.run.backend == "cpu") {
+    return relationError("swap.recompute_ops",
+                         "recompute runs on the CUDA backend only (the CPU backend keeps every "
+                         "activation); set swap.recompute_ops = \"\" or run.backend = \"cuda\"");
   }
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long pageBytes = sysconf(_SC_PAGE_SIZE);

@@ -169,6 +169,11 @@ std::vector<KeySpec> buildSpecs() {
       {"swap", "ops", MOEWB_FIELD(swap.ops), 0, 0, false, {},
        "comma list of swappable activations (\"\" = all): attn_norm, mixer_input, moe_norm, "
        "moe_input, expert_fc1, moe_act, expert_fc2"},
+      {"swap", "recompute_ops", MOEWB_FIELD(swap.recomputeOps), 0, 0, false, {},
+       "comma list of activations that may be dropped after the forward and recomputed in the "
+       "backward instead (\"\" = none; CUDA backend): moe_act, expert_fc2 (both come from one "
+       "re-run of the experts' gate and up GEMM); manual: recomputed, auto: the policy chooses "
+       "keep, swap or recompute per tensor"},
       {"swap", "min_bytes", MOEWB_FIELD(swap.minBytes), 0, kNoMax, false, {},
        "tensors smaller than this many bytes are always kept"},
       {"swap", "hbm_target_gb", MOEWB_FIELD(swap.hbmTargetGb), 0, 1e6, false, {},

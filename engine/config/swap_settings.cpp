@@ -36,6 +36,11 @@ const std::vector<std::string>& swapOpNames() {
   return kNames;
 }
 
+const std::vector<std::string>& swapRecomputeOpNames() {
+  static const std::vector<std::string> kNames = {"moe_act", "expert_fc2"};
+  return kNames;
+}
+
 SwapSettings swapSettingsFrom(const SwapSection& section, int64_t deviceBytes) {
   SwapSettings s;
   s.mode = section.mode == "manual" ? SwapMode::kManual
@@ -48,6 +53,12 @@ SwapSettings swapSettingsFrom(const SwapSection& section, int64_t deviceBytes) {
       if (!op.empty() && std::find(s.ops.begin(), s.ops.end(), op) == s.ops.end()) {
         s.ops.push_back(op);
       }
+    }
+  }
+  for (const auto& op : splitSwapOps(section.recomputeOps)) {
+    if (!op.empty() && std::find(s.recomputeOps.begin(), s.recomputeOps.end(), op) ==
+                           s.recomputeOps.end()) {
+      s.recomputeOps.push_back(op);
     }
   }
   s.minBytes = std::max<int64_t>(0, section.minBytes);

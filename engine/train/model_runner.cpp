@@ -25,6 +25,15 @@ bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
   return a.tensors == b.tensors && a.layerOtherBytes == b.layerOtherBytes;
 }
 
+// The CPU backend keeps every activation: swap.recompute_ops has no effect here (validation
+// refuses it with run.backend = "cpu"; run.backend = "auto" on a machine without a GPU lands
+// here with it, and runs as if it were "").
+SwapSettings cpuSwapSettings(const SwapSection& section) {
+  SwapSettings settings = swapSettingsFrom(section, 0);
+  settings.recomputeOps.clear();
+  return settings;
+}
+
 // The fp32 reference: forward, backward, clip + AdamW on the host model. With [swap] on, the
 // simulated host tier (model/swap/swap_sim_tier.h) plans and reports swaps of the activations a
 // device would keep; the CPU model's own tensors and numerics are untouched.
@@ -33,7 +42,7 @@ class CpuModelRunner final : public ModelRunner {
   explicit CpuModelRunner(const ValidConfig& config, std::string backendNote)
       : ModelRunner(config),
         m_backendNote(std::move(backendNote)),
-        m_swap(swapSettingsFrom(m_config.swap, 0),
+        m_swap(cpuSwapSettings(m_config.swap),
                swapProfileFor(ModelDims::fromConfig(m_config)), 0) {}
   std::string backendName() const override { return "cpu"; }
   std::string deviceDescription() const override {
@@ -48,9 +57,9 @@ class CpuModelRunner final : public ModelRunner {
     // measures again); otherwise a changed [swap] plans again at the next step.
     SwapProfile sizes = swapProfileFor(ModelDims::fromConfig(m_config));
     if (!sameCandidates(sizes, m_swap.profile())) {
-      m_swap = SwapController(swapSettingsFrom(m_config.swap, 0), std::move(sizes), 0);
+      m_swap = SwapController(cpuSwapSettings(m_config.swap), std::move(sizes), 0);
     } else if (!(m_config.swap == before)) {
-      m_swap.setSettings(swapSettingsFrom(m_config.swap, 0));
+      m_swap.setSettings(cpuSwapSettings(m_config.swap));
     }
     return Status::ok();
   }

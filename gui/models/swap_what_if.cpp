@@ -121,7 +121,7 @@ void SwapDecisionModel::setDecisions(const engine::SwapProfile& profile,
     const auto& t = profile.tensors[i];
     const auto& d = prediction.decisions[i];
     m_rows.push_back({t.layer, QString::fromStdString(t.op), t.bytes,
-                      d.action == engine::SwapAction::kSwap, QString::fromStdString(d.reason)});
+                      d.action, QString::fromStdString(d.reason)});
   }
   endResetModel();
 }
@@ -139,7 +139,10 @@ QVariant SwapDecisionModel::rawValue(const Row& row, int column) const {
     case kLayer: return row.layer;
     case kOp: return row.op;
     case kMb: return double(row.bytes) / 1e6;
-    case kAction: return row.swapped ? tr("swap") : tr("keep");
+    case kAction:
+      return row.action == engine::SwapAction::kSwap        ? tr("swap")
+             : row.action == engine::SwapAction::kRecompute ? tr("recompute")
+                                                            : tr("keep");
     case kReason: return row.reason;
     default: return {};
   }

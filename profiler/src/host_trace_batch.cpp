@@ -87,6 +87,7 @@ storage::SwapPlanRow planRow(const engine::SwapPlanEvent& e) {
     if (i < e.tensorOp.size()) t.op = e.tensorOp[i];
     if (i < e.tensorBytes.size()) t.bytes = e.tensorBytes[i];
     if (i < e.tensorSwapped.size()) t.swapped = e.tensorSwapped[i];
+    if (i < e.tensorRecomputed.size()) t.recomputed = e.tensorRecomputed[i];
     if (i < e.tensorReason.size()) t.reason = e.tensorReason[i];
   }
   row.predictedPeakBytes = e.predictedPeakBytes;

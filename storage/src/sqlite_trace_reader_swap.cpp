@@ -320,9 +320,10 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool set
     }));
     MOEWB_RETURN_IF_ERROR(tensors.bindInt(1, p.id));
     MOEWB_ASSIGN_OR_RETURN(p.tensors, collectRows(tensors, [](const Statement& tensor) {
+                             const int64_t action = tensor.columnInt(3);
                              return SwapPlanTensorRow{tensor.columnInt32(0), tensor.columnText(1),
-                                                      tensor.columnInt(2), tensor.columnInt(3) != 0,
-                                                      tensor.columnText(4)};
+                                                      tensor.columnInt(2), action == 1,
+                                                      tensor.columnText(4), action == 2};
                            }));
     rows.push_back(std::move(p));
     return Status::ok();

@@ -97,7 +97,8 @@ Status SqliteTraceWriter::applyRow(const SwapPlanOp& op) {
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const SwapPlanTensorRow& t = p.tensors[i];
     MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlanTensor.bindAll(
-        planId, int64_t(i), t.layer, t.op, t.bytes, int64_t(t.swapped ? 1 : 0), t.reason));
+        planId, int64_t(i), t.layer, t.op, t.bytes, int64_t(t.swapped ? 1 : t.recomputed ? 2 : 0),
+        t.reason));
     MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlanTensor.run());
   }
   return Status::ok();

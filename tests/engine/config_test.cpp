@@ -160,7 +160,8 @@ const std::map<std::string, std::vector<std::string>>& roomFor() {
 
 // String keys without choices whose form validateConfig checks among the rules between keys (see
 // ConfigKeyInfo): their accepted text says "any string", so only their default is tried.
-const std::set<std::string> kFormCheckedElsewhere = {"model.mixer_pattern", "swap.ops"};
+const std::set<std::string> kFormCheckedElsewhere = {"model.mixer_pattern", "swap.ops",
+                                                     "swap.recompute_ops"};
 
 // Number keys whose max is also bounded by this machine (validateConfig checks it against the
 // physical memory): their table max is only a ceiling, so "at max" is not tried.

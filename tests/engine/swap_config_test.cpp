@@ -66,6 +66,26 @@ TEST(SwapConfig, NegativeSizesAndBadModesAreRefusedNamingTheKey) {
   EXPECT_NE(refusal("[swap]\nmode = \"sometimes\"\n").find("\"auto\""), std::string::npos);
 }
 
+TEST(SwapConfig, RecomputeOpsNameTheKeyAndNeedTheCudaBackend) {
+  const std::string bad = refusal("[run]\nbackend = \"cuda\"\n[swap]\nmode = \"manual\"\n"
+                                  "recompute_ops = \"attn_norm\"\n");
+  EXPECT_NE(bad.find("swap.recompute_ops"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("\"attn_norm\""), std::string::npos) << bad;
+  for (const auto& name : swapRecomputeOpNames()) EXPECT_NE(bad.find(name), std::string::npos);
+  EXPECT_EQ(refusal("[run]\nbackend = \"cuda\"\n[swap]\nmode = \"auto\"\n"
+                    "recompute_ops = \"moe_act, expert_fc2\"\n"),
+            "");
+  const std::string cpu =
+      refusal("[swap]\nmode = \"manual\"\nrecompute_ops = \"moe_act\"\n");  // backend cpu
+  EXPECT_NE(cpu.find("swap.recompute_ops"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("CUDA backend only"), std::string::npos) << cpu;
+  EXPECT_EQ(refusal("[swap]\nmode = \"off\"\nrecompute_ops = \"moe_act\"\n"), "");
+  SwapSection section;
+  section.recomputeOps = " expert_fc2 ,moe_act";
+  EXPECT_EQ(swapSettingsFrom(section, 0).recomputeOps,
+            (std::vector<std::string>{"expert_fc2", "moe_act"}));
+}
+
 TEST(SwapConfig, SwapWithSeveralRanksIsRefusedOnEveryBackend) {
   for (const char* backend : {"cpu", "cuda", "auto"}) {
     const std::string m = refusal(std::string("[run]\nbackend = \"") + backend +

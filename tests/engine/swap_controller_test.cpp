@@ -196,6 +196,37 @@ TEST(SwapController, ManualPlansAtTheFirstStepFromSizes) {
   EXPECT_FALSE(c.swaps(0, SwapOp::kExpertFc2));
 }
 
+TEST(SwapController, ManualRecomputeIsAnsweredAndItsMeasuredTimeLeavesTheBackward) {
+  SwapSettings s = autoSettings(0);
+  s.mode = SwapMode::kManual;
+  s.ops = {"attn_norm"};
+  s.recomputeOps = {"moe_act"};
+  SwapController c(s, swapProfileFor(smallDims()), 0);
+  ASSERT_TRUE(c.beginStep(0, 1000).has_value());
+  EXPECT_TRUE(c.recomputes(0, SwapOp::kMoeAct));
+  EXPECT_FALSE(c.swaps(0, SwapOp::kMoeAct));
+  EXPECT_TRUE(c.swaps(0, SwapOp::kAttnNorm));
+  EXPECT_FALSE(c.recomputes(0, SwapOp::kAttnNorm));
+  EXPECT_FALSE(c.recomputes(0, SwapOp::kExpertFc2));
+  const size_t layers = c.profile().layerForwardMs.size();
+  ASSERT_EQ(c.profile().layerRecomputeMs.size(), layers);
+  EXPECT_GT(c.profile().layerRecomputeMs[0], 0);  // the FLOPs estimate before a measurement
+  // Layer 0 measured 1.5 ms of recompute inside its 10 ms backward; the others none.
+  std::vector<double> recompute(layers, 0.0);
+  recompute[0] = 1.5;
+  c.recordStepTimes(std::vector<double>(layers, 5.0), std::vector<double>(layers, 10.0), 2.0,
+                    recompute);
+  EXPECT_DOUBLE_EQ(c.profile().layerBackwardMs[0], 8.5);
+  EXPECT_DOUBLE_EQ(c.profile().layerBackwardMs[1], 10.0);
+  for (double ms : c.profile().layerRecomputeMs) EXPECT_DOUBLE_EQ(ms, 1.5);
+  auto again = c.beginStep(1, 1000);  // the measured times replace the estimate: plans again
+  ASSERT_TRUE(again.has_value());
+  ASSERT_EQ(again->tensorRecomputed.size(), again->tensorOp.size());
+  for (size_t i = 0; i < again->tensorOp.size(); ++i) {
+    EXPECT_EQ(bool(again->tensorRecomputed[i]), again->tensorOp[i] == "moe_act") << i;
+  }
+}
+
 PhaseEvent phase(int32_t layer, Pass pass, int64_t startMs, int64_t endMs) {
   PhaseEvent e;
   e.layer = layer;

@@ -363,5 +363,105 @@ TEST(SwapPlan, SettingsFromTheConfigSection) {
   EXPECT_EQ(SwapSection{}.freeLagLayers, 1);
 }
 
+// `layers` layers of 10 ms, turn 1, each with moe_act 6e6 B and expert_fc2 3e6 B; recomputing
+// a layer costs 2 ms of its backward.
+SwapProfile recomputeProfile(int32_t layers = 2) {
+  SwapProfile p = profile(layers, 10, 10, 1);
+  p.fixedBytes = 0;
+  for (int32_t l = 0; l < layers; ++l) {
+    p.tensors.push_back({l, "moe_act", 6'000'000});
+    p.tensors.push_back({l, "expert_fc2", 3'000'000});
+  }
+  p.layerRecomputeMs.assign(size_t(layers), 2.0);
+  return p;
+}
+
+TEST(SwapPlan, RecomputeFreesFromForwardToBackwardAndCostsOncePerLayer) {
+  // Forward 0..10, 10..20; turn 20..21; backward of layer 1 21..31, of layer 0 31..43 (10 + the
+  // 2 ms recompute, once for both tensors). Layer 0's 9e6 B are gone from 10 to 31, so the
+  // peak is one layer's: 9e6 instead of 18e6. No copy, nothing exposed.
+  const SwapProfile p = recomputeProfile();
+  const std::vector<SwapAction> actions = {SwapAction::kRecompute, SwapAction::kRecompute,
+                                           SwapAction::kKeep, SwapAction::kKeep};
+  auto r = simulateSwap(settings(1e6, 1e6, 1), p, actions);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_NEAR(r->stepMs, 43, kEps);
+  EXPECT_NEAR(r->recomputeMs, 2, kEps);
+  EXPECT_EQ(r->recomputedBytes, 9'000'000);
+  EXPECT_EQ(r->peakNoSwapBytes, 18'000'000);
+  EXPECT_EQ(r->peakBytes, 9'000'000);
+  EXPECT_TRUE(r->moves.empty());
+  EXPECT_EQ(r->exposedMs, 0);
+  EXPECT_EQ(r->swappedBytes, 0);
+}
+
+TEST(SwapPlan, ManualRecomputesTheListedOpsWithoutPinnedMemory) {
+  SwapSettings s = settings(1e6, 1e6, 1);
+  s.mode = SwapMode::kManual;
+  s.ops = {"moe_act"};
+  s.recomputeOps = {"moe_act", "expert_fc2"};
+  s.pinnedBudgetBytes = 0;
+  auto r = planSwap(s, recomputeProfile());
+  ASSERT_TRUE(r.isOk());
+  for (const auto& d : r->decisions) {
+    EXPECT_EQ(d.action, SwapAction::kRecompute);
+    EXPECT_EQ(d.reason, "listed in swap.recompute_ops");
+  }
+  EXPECT_EQ(r->swappedBytes, 0);
+  EXPECT_EQ(r->recomputedBytes, 18'000'000);
+  EXPECT_NEAR(r->recomputeMs, 4, kEps);
+  EXPECT_NE(r->summary.find("swap 0 of 4 tensors (0.0 GB), recompute 4 (18.0 MB, 4 ms)"),
+            std::string::npos)
+      << r->summary;
+}
+
+TEST(SwapPlan, AutoRecomputesWhereASwapWouldStall) {
+  // D2H at 1e5 B/ms: a 6e6 B offload takes 60 ms against 10 ms layers, so any swap stalls; a
+  // recompute costs 2 ms. Target 9e6: layer 0's two tensors must go. moe_act by recompute
+  // (2 ms), then expert_fc2 of the same layer at no further cost.
+  SwapSettings s = settings(1e5, 1e5, 1);
+  s.recomputeOps = {"moe_act", "expert_fc2"};
+  s.hbmTargetBytes = 9'000'000;
+  auto r = planSwap(s, recomputeProfile());
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->decisions[0].action, SwapAction::kRecompute);
+  EXPECT_EQ(r->decisions[1].action, SwapAction::kRecompute);
+  EXPECT_EQ(r->decisions[0].reason, "picked: recompute, frees 6.0 MB at the peak, costs 2 ms");
+  EXPECT_EQ(r->decisions[1].reason,
+            "picked: recompute, frees 3.0 MB at the peak, layer already recomputes");
+  EXPECT_EQ(r->decisions[2].action, SwapAction::kKeep);
+  EXPECT_EQ(r->peakBytes, 9'000'000);
+  EXPECT_EQ(r->exposedMs, 0);
+  EXPECT_NEAR(r->recomputeMs, 2, kEps);
+  EXPECT_NE(r->summary.find("recompute 2"), std::string::npos) << r->summary;
+}
+
+TEST(SwapPlan, AutoSwapsWhereTheCopyHidesAndRecomputeWouldCost) {
+  // Three layers and a fast link: layer 0's moe_act leaves during layer 1's forward and is back
+  // (prefetch 1) at layer 1's backward, hidden; the peak at the turn drops from 27e6 to 21e6
+  // either way, and swapping costs nothing where recomputing costs 2 ms: swap wins.
+  SwapSettings s = settings(1e9, 1e9, 1);
+  s.recomputeOps = {"moe_act", "expert_fc2"};
+  s.hbmTargetBytes = 21'000'000;
+  auto r = planSwap(s, recomputeProfile(3));
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(r->decisions[0].action, SwapAction::kSwap);
+  EXPECT_EQ(r->decisions[0].reason, "picked: swap, frees 6.0 MB at the peak, hidden under compute");
+  EXPECT_EQ(r->recomputedBytes, 0);
+  EXPECT_EQ(r->recomputeMs, 0);
+  EXPECT_EQ(r->exposedMs, 0);
+  EXPECT_EQ(r->peakBytes, 21'000'000);
+}
+
+TEST(SwapPlan, RecomputeTimesOfTheWrongLengthAreInvalid) {
+  SwapProfile p = recomputeProfile();
+  p.layerRecomputeMs = {1};
+  EXPECT_EQ(simulateSwap(settings(1e6, 1e6, 1), p, std::vector<SwapAction>(4)).status().code(),
+            StatusCode::kInvalidArgument);
+  p.layerRecomputeMs = {1, -1};
+  EXPECT_EQ(simulateSwap(settings(1e6, 1e6, 1), p, std::vector<SwapAction>(4)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace moewb::engine

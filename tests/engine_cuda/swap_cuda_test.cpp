@@ -145,7 +145,9 @@ std::unique_ptr<TrainingRun> startRun(const RunConfig& config) {
 }
 
 // `steps` steps of both runs in lockstep; after each, loss and every gradient compared bitwise.
-void expectBitwiseEqualRuns(const RunConfig& plain, const RunConfig& swapped, int64_t steps) {
+// With `expectCopies`, the swapped run must have moved tensors both ways every step.
+void expectBitwiseEqualRuns(const RunConfig& plain, const RunConfig& swapped, int64_t steps,
+                            bool expectCopies = true) {
   std::unique_ptr<TrainingRun> a = startRun(plain);
   std::unique_ptr<TrainingRun> b = startRun(swapped);
   ASSERT_TRUE(a && b);
@@ -173,7 +175,7 @@ void expectBitwiseEqualRuns(const RunConfig& plain, const RunConfig& swapped, in
     }
   }
   // The swapped run did swap: every step moved tensors both ways.
-  if (swapped.swap.mode != "off") {
+  if (swapped.swap.mode != "off" && expectCopies) {
     ASSERT_EQ(int64_t(b->sink.steps.size()), steps);
     for (const SwapStepEvent& e : b->sink.steps) {
       EXPECT_GT(e.offloads, 0) << "step " << e.step;
@@ -269,6 +271,58 @@ TEST_F(SwapCudaTest, PermuteIntoExpertsWithSwapIsBitwiseThatWithout) {
   config.fusion.permuteIntoExperts = true;
   config.fusion.combineIntoExperts = true;
   expectBitwiseEqualRuns(config, withManualSwap(config, 0), 20);
+}
+
+// Recompute instead of swap for the experts' activations (both fusions on: the gathered input
+// and the folded combine), every other op swapped: bitwise the run without either.
+TEST_F(SwapCudaTest, RecomputeBesideSwapIsBitwiseThatWithout) {
+  RunConfig config = hybridConfig();
+  config.fusion.permuteIntoExperts = true;
+  config.fusion.combineIntoExperts = true;
+  RunConfig swapped = withManualSwap(config);
+  swapped.swap.recomputeOps = "moe_act, expert_fc2";
+  expectBitwiseEqualRuns(config, swapped, 20);
+}
+
+// Recompute only (the plan swaps nothing: swap.ops lists only recomputed ops): bitwise, every
+// step's peak below the no-swap run's by at least one layer's dropped tensors, the counterfactual
+// peak near the no-swap run's, and the plan says what it recomputes.
+TEST_F(SwapCudaTest, RecomputeAloneIsBitwiseAndLowersThePeak) {
+  const RunConfig plain = wideConfig();
+  RunConfig recompute = withManualSwap(plain);
+  recompute.swap.ops = "moe_act";
+  recompute.swap.recomputeOps = "moe_act, expert_fc2";
+  expectBitwiseEqualRuns(plain, recompute, 4, /*expectCopies=*/false);
+  std::unique_ptr<TrainingRun> a = startRun(plain);
+  std::unique_ptr<TrainingRun> b = startRun(recompute);
+  ASSERT_TRUE(a && b);
+  const ModelDims dims = ModelDims::fromConfig(plain);
+  const int64_t layerDropped = 3 * dims.tokens() * dims.topK * dims.dFf * 2;  // g, u, h bf16
+  for (int64_t s = 0; s < 4; ++s) {
+    const Batch batch = distinctTokenBatch(plain, s);
+    auto ra = a->backend->trainStep(batch, s, plain.optim, nullptr);
+    auto rb = b->backend->trainStep(batch, s, recompute.optim, nullptr);
+    ASSERT_TRUE(ra.isOk() && rb.isOk());
+    EXPECT_LE(rb.value().peakBytes, ra.value().peakBytes - layerDropped) << "step " << s;
+    const SwapStepEvent& e = b->sink.steps.back();
+    EXPECT_EQ(e.offloads, 0);
+    EXPECT_NEAR(double(e.hbmPeakNoSwapBytes), double(ra.value().peakBytes),
+                0.05 * double(ra.value().peakBytes)) << "step " << s;
+    std::cout << "step " << s << ": peak " << rb.value().peakBytes << " B, no-swap run "
+              << ra.value().peakBytes << " B, counterfactual " << e.hbmPeakNoSwapBytes << " B\n";
+  }
+  ASSERT_FALSE(b->sink.plans.empty());
+  const SwapPlanEvent& plan = b->sink.plans.back();
+  int recomputed = 0;
+  for (size_t i = 0; i < plan.tensorOp.size(); ++i) {
+    const bool expected = plan.tensorOp[i] == "moe_act" || plan.tensorOp[i] == "expert_fc2";
+    ASSERT_LT(i, plan.tensorRecomputed.size());
+    EXPECT_EQ(bool(plan.tensorRecomputed[i]), expected) << plan.tensorOp[i];
+    EXPECT_FALSE(plan.tensorSwapped[i]) << plan.tensorOp[i];
+    recomputed += plan.tensorRecomputed[i];
+  }
+  EXPECT_EQ(recomputed, 2 * int(dims.numLayers));
+  EXPECT_NE(plan.summary.find("recompute 12"), std::string::npos) << plan.summary;
 }
 
 // The swap events of 6 steps: each planned tensor offloaded and reloaded once per step with the

@@ -88,13 +88,15 @@ Status CudaModel::setSwap(SwapTierCuda* tier, const SwapController* controller) 
   return Status::ok();
 }
 
-// After layer `layer`'s forward: hands the tensors the controller swaps this step to the tier.
+// After layer `layer`'s forward: hands the tensors the controller swaps this step to the tier,
+// then drops those it recomputes (moeSublayerBackward writes them again).
 Status CudaModel::offloadLayer(int32_t layer) {
   if (m_swapTier == nullptr) return Status::ok();
   LayerActs& a = m_acts[size_t(layer)];
-  std::vector<SwapSlots> slots;
+  std::vector<SwapSlots> slots, dropped;
   auto plan = [&](SwapOp op, DeviceTensor<bf16>* first, DeviceTensor<bf16>* second = nullptr) {
     if (m_swapController->swaps(layer, op)) slots.push_back({op, {first, second}});
+    if (m_swapController->recomputes(layer, op)) dropped.push_back({op, {first, second}});
   };
   plan(SwapOp::kAttnNorm, &a.input);
   plan(SwapOp::kMixerInput, &a.norm1);
@@ -103,7 +105,8 @@ Status CudaModel::offloadLayer(int32_t layer) {
   plan(SwapOp::kExpertFc1, &a.moe.xPerm);  // empty with fusion.permute_into_experts: skipped
   plan(SwapOp::kMoeAct, &a.moe.experts.gatePre, &a.moe.experts.upPre);
   plan(SwapOp::kExpertFc2, &a.moe.experts.hidden);
-  return m_swapTier->endLayerForward(layer, slots);
+  MOEWB_RETURN_IF_ERROR(m_swapTier->endLayerForward(layer, slots));
+  return m_swapTier->dropForRecompute(layer, dropped);
 }
 
 std::string CudaModel::layerName(int64_t layer, const char* local) const {
@@ -524,6 +527,13 @@ Status CudaModel::moeSublayerBackward(int32_t layer, const DeviceTensor<bf16>& d
                                                    DeviceExpertGrads{*g.gate, *g.up, *g.down},
                                                    a.moe.options.glu(), a.ep, m_parallel.tag));
     } else {
+      const DeviceExpertsSaved& kept = a.moe.experts;
+      if (kept.gatePre.empty() || kept.upPre.empty() || kept.hidden.empty()) {  // swap recompute
+        MOEWB_CHECK(m_swapTier != nullptr);
+        MOEWB_RETURN_IF_ERROR(m_swapTier->beginRecompute(layer));
+        MOEWB_RETURN_IF_ERROR(moeExpertsRecomputeCuda(m_context, a.norm2, w, a.moe));
+        MOEWB_RETURN_IF_ERROR(m_swapTier->endRecompute(layer));
+      }
       MOEWB_RETURN_IF_ERROR(moeExpertsBackwardCuda(m_context, a.norm2, w, a.moe, g, state));
     }
   }

@@ -25,7 +25,9 @@
 // mid; with AttnRes, input and mid are fresh mixes the AttnRes state does not keep (it keeps its
 // own block sums and snapshots); the readback at the forward's end reads only losses and counts;
 // and no saved state holds a raw pointer into them (the backward reads them through LayerActs).
-// So every op is allowed in every configuration.
+// So every op is allowed in every configuration. The tensors it plans to recompute (moe_act,
+// expert_fc2) are dropped after the layer's forward and written again by one re-run of the
+// experts' gate + up launch at the start of the layer's experts backward, bitwise.
 // Not thread-safe; one model per context.
 #pragma once
 

@@ -184,6 +184,13 @@ Status moeCombineBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& dy
                              saved.route.topWeight, saved.plan, state.dYPerm, state.dTopWeight);
 }
 
+Status moeExpertsRecomputeCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                               const MoeWeightsCuda& w, MoeSavedCuda& saved) {
+  return expertsRecomputeCuda(context, expertsInput(x, saved), saved.plan.offsets,
+                              expertWeights(w), saved.experts, saved.options.glu(),
+                              expertsIo(saved));
+}
+
 Status moeExpertsBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
                               const MoeWeightsCuda& w, const MoeSavedCuda& saved,
                               const MoeGradsCuda& grads, MoeBackwardStateCuda& state) {

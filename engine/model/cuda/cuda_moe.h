@@ -109,6 +109,11 @@ Status moeCombineBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& dy
                               const MoeWeightsCuda& w, const MoeShapeCuda& shape,
                               const MoeSavedCuda& saved, const MoeGradsCuda& grads,
                               MoeBackwardStateCuda& state);
+// Swap's recompute: writes saved.experts' gate and up pre-activations and hidden rows again
+// (those dropped after the forward are allocated anew), bitwise as moeExpertsForwardCuda did,
+// from the same x and routing. Call before moeExpertsBackwardCuda.
+Status moeExpertsRecomputeCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                               const MoeWeightsCuda& w, MoeSavedCuda& saved);
 Status moeExpertsBackwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
                               const MoeWeightsCuda& w, const MoeSavedCuda& saved,
                               const MoeGradsCuda& grads, MoeBackwardStateCuda& state);

@@ -37,6 +37,8 @@ struct SwapTierCuda::Layer {
   cudaEvent_t lastReEnd = nullptr;
   bool d2hWaited = false;              // the D2H stream waits on fwdEnd
   bool reloadsIssued = false;
+  int64_t droppedBytes = 0;            // blocks released by dropForRecompute (in the shadow)
+  cudaEvent_t recomputeStart = nullptr, recomputeEnd = nullptr;
 };
 
 SwapTierCuda::SwapTierCuda(CudaContext& context) : m_context(context) {}
@@ -312,6 +314,39 @@ void SwapTierCuda::abortStep() {
   for (Layer& l : m_layers) l = Layer{};
 }
 
+Status SwapTierCuda::dropForRecompute(int32_t layer, const std::vector<SwapSlots>& slots) {
+  MOEWB_CHECK(layer >= 0 && size_t(layer) < m_layers.size());
+  Layer& l = m_layers[size_t(layer)];
+  for (const SwapSlots& unit : slots) {
+    for (DeviceTensor<bf16>* tensor : unit.tensors) {
+      if (tensor == nullptr || tensor->empty()) continue;
+      const int64_t bytes = m_context.allocator().blockBytes(tensor->data());
+      *tensor = DeviceTensor<bf16>();  // back to the allocator, in compute-stream order
+      m_context.allocator().addShadowBytes(bytes);
+      m_shadowBytes += bytes;
+      l.droppedBytes += bytes;
+    }
+  }
+  return Status::ok();
+}
+
+Status SwapTierCuda::beginRecompute(int32_t layer) {
+  MOEWB_CHECK(layer >= 0 && size_t(layer) < m_layers.size());
+  Layer& l = m_layers[size_t(layer)];
+  // The shadow drops first, so in use + shadow never counts a tensor twice.
+  m_context.allocator().addShadowBytes(-l.droppedBytes);
+  m_shadowBytes -= l.droppedBytes;
+  l.droppedBytes = 0;
+  MOEWB_ASSIGN_OR_RETURN(l.recomputeStart, record(m_context.stream()));
+  return Status::ok();
+}
+
+Status SwapTierCuda::endRecompute(int32_t layer) {
+  MOEWB_CHECK(layer >= 0 && size_t(layer) < m_layers.size());
+  MOEWB_ASSIGN_OR_RETURN(m_layers[size_t(layer)].recomputeEnd, record(m_context.stream()));
+  return Status::ok();
+}
+
 Result<int64_t> SwapTierCuda::eventNs(cudaEvent_t event) const {
   float ms = 0;
   MOEWB_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m_anchor, event));
@@ -350,7 +385,10 @@ Status SwapTierCuda::buildReport(int64_t step, int32_t rank, SwapTierStepReport&
   const size_t layers = m_layers.size();
   report.layerForwardMs.assign(layers, 0.0);
   report.layerBackwardMs.assign(layers, 0.0);
+  report.layerRecomputeMs.assign(layers, 0.0);
   for (size_t l = 0; l < layers; ++l) {
+    MOEWB_ASSIGN_OR_RETURN(report.layerRecomputeMs[l],
+                           ms(m_layers[l].recomputeStart, m_layers[l].recomputeEnd));
     MOEWB_ASSIGN_OR_RETURN(report.layerForwardMs[l], ms(m_layers[l].fwdStart, m_layers[l].fwdEnd));
     MOEWB_ASSIGN_OR_RETURN(report.layerBackwardMs[l],
                            ms(m_layers[l].bwdBegin, m_layers[l].bwdEnd));

@@ -66,7 +66,9 @@ struct SwapTierStepReport {
   std::vector<SwapEvent> events;        // offloads in forward order, then reloads in issue order
   SwapStepEvent step;                   // watermarks and totals (simulated = false)
   std::vector<double> layerForwardMs;   // [L] fwdEnd - fwdStart
-  std::vector<double> layerBackwardMs;  // [L] bwdEnd - bwdBegin (after the reload wait)
+  std::vector<double> layerBackwardMs;  // [L] bwdEnd - bwdBegin (after the reload wait; a
+                                        //   recompute included)
+  std::vector<double> layerRecomputeMs; // [L] recomputeEnd - recomputeStart, 0 where none
   double turnMs = 0;                    // last layer's fwdEnd to its needed
   double offloadWaitMs = 0;             // compute-stream waits for offloads (release at l + lag)
   int32_t keptPoolFull = 0;             // planned units kept on the device: pinned pool full
@@ -108,6 +110,16 @@ class SwapTierCuda {
   Status endForward();
   Status beginLayerBackward(int32_t layer);
   Status endLayerBackward(int32_t layer);
+
+  // Recompute instead of keeping: dropForRecompute(l, slots) right after endLayerForward(l)
+  // releases the slots' tensors to the allocator at once (compute-stream order: nothing else
+  // reads them) and counts their blocks in the allocator's shadow (the peak without swap);
+  // beginRecompute(l) inside layer l's backward, before the model allocates them again, takes
+  // them out of the shadow and records the start; endRecompute(l) after the recompute launch
+  // records its end (the report's layerRecomputeMs). Errors: kInternal (CUDA).
+  Status dropForRecompute(int32_t layer, const std::vector<SwapSlots>& slots);
+  Status beginRecompute(int32_t layer);
+  Status endRecompute(int32_t layer);
 
   // After the step's final synchronisation: the copies' events, the watermarks from `allocator`
   // (real peak, and the shadow peak as the peak without swap) and the layer times; the tier is

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moewb/engine/model_flops.h"
+
 namespace moewb::engine {
 namespace {
 
@@ -91,6 +93,7 @@ SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile
     e.tensorOp.push_back(t.op);
     e.tensorBytes.push_back(t.bytes);
     e.tensorSwapped.push_back(plan.decisions[i].action == SwapAction::kSwap);
+    e.tensorRecomputed.push_back(plan.decisions[i].action == SwapAction::kRecompute);
     e.tensorReason.push_back(plan.decisions[i].reason);
   }
   e.predictedPeakBytes = plan.peakBytes;
@@ -131,7 +134,15 @@ SwapProfile swapProfileFor(const ModelDims& d) {
   p.layerForwardMs.assign(size_t(d.numLayers), 0.0);
   p.layerBackwardMs.assign(size_t(d.numLayers), 0.0);
   p.layerOtherBytes.assign(size_t(d.numLayers), otherSavedBytes(d));
+  p.layerRecomputeMs.assign(size_t(d.numLayers), estimatedLayerRecomputeMs(d));
   return p;
+}
+
+double estimatedLayerRecomputeMs(const ModelDims& d) {
+  const double rows = double(d.tokens()) * double(d.topK);
+  const double dx = double(d.moe.latent() ? d.moe.latentDim : d.dModel);
+  const double flops = 2.0 * rows * dx * 2.0 * double(d.dFf);
+  return flops / (0.5 * kH200MeasuredGemmFlopsPerSecond) * 1e3;
 }
 
 Result<StepLayerTimes> layerTimesFromPhases(const std::vector<PhaseEvent>& events,
@@ -170,7 +181,7 @@ Result<StepLayerTimes> layerTimesFromPhases(const std::vector<PhaseEvent>& event
 
 SwapController::SwapController(const SwapSettings& settings, SwapProfile sizes, int32_t rank)
     : m_settings(settings), m_profile(std::move(sizes)), m_rank(rank) {
-  m_swapped.assign(m_profile.layerForwardMs.size() * size_t(kOps), 0);
+  m_actions.assign(m_profile.layerForwardMs.size() * size_t(kOps), 0);
 }
 
 void SwapController::setSettings(const SwapSettings& settings) {
@@ -185,7 +196,7 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
     // Emitted once when swap goes from on to off; nothing while it stays off.
     const bool wasOn = m_plan.has_value();
     m_settingsChanged = false;
-    std::fill(m_swapped.begin(), m_swapped.end(), 0);
+    std::fill(m_actions.begin(), m_actions.end(), 0);
     if (!wasOn) return std::nullopt;
   } else {
     if (m_settings.mode == SwapMode::kAuto && !m_measured) return std::nullopt;  // measuring
@@ -195,7 +206,7 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
                      (m_measured && timesDue(step));
     if (!due) return std::nullopt;
     m_settingsChanged = false;
-    std::fill(m_swapped.begin(), m_swapped.end(), 0);
+    std::fill(m_actions.begin(), m_actions.end(), 0);
   }
   Result<SwapPrediction> planned = planSwap(m_settings, m_profile);
   if (!planned.isOk()) {  // the profile is built here, so this is a bug: keep everything
@@ -208,14 +219,16 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
   m_plannedForwardMs = m_profile.layerForwardMs;
   m_plannedBackwardMs = m_profile.layerBackwardMs;
   m_plannedTurnMs = m_profile.turnMs;
+  m_plannedRecomputeMs = m_profile.layerRecomputeMs;
   m_plannedFixedBytes = m_profile.fixedBytes;
   m_plannedStep = step;
   m_plannedWithTimes = m_measured;
   for (size_t i = 0; i < m_profile.tensors.size(); ++i) {
     const SwapTensor& t = m_profile.tensors[i];
     const SwapOp op = opOf(t.op);
-    if (!off && op != SwapOp::kCount && m_plan->decisions[i].action == SwapAction::kSwap) {
-      m_swapped[size_t(t.layer) * size_t(kOps) + size_t(op)] = 1;
+    if (!off && op != SwapOp::kCount) {
+      m_actions[size_t(t.layer) * size_t(kOps) + size_t(op)] =
+          uint8_t(m_plan->decisions[i].action);
     }
   }
   SwapPlanEvent e = planEvent(m_settings, m_profile, *m_plan, step, m_rank);
@@ -227,10 +240,13 @@ bool SwapController::timesDue(int64_t step) const {
   const bool same = m_plannedForwardMs == m_profile.layerForwardMs &&
                     m_plannedBackwardMs == m_profile.layerBackwardMs &&
                     m_plannedTurnMs == m_profile.turnMs &&
+                    m_plannedRecomputeMs == m_profile.layerRecomputeMs &&
                     m_plannedFixedBytes == m_profile.fixedBytes;
   if (same) return false;
   const bool moved = timesMoved(m_plannedForwardMs, m_profile.layerForwardMs) ||
                      timesMoved(m_plannedBackwardMs, m_profile.layerBackwardMs);
+  // The first measured recompute time replaces the FLOPs estimate: plan again at once.
+  if (timesMoved(m_plannedRecomputeMs, m_profile.layerRecomputeMs)) return true;
   if (moved && step - m_plannedStep >= kSwapReplanEverySteps) return true;
   std::vector<SwapAction> actions;
   actions.reserve(m_plan->decisions.size());
@@ -249,17 +265,37 @@ bool SwapController::swaps(int32_t layer, SwapOp op) const {
     return false;
   }
   const size_t i = size_t(layer) * size_t(kOps) + size_t(op);
-  return i < m_swapped.size() && m_swapped[i] != 0;
+  return i < m_actions.size() && m_actions[i] == uint8_t(SwapAction::kSwap);
+}
+
+bool SwapController::recomputes(int32_t layer, SwapOp op) const {
+  if (!m_plan || m_settings.mode == SwapMode::kOff || layer < 0 || op >= SwapOp::kCount) {
+    return false;
+  }
+  const size_t i = size_t(layer) * size_t(kOps) + size_t(op);
+  return i < m_actions.size() && m_actions[i] == uint8_t(SwapAction::kRecompute);
 }
 
 void SwapController::recordStepTimes(const std::vector<double>& layerForwardMs,
-                                     const std::vector<double>& layerBackwardMs, double turnMs) {
+                                     const std::vector<double>& layerBackwardMs, double turnMs,
+                                     const std::vector<double>& layerRecomputeMs) {
   if (layerForwardMs.size() != m_profile.layerForwardMs.size() ||
       layerBackwardMs.size() != m_profile.layerBackwardMs.size()) {
     return;  // another model's times: ignored
   }
   m_profile.layerForwardMs = layerForwardMs;
   m_profile.layerBackwardMs = layerBackwardMs;
+  if (layerRecomputeMs.size() == layerBackwardMs.size()) {
+    double sum = 0;
+    int32_t count = 0;
+    for (size_t l = 0; l < layerRecomputeMs.size(); ++l) {
+      if (!(layerRecomputeMs[l] > 0) || !std::isfinite(layerRecomputeMs[l])) continue;
+      m_profile.layerBackwardMs[l] = std::max(0.0, layerBackwardMs[l] - layerRecomputeMs[l]);
+      sum += layerRecomputeMs[l];
+      ++count;
+    }
+    if (count > 0) m_profile.layerRecomputeMs.assign(layerBackwardMs.size(), sum / count);
+  }
   m_profile.turnMs = std::max(0.0, turnMs);
   m_measured = true;
 }

@@ -34,6 +34,12 @@ const char* swapOpName(SwapOp op);
 // The least number of steps between two plans caused only by layer times that moved.
 inline constexpr int64_t kSwapReplanEverySteps = 50;
 
+// The recompute cost of one layer before any recompute was measured: the experts' gate and up
+// GEMM's FLOPs, 2 (N k) Dx 2F, at half the H200's measured bf16 GEMM rate (the grouped expert
+// kernels' rate on h200.toml, bench/RESULTS.md), ms. Replaced by the measured time after the
+// first step that recomputes (every layer's experts have the same shape).
+double estimatedLayerRecomputeMs(const ModelDims& dims);
+
 // The candidates of one step of `dims` (every swap op's tensor per layer, with the bytes the CUDA
 // backend keeps: bf16 layouts, N = batch * seq tokens, N k routed rows upper bound) and each
 // layer's other saved bytes (an estimate of the mixer's and router's saved state). Times zero.
@@ -69,13 +75,19 @@ class SwapController {
   std::optional<SwapPlanEvent> beginStep(int64_t step, int64_t fixedBytes);
   // Whether this step swaps (layer, op). False while measuring or with mode off.
   bool swaps(int32_t layer, SwapOp op) const;
+  // Whether this step drops (layer, op) after the forward and recomputes it in the backward.
+  bool recomputes(int32_t layer, SwapOp op) const;
   // The current plan (moves, predicted watermarks), or null before the first plan.
   const SwapPrediction* plan() const { return m_plan ? &*m_plan : nullptr; }
   const SwapProfile& profile() const { return m_profile; }
 
-  // After a step: its measured per-layer forward and backward times and the turn, ms.
+  // After a step: its measured per-layer forward and backward times and the turn, ms, and
+  // (CUDA) each layer's measured recompute time ([L], 0 where none; empty: none measured). A
+  // layer's recompute is taken out of its backward time (the plan adds it back where it
+  // recomputes); the mean over the layers that recomputed becomes every layer's recompute cost.
   void recordStepTimes(const std::vector<double>& layerForwardMs,
-                       const std::vector<double>& layerBackwardMs, double turnMs);
+                       const std::vector<double>& layerBackwardMs, double turnMs,
+                       const std::vector<double>& layerRecomputeMs = {});
 
  private:
   // Whether the latest times and resident bytes make the current plan due again (see above).
@@ -89,11 +101,12 @@ class SwapController {
   std::vector<double> m_plannedForwardMs;  // the times the current plan was made from
   std::vector<double> m_plannedBackwardMs;
   double m_plannedTurnMs = 0;
+  std::vector<double> m_plannedRecomputeMs;
   int64_t m_plannedFixedBytes = 0;
   int64_t m_plannedStep = 0;
   bool m_plannedWithTimes = false;        // the current plan was made from measured times
   std::optional<SwapPrediction> m_plan;
-  std::vector<uint8_t> m_swapped;          // [layers * SwapOp::kCount]
+  std::vector<uint8_t> m_actions;          // [layers * SwapOp::kCount] SwapAction of this step
 };
 
 }  // namespace moewb::engine

@@ -31,8 +31,13 @@ class StepSimulator {
  public:
   StepSimulator(const SwapSettings& s, const SwapProfile& p, const std::vector<SwapAction>& a)
       : m_s(s), m_p(p), m_layers(int32_t(p.layerForwardMs.size())) {
+    m_recomputes.assign(size_t(m_layers), false);
     for (size_t i = 0; i < a.size(); ++i) {
       if (a[i] == SwapAction::kSwap) m_off.push_back({int32_t(i), double(p.tensors[i].bytes)});
+      if (a[i] == SwapAction::kRecompute) {
+        m_recomputed.push_back(int32_t(i));
+        m_recomputes[size_t(p.tensors[i].layer)] = true;
+      }
     }
     // Reloads: last layer first (backward order), forward op order within a layer.
     m_reload = m_off;
@@ -61,6 +66,7 @@ class StepSimulator {
  private:
   int32_t layerOf(const CopyState& c) const { return m_p.tensors[size_t(c.tensor)].layer; }
   double phaseMs(int32_t phase) const;
+  double recomputeMs(int32_t layer) const;
   int32_t phaseLayer(int32_t phase) const {
     return phase < m_layers ? phase : 2 * m_layers - phase;
   }
@@ -75,6 +81,8 @@ class StepSimulator {
   const SwapProfile& m_p;
   int32_t m_layers;
   std::vector<CopyState> m_off, m_reload;   // issue order
+  std::vector<int32_t> m_recomputed;         // tensors recomputed, forward order
+  std::vector<bool> m_recomputes;            // [layers] the layer recomputes something
   size_t m_offNext = 0, m_reloadNext = 0;    // next to start
   int32_t m_offActive = -1, m_reloadActive = -1;
   std::vector<double> m_offEnd;              // [tensors] offload end, -1 before
@@ -97,7 +105,14 @@ class StepSimulator {
 double StepSimulator::phaseMs(int32_t phase) const {
   if (phase < m_layers) return m_p.layerForwardMs[size_t(phase)];
   if (phase == m_layers) return m_p.turnMs;
-  return m_p.layerBackwardMs[size_t(phaseLayer(phase))];
+  const int32_t l = phaseLayer(phase);
+  return m_p.layerBackwardMs[size_t(l)] + recomputeMs(l);
+}
+
+// The compute layer `layer`'s backward adds to recompute its dropped tensors (once per layer).
+double StepSimulator::recomputeMs(int32_t layer) const {
+  if (!m_recomputes[size_t(layer)] || size_t(layer) >= m_p.layerRecomputeMs.size()) return 0;
+  return m_p.layerRecomputeMs[size_t(layer)];
 }
 
 void StepSimulator::issueReloads(int32_t layer, double t) {
@@ -229,8 +244,9 @@ void StepSimulator::run() {
 }
 
 // The watermark: fixed bytes, each layer's saved bytes from its forward end to its backward end,
-// minus swapped tensors between their free point (the offload wait's end) and reload start.
-// Frees first at equal times.
+// minus swapped tensors between their free point (the offload wait's end) and reload start, and
+// recomputed tensors between their layer's forward end and backward start. Frees first at equal
+// times.
 int64_t StepSimulator::peakBytes(bool withSwap) const {
   std::vector<std::pair<double, int64_t>> events;  // (time, +alloc / -free)
   std::vector<int64_t> layerBytes(m_p.layerOtherBytes.begin(), m_p.layerOtherBytes.end());
@@ -244,6 +260,11 @@ int64_t StepSimulator::peakBytes(bool withSwap) const {
       const int64_t bytes = m_p.tensors[size_t(r.tensor)].bytes;
       events.push_back({m_freeMs[size_t(r.tensor)], -bytes});
       events.push_back({r.startMs, bytes});
+    }
+    for (int32_t i : m_recomputed) {
+      const SwapTensor& t = m_p.tensors[size_t(i)];
+      events.push_back({m_fwdEnd[size_t(t.layer)], -t.bytes});
+      events.push_back({m_bwdStart[size_t(t.layer)], t.bytes});
     }
   }
   std::sort(events.begin(), events.end());  // at equal times negative (frees) first
@@ -280,6 +301,10 @@ void StepSimulator::fill(SwapPrediction& out) const {
   }
   out.swappedBytes = 0;
   for (const auto& c : m_off) out.swappedBytes += m_p.tensors[size_t(c.tensor)].bytes;
+  out.recomputedBytes = 0;
+  for (int32_t i : m_recomputed) out.recomputedBytes += m_p.tensors[size_t(i)].bytes;
+  out.recomputeMs = 0;
+  for (int32_t l = 0; l < m_layers; ++l) out.recomputeMs += recomputeMs(l);
   out.peakBytes = peakBytes(true);
   out.peakNoSwapBytes = peakBytes(false);
   out.stepMs = m_endMs;
@@ -307,6 +332,16 @@ Status checkInput(const SwapSettings& s, const SwapProfile& p,
   }
   if (!(p.turnMs >= 0) || !std::isfinite(p.turnMs) || p.fixedBytes < 0) {
     return invalidArgument("swap profile: negative or non-finite turnMs or fixedBytes");
+  }
+  if (!p.layerRecomputeMs.empty() && p.layerRecomputeMs.size() != L) {
+    return invalidArgument("swap profile: layerRecomputeMs has " +
+                           std::to_string(p.layerRecomputeMs.size()) + " entries for " +
+                           std::to_string(L) + " layers (or none)");
+  }
+  for (double v : p.layerRecomputeMs) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return invalidArgument("swap profile: a negative or non-finite layerRecomputeMs");
+    }
   }
   int32_t last = 0;
   for (size_t i = 0; i < p.tensors.size(); ++i) {
@@ -361,22 +396,38 @@ std::string ms(double value) {
   return buf;
 }
 
-bool opAllowed(const SwapSettings& s, const std::string& op) {
-  return std::find(s.ops.begin(), s.ops.end(), op) != s.ops.end();
+bool listed(const std::vector<std::string>& ops, const std::string& op) {
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
-// The decision's reason for a tensor the filters rule out, or "" when it is a candidate.
+bool bigEnough(const SwapSettings& s, const SwapTensor& t) {
+  return t.bytes >= s.minBytes && t.bytes != 0;
+}
+
+bool mayRecompute(const SwapSettings& s, const SwapTensor& t) {
+  return listed(s.recomputeOps, t.op) && bigEnough(s, t);
+}
+
+// The decision's reason for a tensor the filters rule out of swapping, or "" when it may swap.
 std::string filterReason(const SwapSettings& s, const SwapTensor& t) {
-  if (!opAllowed(s, t.op)) return "op not in swap.ops";
-  if (t.bytes < s.minBytes || t.bytes == 0) return "below swap.min_bytes";
+  if (!listed(s.ops, t.op)) return "op not in swap.ops";
+  if (!bigEnough(s, t)) return "below swap.min_bytes";
   return "";
 }
 
 std::string countLine(const SwapPrediction& p) {
-  int32_t swapped = 0;
-  for (const auto& d : p.decisions) swapped += d.action == SwapAction::kSwap;
-  return "swap " + std::to_string(swapped) + " of " + std::to_string(p.decisions.size()) +
-         " tensors (" + gb(p.swappedBytes) + ")";
+  int32_t swapped = 0, recomputed = 0;
+  for (const auto& d : p.decisions) {
+    swapped += d.action == SwapAction::kSwap;
+    recomputed += d.action == SwapAction::kRecompute;
+  }
+  std::string line = "swap " + std::to_string(swapped) + " of " +
+                     std::to_string(p.decisions.size()) + " tensors (" + gb(p.swappedBytes) + ")";
+  if (recomputed > 0) {
+    line += ", recompute " + std::to_string(recomputed) + " (" + gb(p.recomputedBytes) + ", " +
+            ms(p.recomputeMs) + ")";
+  }
+  return line;
 }
 
 std::string timingLine(const SwapPrediction& p) {
@@ -400,6 +451,11 @@ Result<SwapPrediction> planManual(const SwapSettings& s, const SwapProfile& p) {
   int64_t used = 0;
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const SwapTensor& t = p.tensors[i];
+    if (mayRecompute(s, t)) {
+      actions[i] = SwapAction::kRecompute;
+      reasons[i] = "listed in swap.recompute_ops";
+      continue;
+    }
     reasons[i] = filterReason(s, t);
     if (!reasons[i].empty()) continue;
     if (used + t.bytes > s.pinnedBudgetBytes) {
@@ -417,16 +473,28 @@ Result<SwapPrediction> planManual(const SwapSettings& s, const SwapProfile& p) {
   return out;
 }
 
-// A candidate that reduced the peak but added stall: tried again after the stall-free ones.
+// The time a plan costs beyond the step without swap: exposed copies and recomputation.
+double costMs(const SwapPrediction& p) { return p.exposedMs + p.recomputeMs; }
+
+// A candidate that reduced the peak but added time: tried again after the free ones.
 struct Deferred {
   size_t tensor = 0;
-  double freedPerStallMs = 0;   // bytes freed at the peak per ms of added stall
-  double stallMs = 0;
+  double freedPerMs = 0;   // bytes freed at the peak per ms of added time (its best action)
+  double costMs = 0;
+};
+
+// One candidate action tried on top of the current plan.
+struct Trial {
+  SwapAction action = SwapAction::kKeep;
+  SwapPrediction next;
+  int64_t freed = 0;
+  double costMs = 0;
 };
 
 // auto: first pass over the candidates, earliest layer first (larger first within a layer),
-// taking each that lowers the peak without adding stall; second pass over the stalling ones by
-// bytes freed per ms of stall, until the target. One simulation per candidate considered.
+// taking each that lowers the peak at no added time, by its cheaper action (swap or recompute;
+// recompute on ties: it uses neither the link nor pinned memory); second pass over the costly
+// ones by bytes freed per ms, until the target. One or two simulations per candidate considered.
 Result<SwapPrediction> planAuto(const SwapSettings& s, const SwapProfile& p) {
   const size_t n = p.tensors.size();
   std::vector<SwapAction> actions(n, SwapAction::kKeep);
@@ -434,7 +502,7 @@ Result<SwapPrediction> planAuto(const SwapSettings& s, const SwapProfile& p) {
   std::vector<size_t> order;
   for (size_t i = 0; i < n; ++i) {
     reasons[i] = filterReason(s, p.tensors[i]);
-    if (reasons[i].empty()) order.push_back(i);
+    if (reasons[i].empty() || mayRecompute(s, p.tensors[i])) order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const auto& x = p.tensors[a];
@@ -443,44 +511,69 @@ Result<SwapPrediction> planAuto(const SwapSettings& s, const SwapProfile& p) {
   });
   MOEWB_ASSIGN_OR_RETURN(SwapPrediction cur, simulateSwap(s, p, actions));
   std::vector<Deferred> deferred;
-  // Tries tensor i on top of the current plan; `allowStall` accepts a plan with more stall.
-  auto tryAdd = [&](size_t i, bool allowStall) -> Result<bool> {
+  // The cheapest action for tensor i on top of the current plan that frees bytes at the peak;
+  // action kKeep (and `why` set) when none does.
+  auto bestTrial = [&](size_t i, std::string& why) -> Result<Trial> {
+    Trial best;
+    why = "frees nothing at the peak";
+    const SwapTensor& t = p.tensors[i];
+    std::vector<SwapAction> options;
+    if (mayRecompute(s, t)) options.push_back(SwapAction::kRecompute);
+    if (filterReason(s, t).empty()) {
+      if (cur.swappedBytes + t.bytes <= s.pinnedBudgetBytes) {
+        options.push_back(SwapAction::kSwap);
+      } else if (options.empty()) {
+        why = "pinned budget full";
+      }
+    }
+    for (SwapAction a : options) {
+      actions[i] = a;
+      MOEWB_ASSIGN_OR_RETURN(SwapPrediction next, simulateSwap(s, p, actions));
+      actions[i] = SwapAction::kKeep;
+      const int64_t freed = cur.peakBytes - next.peakBytes;
+      const double cost = std::max(0.0, costMs(next) - costMs(cur));
+      if (freed <= 0) continue;
+      if (best.action == SwapAction::kKeep || cost < best.costMs - kStallEpsMs) {
+        best = Trial{a, std::move(next), freed, cost};
+      }
+    }
+    return best;
+  };
+  // Tries tensor i on top of the current plan; `allowCost` accepts a plan that adds time.
+  auto tryAdd = [&](size_t i, bool allowCost) -> Result<bool> {
     if (cur.peakBytes <= s.hbmTargetBytes) {
       reasons[i] = "not needed: target reached";
       return false;
     }
-    if (cur.swappedBytes + p.tensors[i].bytes > s.pinnedBudgetBytes) {
-      reasons[i] = "pinned budget full";
+    std::string why;
+    MOEWB_ASSIGN_OR_RETURN(Trial trial, bestTrial(i, why));
+    if (trial.action == SwapAction::kKeep) {
+      reasons[i] = why;
       return false;
     }
-    actions[i] = SwapAction::kSwap;
-    MOEWB_ASSIGN_OR_RETURN(SwapPrediction next, simulateSwap(s, p, actions));
-    const int64_t freed = cur.peakBytes - next.peakBytes;
-    const double stall = next.exposedMs - cur.exposedMs;
-    if (freed <= 0) {
-      actions[i] = SwapAction::kKeep;
-      reasons[i] = "frees nothing at the peak";
+    const bool costly = trial.costMs > kStallEpsMs;
+    const bool swap = trial.action == SwapAction::kSwap;
+    if (costly && !allowCost) {
+      reasons[i] = (swap ? "would stall " : "recompute would cost ") + ms(trial.costMs);
+      deferred.push_back({i, double(trial.freed) / trial.costMs, trial.costMs});
       return false;
     }
-    if (stall > kStallEpsMs && !allowStall) {
-      actions[i] = SwapAction::kKeep;
-      reasons[i] = "would stall " + ms(stall);
-      deferred.push_back({i, double(freed) / stall, stall});
-      return false;
-    }
-    reasons[i] = "picked: frees " + gb(freed) + " at the peak" +
-                 (stall > kStallEpsMs ? ", stalls " + ms(stall) : ", hidden under compute");
-    cur = std::move(next);
+    reasons[i] = std::string(swap ? "picked: swap, frees " : "picked: recompute, frees ") +
+                 gb(trial.freed) + " at the peak" +
+                 (!costly ? (swap ? ", hidden under compute" : ", layer already recomputes")
+                          : (swap ? ", stalls " : ", costs ") + ms(trial.costMs));
+    actions[i] = trial.action;
+    cur = std::move(trial.next);
     return true;
   };
   for (size_t i : order) MOEWB_RETURN_IF_ERROR(tryAdd(i, false).status());
   std::stable_sort(deferred.begin(), deferred.end(), [](const Deferred& a, const Deferred& b) {
-    return a.freedPerStallMs > b.freedPerStallMs;
+    return a.freedPerMs > b.freedPerMs;
   });
-  const std::vector<Deferred> stalling = deferred;
-  for (const auto& d : stalling) {
+  const std::vector<Deferred> costly = deferred;
+  for (const auto& d : costly) {
     if (cur.peakBytes <= s.hbmTargetBytes) {
-      reasons[d.tensor] = "would stall " + ms(d.stallMs) + "; target reached without it";
+      reasons[d.tensor] += "; target reached without it";
       continue;
     }
     MOEWB_RETURN_IF_ERROR(tryAdd(d.tensor, true).status());

@@ -222,6 +222,28 @@ Status expertsWgmmaStages(WgmmaStages& stages) {
   return Status::ok();
 }
 
+namespace {
+
+// The forward's launch arguments over `saved`'s tensors (y and tileStart left to the caller).
+ExpertsForwardArgs forwardArgs(const DeviceTensor<bf16>& x, const DeviceTensor<int32_t>& offsets,
+                               const DeviceExpertWeights& weights, DeviceExpertsSaved& saved,
+                               const DeviceExpertsIo& io) {
+  ExpertsForwardArgs args;
+  args.x = x.data();
+  args.gatherIndex = io.gatherIndex != nullptr ? io.gatherIndex->data() : nullptr;
+  args.offsets = offsets.data();
+  args.gate = weights.gate.data();
+  args.up = weights.up.data();
+  args.down = weights.down.data();
+  args.rowWeight = io.rowWeight != nullptr ? io.rowWeight->data() : nullptr;
+  args.gatePre = saved.gatePre.data();
+  args.upPre = saved.upPre.data();
+  args.hidden = saved.hidden.data();
+  return args;
+}
+
+}  // namespace
+
 Result<DeviceTensor<bf16>> expertsForwardCuda(CudaContext& context, const DeviceTensor<bf16>& x,
                                               const DeviceTensor<int32_t>& offsets,
                                               const DeviceExpertWeights& weights,
@@ -239,21 +261,36 @@ Result<DeviceTensor<bf16>> expertsForwardCuda(CudaContext& context, const Device
   MOEWB_ASSIGN_OR_RETURN(
       DeviceTensor<int32_t> tileStart,
       context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
-  ExpertsForwardArgs args;
-  args.x = x.data();
-  args.gatherIndex = io.gatherIndex != nullptr ? io.gatherIndex->data() : nullptr;
-  args.offsets = offsets.data();
-  args.gate = weights.gate.data();
-  args.up = weights.up.data();
-  args.down = weights.down.data();
-  args.rowWeight = io.rowWeight != nullptr ? io.rowWeight->data() : nullptr;
+  ExpertsForwardArgs args = forwardArgs(x, offsets, weights, saved, io);
   args.tileStart = tileStart.data();
-  args.gatePre = saved.gatePre.data();
-  args.upPre = saved.upPre.data();
-  args.hidden = saved.hidden.data();
   args.y = y.data();
   MOEWB_RETURN_IF_ERROR(expertsForwardLaunch(context.stream(), shape, args, activation));
   return Result<DeviceTensor<bf16>>(std::move(y));
+}
+
+Status expertsRecomputeCuda(CudaContext& context, const DeviceTensor<bf16>& x,
+                            const DeviceTensor<int32_t>& offsets,
+                            const DeviceExpertWeights& weights, DeviceExpertsSaved& saved,
+                            const GluParams& activation, const DeviceExpertsIo& io) {
+  MOEWB_ASSIGN_OR_RETURN(ExpertsLaunchShape shape,
+                         checkShapes("expertsRecomputeCuda", x, offsets, weights, io));
+  const int64_t rows = shape.maxRows, f = shape.f;
+  for (DeviceTensor<bf16>* t : {&saved.gatePre, &saved.upPre, &saved.hidden}) {
+    if (!t->empty() && (t->rank() != 2 || t->dim(0) != rows || t->dim(1) != f)) {
+      return invalidArgument("expertsRecomputeCuda: a kept tensor is " + t->shapeString() +
+                             ", expected [" + std::to_string(rows) + ", " + std::to_string(f) +
+                             "]");
+    }
+    if (t->empty()) {
+      MOEWB_ASSIGN_OR_RETURN(*t, context.newTensor<bf16>({rows, f}, MemoryCategory::kActivations));
+    }
+  }
+  MOEWB_ASSIGN_OR_RETURN(
+      DeviceTensor<int32_t> tileStart,
+      context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
+  ExpertsForwardArgs args = forwardArgs(x, offsets, weights, saved, io);
+  args.tileStart = tileStart.data();
+  return expertsForwardLaunch(context.stream(), shape, args, activation);
 }
 
 Result<DeviceTensor<bf16>> expertsBackwardCuda(

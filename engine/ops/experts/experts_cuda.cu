@@ -443,6 +443,7 @@ Status forwardImpl(cudaStream_t stream, const ExpertsLaunchShape& shape,
       xs, args.gate, args.up, d, f, args.offsets, args.tileStart, numExperts,
       gluDeviceParams(activation), args.gatePre, args.upPre, args.hidden);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (args.y == nullptr) return Status::ok();  // gate + up only (recompute)
   const RowSource hs{args.hidden, f, nullptr, nullptr};
   experts_fwd_down_kernel
       <<<dim3(rowTileSlots(shape), tilesFor(d, kTileN)), kThreads, 0, stream>>>(

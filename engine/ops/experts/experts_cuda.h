@@ -90,6 +90,16 @@ Result<DeviceTensor<bf16>> expertsForwardCuda(
     const DeviceTensor<int32_t>& offsets /*[E + 1]*/, const DeviceExpertWeights& weights,
     DeviceExpertsSaved& saved, const GluParams& activation = {}, const DeviceExpertsIo& io = {});
 
+// Writes `saved` again as expertsForwardCuda wrote it (bitwise: the same gate + up launch over
+// the same inputs), allocating the tensors that are empty (dropped after the forward) and
+// overwriting the kept ones with the same values; the down projection is not run. x, offsets,
+// weights, activation and io must be the forward's. Errors: kInvalidArgument (shapes, a kept
+// tensor of another shape), kResourceExhausted, kInternal.
+Status expertsRecomputeCuda(CudaContext& context, const DeviceTensor<bf16>& x /*[N k or N, D]*/,
+                            const DeviceTensor<int32_t>& offsets /*[E + 1]*/,
+                            const DeviceExpertWeights& weights, DeviceExpertsSaved& saved,
+                            const GluParams& activation = {}, const DeviceExpertsIo& io = {});
+
 // Returns dXPerm [N k, D] (per permuted row; permuteBackwardCuda sums it per token) and adds the
 // weight gradients into `grads`. dY is dYPerm [N k, D]; with io.rowWeight it is the token
 // gradient [N, D] read through io.outputIndex, and dRowWeight ([N k] fp32, required then; rows

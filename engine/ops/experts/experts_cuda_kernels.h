@@ -35,7 +35,7 @@ struct ExpertsForwardArgs {
   bf16* gatePre = nullptr;               // [N k, F]
   bf16* upPre = nullptr;                 // [N k, F]
   bf16* hidden = nullptr;                // [N k, F]
-  bf16* y = nullptr;                     // [N k, D]
+  bf16* y = nullptr;                     // [N k, D]; null: the gate + up stage only (recompute)
 };
 
 struct ExpertsBackwardArgs {

@@ -245,6 +245,7 @@ Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& sh
   LaunchVersions ver{};
   MOEWB_RETURN_IF_ERROR(launchVersions(ver));
   MOEWB_RETURN_IF_ERROR(launchGateUp(s, ver.gateUp, args, activation));
+  if (args.y == nullptr) return Status::ok();  // gate + up only (recompute)
   return launchDown(s, ver.down, args.hidden, args.down, args.rowWeight, args.y);
 }
 

@@ -200,7 +200,8 @@ class CudaBackend final : public DeviceBackend {
       for (const SwapEvent& event : report.events) m_sink->onSwap(event);
       m_sink->onSwapStep(report.step);
     }
-    m_swap->recordStepTimes(report.layerForwardMs, report.layerBackwardMs, report.turnMs);
+    m_swap->recordStepTimes(report.layerForwardMs, report.layerBackwardMs, report.turnMs,
+                            report.layerRecomputeMs);
     calibrate(report.step.hbmPeakNoSwapBytes);
     return Status::ok();
   }

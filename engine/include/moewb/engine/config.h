@@ -188,6 +188,8 @@ struct SwapSection {
   std::string mode = "off";       // "off", "manual" (every tensor of `ops` >= min_bytes) or
                                   // "auto" (the policy picks from `ops` to reach hbm_target_gb)
   std::string ops = "";           // comma list of swap ops (swapOpNames()); "" = all of them
+  std::string recomputeOps = "";  // comma list of ops recomputed in backward instead of kept
+                                  //   (swapRecomputeOpNames(): CUDA only); "" = none
   int64_t minBytes = 1 << 20;     // tensors smaller than this are always kept
   double hbmTargetGb = 0;         // auto: device-memory peak to reach, GB (1e9 B); 0 = device size
   double pinnedBudgetGb = 4;      // pinned host pool, GB, allocated once at the first swap

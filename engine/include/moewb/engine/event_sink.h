@@ -163,7 +163,8 @@ struct SwapPlanEvent {
   std::vector<int32_t> tensorLayer;      // [tensors] the profile's candidates
   std::vector<std::string> tensorOp;     // [tensors]
   std::vector<int64_t> tensorBytes;      // [tensors]
-  std::vector<bool> tensorSwapped;       // [tensors] the decision
+  std::vector<bool> tensorSwapped;       // [tensors] the decision: swapped
+  std::vector<bool> tensorRecomputed;    // [tensors] the decision: recomputed (empty: none)
   std::vector<std::string> tensorReason; // [tensors]
   int64_t predictedPeakBytes = 0;
   int64_t predictedPeakNoSwapBytes = 0;

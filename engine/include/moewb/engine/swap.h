@@ -49,10 +49,16 @@ enum class SwapMode : uint8_t { kOff, kManual, kAuto };
 //   expert_fc2   [N k, F] bf16 the activated hidden rows (fc2 input)
 const std::vector<std::string>& swapOpNames();
 
+// The ops whose tensors the CUDA backend can drop after the forward and recompute in the
+// backward (swap.recompute_ops): moe_act and expert_fc2, both rewritten by one re-run of the
+// experts' gate and up GEMM (its epilogue writes g, u and h), bitwise as in the forward.
+const std::vector<std::string>& swapRecomputeOpNames();
+
 // The [swap] section in typed form; byte and bandwidth units spelled out.
 struct SwapSettings {
   SwapMode mode = SwapMode::kOff;
   std::vector<std::string> ops;      // allowed ops (all of swapOpNames() when the key is "")
+  std::vector<std::string> recomputeOps;  // ops that may be recomputed (swap.recompute_ops)
   int64_t minBytes = 1 << 20;
   int64_t hbmTargetBytes = 0;        // 0: no target (auto then declines)
   int64_t pinnedBudgetBytes = 0;
@@ -85,9 +91,13 @@ struct SwapProfile {
   double turnMs = 0;                      // last layer's forward end to its backward start
   std::vector<int64_t> layerOtherBytes;   // [L] saved bytes of each layer that are no candidate
   int64_t fixedBytes = 0;                 // resident for the whole step (weights, grads, ...)
+  std::vector<double> layerRecomputeMs;   // [L] cost of recomputing the layer's recomputable
+                                          //   tensors (one re-run for all of them), or empty: 0
 };
 
-enum class SwapAction : uint8_t { kKeep, kSwap };
+// kRecompute: freed at the end of its layer's forward, recomputed at the start of the layer's
+// backward (layerRecomputeMs added once per layer to that backward), no copy.
+enum class SwapAction : uint8_t { kKeep, kSwap, kRecompute };
 
 struct SwapDecision {
   SwapAction action = SwapAction::kKeep;
@@ -113,10 +123,13 @@ struct SwapPrediction {
   int64_t peakBytes = 0;                  // with the decisions
   int64_t peakNoSwapBytes = 0;            // every tensor kept
   int64_t swappedBytes = 0;               // = pinned host bytes used
+  int64_t recomputedBytes = 0;            // dropped after the forward, recomputed in backward
+  double recomputeMs = 0;                 // compute added by recomputing (in stepMs)
   double copyMs = 0;                      // sum of copy durations
   double exposedMs = 0;                   // every compute wait caused by swap: reload stalls +
                                           //   offload waits (stallMs of all moves)
-  double stepMs = 0;                      // forward + turn + backward + exposedMs
+  double stepMs = 0;                      // forward + turn + backward + recomputeMs +
+                                          //   exposedMs
   int32_t lateReloads = 0;                // reloads with a stall (offload waits not counted)
   bool declined = false;                  // auto: nothing planned because the run fits
   std::string summary;                    // one line for logs, `moewb info` and the GUI
@@ -128,13 +141,15 @@ struct SwapPrediction {
 Result<SwapPrediction> simulateSwap(const SwapSettings& settings, const SwapProfile& profile,
                                     const std::vector<SwapAction>& actions);
 
-// The policy. off: keep all. manual: swap every tensor of settings.ops >= minBytes while the
-// pinned budget lasts. auto: declines (keeps all, `declined`) when peakNoSwap <= hbmTargetBytes;
-// else swaps, in order of benefit (bytes freed at the peak per ms of predicted exposed time,
-// reload stalls and offload waits alike; earliest layers first on ties), the allowed tensors
-// until the predicted peak reaches the target, never past the pinned budget, skipping a tensor
-// whose addition adds exposed time when other choices reach the target. Errors: those of
-// simulateSwap.
+// The policy. off: keep all. manual: recompute every tensor of settings.recomputeOps >=
+// minBytes, swap every other tensor of settings.ops >= minBytes while the pinned budget lasts.
+// auto: declines (keeps all, `declined`) when peakNoSwap <= hbmTargetBytes; else frees, in order
+// of benefit (bytes freed at the peak per ms of predicted cost: exposed copy time for a swap,
+// reload stalls and offload waits alike; the layer's recompute time for a recompute, nothing
+// when the layer already recomputes; earliest layers first on ties), the allowed tensors by the
+// cheaper of the two actions allowed for them, until the predicted peak reaches the target,
+// never past the pinned budget, skipping a tensor whose addition costs time when other choices
+// reach the target. Errors: those of simulateSwap.
 Result<SwapPrediction> planSwap(const SwapSettings& settings, const SwapProfile& profile);
 
 }  // namespace moewb::engine

@@ -65,7 +65,7 @@ class SwapDecisionModel : public QAbstractTableModel {
     int32_t layer = 0;
     QString op;
     int64_t bytes = 0;
-    bool swapped = false;
+    engine::SwapAction action = engine::SwapAction::kKeep;
     QString reason;
   };
   QVariant rawValue(const Row& row, int column) const;

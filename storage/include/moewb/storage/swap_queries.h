@@ -52,6 +52,8 @@ struct SwapPlanTensorRow {
   int64_t bytes = 0;
   bool swapped = false;
   std::string reason;
+  bool recomputed = false;  // dropped after the forward, recomputed in backward (stored as
+                            //   swapped = 2)
 };
 
 // A plan with its profile (moewb::engine::SwapPlanEvent as stored): enough to plan it again under
