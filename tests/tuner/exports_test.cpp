@@ -70,6 +70,12 @@ std::vector<engine::RunConfig> sampleConfigs() {
   c.moe.auxLossCoef = 0;
   out.push_back(c);
   for (const auto& config : out) EXPECT_TRUE(engine::validateConfig(config).isOk());
+  engine::RunConfig swapped = tiny;  // manual swap beside recompute (GPU)
+  swapped.run.backend = "cuda";
+  swapped.swap.mode = "manual";
+  swapped.swap.ops = "attn_norm, mixer_input, moe_input, expert_fc1";
+  swapped.swap.recomputeOps = "moe_act, expert_fc2";
+  out.push_back(swapped);
   return out;
 }
 
@@ -237,6 +243,32 @@ TEST(Exports, SettingsATargetCannotExpressAreListedNeverDropped) {
       EXPECT_NE(out.text.find("--moe-permute-fusion"), std::string::npos);
     }
   }
+}
+
+// Manual swap and recompute map to Megatron's fine-grained offloading and selective recompute;
+// what Megatron cannot express (moe_input has no offload module, our moe_act recompute re-runs
+// only the gate / up GEMM) is listed with the nearest.
+TEST(Exports, MegatronSwapAndRecomputeFlags) {
+  const engine::RunConfig swapped = sampleConfigs().back();
+  ExportText out = exportConfig(swapped, sampleProvenance(), ExportFormat::kMegatron);
+  EXPECT_NE(out.text.find("--fine-grained-activation-offloading\n"), std::string::npos);
+  EXPECT_NE(out.text.find("--offload-modules attn_norm qkv_linear expert_fc1\n"),
+            std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("--recompute-granularity selective\n--recompute-modules moe_act\n"),
+            std::string::npos) << out.text;
+  bool ops = false, recompute = false;
+  for (const auto& line : out.unexpressed) {
+    ops = ops || (line.rfind("swap.ops", 0) == 0 &&
+                  line.find("moe_input has no Megatron offload module") != std::string::npos);
+    recompute = recompute || (line.rfind("swap.recompute_ops", 0) == 0 &&
+                              line.find("--recompute-modules moe") != std::string::npos);
+  }
+  EXPECT_TRUE(ops) << out.text;
+  EXPECT_TRUE(recompute) << out.text;
+  engine::RunConfig off = sampleConfigs().front();
+  ExportText plain = exportConfig(off, sampleProvenance(), ExportFormat::kMegatron);
+  EXPECT_EQ(plain.text.find("offload"), std::string::npos);
+  for (const auto& line : plain.unexpressed) EXPECT_NE(line.rfind("swap.", 0), 0u) << line;
 }
 
 TEST(Exports, FromAStudyTheBestPassingTrialByDefault) {

@@ -36,6 +36,15 @@ inline const std::vector<MegatronOption>& megatronOptions() {
       {"init-method-std", "float", {}},
       {"disable-bias-linear", "flag", {}},  // TransformerConfig.add_bias_linear
       {"swiglu", "flag", {}},
+      // activation recompute and fine-grained activation offloading (TransformerConfig:
+      // recompute_granularity, recompute_modules; fine_grained_activation_offloading,
+      // offload_modules; docs/user-guide/features/fine_grained_activation_offloading.md)
+      {"recompute-granularity", "str", {"full", "selective"}},
+      {"recompute-modules", "str+",
+       {"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"}},
+      {"fine-grained-activation-offloading", "flag", {}},
+      {"offload-modules", "str+",
+       {"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"}},
       // MoE (_add_moe_args, TransformerConfig)
       {"num-experts", "int", {}},
       {"moe-router-topk", "int", {}},

@@ -21,7 +21,7 @@ TEST(SearchSpace, EveryOfferedCandidateIsValidAndEveryRefusalIsTheEngines) {
       {"parallel.ep", "parallel.fsdp", "parallel.replicate", "parallel.a2a_chunks"},
       {"fusion.permute_into_experts", "fusion.combine_into_experts", "parallel.ep",
        "moe.capacity_factor", "moe.drop_policy"},
-      {"swap.mode", "swap.prefetch_layers", "parallel.ep"},
+      {"swap.mode", "swap.prefetch_layers", "swap.recompute_ops", "parallel.ep"},
       {"loss.kind", "loss.chunk_tokens", "loss.cce_vocab_block", "loss.cce_filter_eps",
        "kda.chunk_size", "kda.keep_intermediates", "run.threads"},
   };

@@ -53,9 +53,10 @@ engine::SwapProfile swapProfile(const engine::RunConfig& c, const detail::Work& 
   engine::SwapProfile profile;
   const int32_t layers = c.model.numLayers;
   const double n = w.tokensPerRank, d = c.model.dModel, k = c.moe.topK, f = c.moe.dFf;
-  double fwd = 0, bwd = 0, turn = 0;
+  double fwd = 0, bwd = 0, turn = 0, expertsFwd = 0;
   for (const auto& [name, ms] : p.phaseMs) {
     const std::string base = detail::phaseBase(name);
+    if (name == "experts.fwd") expertsFwd += ms;
     if (base == "loss")
       turn += ms;
     else if (base == "embedding" || base == "optimizer")
@@ -82,6 +83,8 @@ engine::SwapProfile swapProfile(const engine::RunConfig& c, const detail::Work& 
     perLayer = layerBytes;
     profile.layerForwardMs.push_back(fwd / std::max(1, layers));
     profile.layerBackwardMs.push_back(bwd / std::max(1, layers));
+    // swap.recompute_ops re-runs the experts' gate + up GEMM: 4 of its 6 R D F forward FLOPs.
+    profile.layerRecomputeMs.push_back(expertsFwd / std::max(1, layers) * 2.0 / 3.0);
   }
   const int64_t other = std::max<int64_t>(0, p.activationsBytes / std::max(1, layers) - perLayer);
   profile.layerOtherBytes.assign(size_t(layers), other);
@@ -103,7 +106,7 @@ Status addSwap(const Calibration& cal, const engine::RunConfig& c, const detail:
   const double elemBytes = cal.backend == "cpu" ? 4 : 2;
   MOEWB_ASSIGN_OR_RETURN(engine::SwapPrediction s,
                          engine::planSwap(settings, swapProfile(c, w, p, elemBytes)));
-  p.exposedSwapMs = s.exposedMs;
+  p.exposedSwapMs = s.exposedMs + s.recomputeMs;  // recompute: compute on the critical path
   p.peakHbmBytes = s.declined ? p.peakHbmBytes : std::min(p.peakHbmBytes, s.peakBytes);
   p.peakHostBytes = s.swappedBytes;
   return Status::ok();
@@ -126,18 +129,63 @@ double computeShare(const Calibration& cal, const engine::RunConfig& c, int32_t 
   return share;
 }
 
+// The work ratio of phase `name` (its own rule, else its base name's, else "other").
+double phaseRatio(const std::string& name, const detail::Work& wc, const detail::Work& w) {
+  for (const std::string& key : {name, detail::phaseBase(name)}) {
+    auto wn = w.phaseWork.find(key);
+    auto wo = wc.phaseWork.find(key);
+    if (wn != w.phaseWork.end() && wo != wc.phaseWork.end()) return ratio(wn->second, wo->second);
+  }
+  return ratio(w.otherPhaseWork, wc.otherPhaseWork);
+}
+
+}  // namespace
+
+double detail::kdaCoreForwardMs(const Calibration& cal) {
+  auto fwd = cal.phaseMs.find("kda.fwd");
+  auto bwd = cal.phaseMs.find("kda.bwd");
+  if (fwd == cal.phaseMs.end() || bwd == cal.phaseMs.end()) return 0;
+  const bool recomputed = !cal.config.kda.keepIntermediates || cal.backend == "cpu";
+  const double core = (bwd->second - 2 * fwd->second) / (recomputed ? 2 : 1);
+  return std::clamp(core, 0.0, fwd->second);
+}
+
+namespace {
+
+// loss.fwd / loss.bwd: the calibrated pass time (the phase less its traffic, over its passes)
+// times the candidate's passes and LM-head work ratio, plus the candidate's traffic. A pass with
+// no calibrated product (the chunk loss's backward) borrows the other pass's time per product.
+double predictLossPhase(const Calibration& cal, const engine::RunConfig& c, const detail::Work& wc,
+                        const detail::Work& w, bool forward) {
+  const double rate = detail::hbmBytesPerMs(cal);
+  const double nThen = wc.tokensPerRank, nNow = w.tokensPerRank;
+  auto perPass = [&](bool fwd) {
+    auto it = cal.phaseMs.find(fwd ? "loss.fwd" : "loss.bwd");
+    const detail::LossPasses passes = detail::lossPasses(cal.config.loss.kind);
+    const double count = fwd ? passes.forward : passes.backward;
+    if (it == cal.phaseMs.end() || count <= 0) return -1.0;
+    const double traffic = rate > 0 ? detail::lossTrafficBytes(cal.config, nThen, fwd) / rate : 0.0;
+    return std::max(0.0, it->second - traffic) / count;
+  };
+  double pass = perPass(forward);
+  if (pass < 0) pass = std::max(0.0, perPass(!forward));
+  const detail::LossPasses now = detail::lossPasses(c.loss.kind);
+  const double traffic = rate > 0 ? detail::lossTrafficBytes(c, nNow, forward) / rate : 0.0;
+  return pass * (forward ? now.forward : now.backward) * phaseRatio("loss", wc, w) + traffic;
+}
+
 void predictCompute(const Calibration& cal, const engine::RunConfig& c, const detail::Work& wc,
                     const detail::Work& w, double share, Prediction& p) {
-  const bool cceNow = c.loss.kind == "cce", cceThen = cal.config.loss.kind == "cce";
   for (const auto& [name, ms] : cal.phaseMs) {
-    const std::string base = detail::phaseBase(name);
-    auto wn = w.phaseWork.find(base);
-    auto wo = wc.phaseWork.find(base);
-    double r = wn != w.phaseWork.end() && wo != wc.phaseWork.end()
-                   ? ratio(wn->second, wo->second)
-                   : ratio(w.otherPhaseWork, wc.otherPhaseWork);
-    if (name == "loss.bwd" && cceNow != cceThen) r *= cceNow ? 1.5 : 1 / 1.5;
-    p.phaseMs[name] = ms * r * share;
+    const bool loss = name == "loss.fwd" || name == "loss.bwd";
+    double phase =
+        loss ? predictLossPhase(cal, c, wc, w, name == "loss.fwd") : ms * phaseRatio(name, wc, w);
+    if (name == "kda.bwd" && w.kdaRecomputes != wc.kdaRecomputes) {
+      const double recompute =
+          detail::kdaCoreForwardMs(cal) * ratio(w.kdaCoreForwardWork, wc.kdaCoreForwardWork);
+      phase = std::max(0.0, phase + (w.kdaRecomputes ? recompute : -recompute));
+    }
+    p.phaseMs[name] = phase * share;
     p.computeMs += p.phaseMs[name];
   }
   p.idleMs = cal.idleMs * ratio(w.idleUnits, wc.idleUnits);
@@ -180,13 +228,41 @@ void predictMemory(const Calibration& cal, const detail::Work& wc, const detail:
   p.weightsBytes = int64_t(double(cal.weightsBytes) * params);
   p.gradsBytes = int64_t(double(cal.gradsBytes) * params);
   p.optimizerBytes = int64_t(double(cal.optimizerBytes) * params);
-  p.activationsBytes =
-      int64_t(double(cal.activationsBytes) * ratio(w.activationElems, wc.activationElems));
+  // CUDA: the allocator's blocks tensor by tensor (cost_model_memory.cpp); CPU: saved elements.
+  const double act = cal.backend == "cuda"
+                         ? ratio(w.deviceActivationBytes, wc.deviceActivationBytes)
+                         : ratio(w.activationElems, wc.activationElems);
+  p.activationsBytes = int64_t(double(cal.activationsBytes) * act);
   const double sumCal =
       double(cal.weightsBytes + cal.gradsBytes + cal.optimizerBytes + cal.activationsBytes);
   const double overhead = sumCal > 0 && cal.peakBytes > 0 ? cal.peakBytes / sumCal : 1;
   p.peakHbmBytes = int64_t(
       double(p.weightsBytes + p.gradsBytes + p.optimizerBytes + p.activationsBytes) * overhead);
+}
+
+// The assumptions of the fusion, loss-kind and KDA-recompute rules when the candidate uses them.
+void appendRuleAssumptions(const Calibration& cal, const engine::RunConfig& c,
+                           std::vector<std::string>& a) {
+  if (c.fusion.permuteIntoExperts != cal.config.fusion.permuteIntoExperts ||
+      c.fusion.combineIntoExperts != cal.config.fusion.combineIntoExperts) {
+    a.push_back(
+        "fusion: a fused permute's forward moves the index only (its backward still scatters "
+        "the rows), a fused combine the token rows (N D); gathered expert reads cost what "
+        "contiguous ones did in the trace");
+  }
+  if (c.loss.kind != cal.config.loss.kind || c.loss.chunkTokens != cal.config.loss.chunkTokens) {
+    a.push_back(
+        fmt("loss.kind: LM-head products per pass (dense 1+2, cce 1+3, chunk 3+0) at the "
+            "calibrated kind's time per product; materialised logits and the chunk loss's "
+            "per-chunk dW at the optimizer's measured %.2f TB/s",
+            detail::hbmBytesPerMs(cal) / 1e9));
+  }
+  if (c.kda.keepIntermediates != cal.config.kda.keepIntermediates && cal.backend == "cuda") {
+    a.push_back(
+        fmt("kda.keep_intermediates: the KDA core's forward recompute, %.2f ms in the "
+            "trace (from kda.bwd - 2 kda.fwd)",
+            detail::kdaCoreForwardMs(cal)));
+  }
 }
 
 void appendAssumptions(const Calibration& cal, const Interconnect& net, const engine::RunConfig& c,
@@ -218,20 +294,18 @@ void appendAssumptions(const Calibration& cal, const Interconnect& net, const en
         "collectives are exposed (issued on the step's thread), all-to-alls too unless "
         "parallel.a2a_chunks > 1 on cuda; uniform routing for cross-rank bytes");
   }
-  if (c.fusion.permuteIntoExperts != cal.config.fusion.permuteIntoExperts ||
-      c.fusion.combineIntoExperts != cal.config.fusion.combineIntoExperts) {
-    a.push_back(
-        "fusion: fused permute/combine move index-only rows; gathered expert reads cost "
-        "what contiguous ones did in the trace");
-  }
-  if ((c.loss.kind == "cce") != (cal.config.loss.kind == "cce")) {
-    a.push_back("loss.kind cce: backward recomputes the logits (x1.5)");
-  }
+  appendRuleAssumptions(cal, c, a);
   if (c.swap.mode != "off") {
     a.push_back(cal.swapBytesPerMs > 0
                     ? fmt("swap copies at the measured %.1f GB/s", cal.swapBytesPerMs / 1e6)
                     : fmt("swap copies at swap.d2h_gbps %.0f / h2d_gbps %.0f (none measured)",
                           c.swap.d2hGbps, c.swap.h2dGbps));
+  }
+  if (cal.backend == "cuda") {
+    a.push_back(
+        "activations: saved tensors in allocator blocks, the peak at the turn's stack plus the "
+        "largest backward transient; blocks the allocator reuses at up to twice a request are "
+        "not counted (h8/h18 of bench/RESULTS.md: up to 1.6% of the peak)");
   }
   a.push_back(fmt("idle %.2f ms in the trace, scaled by phases per step", cal.idleMs));
 }

@@ -90,10 +90,20 @@ Work workOf(const engine::RunConfig& c, double skew) {
   ph["embedding"] = n * d + f.patchEmbed.total() / ranks;
   ph["attention"] = f.attention.total() / ranks;
   ph["kda"] = (f.kdaProjections.total() + f.kdaCore.total()) / ranks;
+  w.kdaCoreForwardWork = f.kdaCore.forward / ranks;
+  // The KDA backward recomputes the core's chunk intermediates unless the CUDA forward kept them
+  // (the CPU backend always recomputes).
+  w.kdaRecomputes = !c.kda.keepIntermediates || c.run.backend == "cpu";
   ph["sparse_attention"] =
       (f.sparseProjections.total() + f.sparseAttention.total() + f.sparseIndexer.total()) / ranks;
   ph["router"] = f.router.total() / ranks;
-  ph["permute"] = layers * n * k * (c.fusion.permuteIntoExperts ? 1 : d);
+  // Permute moves rows of the expert width (the latent width with a latent MoE). Fused into the
+  // experts, the forward's gather goes (the index only); the backward still scatters dXPerm into
+  // the tokens (moePermuteBackwardCuda runs either way), so it keeps its work.
+  const double dx = c.moe.latentDim > 0 ? c.moe.latentDim : d;
+  ph["permute.fwd"] = layers * n * k * (c.fusion.permuteIntoExperts ? 1 : dx);
+  ph["permute.bwd"] = layers * n * k * dx;
+  ph["permute"] = ph["permute.fwd"] + ph["permute.bwd"];  // a phase without its pass
   ph["experts"] = (f.experts.total() + f.latent.total()) / ranks * w.rankSkew;
   ph["combine"] =
       layers * n * (c.fusion.combineIntoExperts ? d : k * d) + f.sharedExperts.total() / ranks;
@@ -121,7 +131,8 @@ Work workOf(const engine::RunConfig& c, double skew) {
   w.paramsPerRank = w.denseParams / fsdp + w.expertParams / ep;
   ph["optimizer"] = w.paramsPerRank;
 
-  // Saved activations: per layer the norms, mixer input/output and projections (8 D), softmax
+  // Saved activations of a CPU calibration (a CUDA one scales by deviceActivationBytes, from
+  // cost_model_memory.cpp): per layer the norms, mixer input/output and projections (8 D), softmax
   // attention's probabilities (heads x T) in 'A' layers, per routed row the permuted input and
   // output (2 D; D with fusion.permute_into_experts) and the SwiGLU gate / up / activated rows
   // (3 F); plus the loss buffer.
@@ -138,6 +149,7 @@ Work workOf(const engine::RunConfig& c, double skew) {
   if (c.loss.kind == "chunk") lossBuffer = std::min(n, double(c.loss.chunkTokens)) * v;
   if (c.loss.kind == "cce") lossBuffer = n * std::min(v, double(c.loss.cceVocabBlock));
   w.activationElems = n * perToken + lossBuffer + kdaKept;
+  w.deviceActivationBytes = deviceActivations(c, n, w.rankSkew).peakBytes;
 
   // EP all-to-all: dispatch, combine and their backwards per layer; a count exchange each.
   w.a2aElems = ep > 1 ? 4 * layers * n * k * d * (ep - 1) / ep * w.rankSkew : 0;

@@ -2,10 +2,12 @@
 // Megatron-LM main (megatron/training/arguments.py,
 // megatron/core/transformer/transformer_config.py, megatron/core/model_parallel_config.py);
 // tests/tuner/megatron_options.h keeps the table the tests check against.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "moewb/engine/swap.h"
 #include "moewb/tuner/exports.h"
 
 namespace moewb::tuner::detail {
@@ -155,6 +157,68 @@ void trainingFlags(const engine::RunConfig& c, FlagWriter& w) {
   w.note("run.threads", "a CPU engine setting");
 }
 
+// Our swap op (named after its consumer) -> Megatron-Core's fine-grained offload module (named
+// after the module whose input it offloads), or "" when Megatron has none.
+const char* offloadModuleOf(const std::string& op) {
+  if (op == "attn_norm") return "attn_norm";
+  if (op == "mixer_input") return "qkv_linear";
+  if (op == "moe_norm") return "mlp_norm";
+  if (op == "expert_fc1") return "expert_fc1";
+  if (op == "moe_act") return "moe_act";
+  return "";  // moe_input (router + experts' input), expert_fc2 (fc2's input)
+}
+
+// [swap]: manual swap -> --fine-grained-activation-offloading --offload-modules; recompute of the
+// activated rows (expert_fc2) -> --recompute-modules moe_act (Megatron recomputes the activation
+// function's output). Auto mode (a policy toward an HBM target) and our moe_act recompute (a
+// re-run of the gate / up GEMM) have no equivalent: listed with the nearest.
+void swapFlags(const engine::RunConfig& c, FlagWriter& w) {
+  const engine::SwapSettings s = engine::swapSettingsFrom(c.swap, 0);
+  const auto listed = [](const std::vector<std::string>& ops, const char* op) {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+  };
+  if (s.mode == engine::SwapMode::kOff) {
+    w.mapped({"swap.mode", "swap.ops", "swap.recompute_ops", "swap.min_bytes",
+              "swap.hbm_target_gb", "swap.pinned_budget_gb", "swap.prefetch_layers",
+              "swap.free_lag_layers", "swap.d2h_gbps", "swap.h2d_gbps", "swap.bidir_gbps"});
+    return;
+  }
+  const bool fc2 = listed(s.recomputeOps, "expert_fc2");
+  if (fc2) {
+    w.flag("recompute-granularity", "selective");
+    w.flag("recompute-modules", "moe_act");
+  }
+  if (listed(s.recomputeOps, "moe_act")) {
+    w.note("swap.recompute_ops", "moe_act: nearest --recompute-modules moe (recomputes the whole "
+                                 "MoE block, not only the gate / up GEMM)");
+  } else {
+    w.mapped({"swap.recompute_ops"});
+  }
+  if (s.mode == engine::SwapMode::kAuto) {
+    w.note("swap.mode", "auto plans toward swap.hbm_target_gb; Megatron offloads the modules "
+                        "listed, nearest --offload-modules with --activation-offload-fraction");
+    return;
+  }
+  std::string modules;
+  bool allMapped = true;
+  for (const std::string& op : s.ops) {
+    const char* module = offloadModuleOf(op);
+    if (listed(s.recomputeOps, op.c_str())) continue;  // recomputed, not swapped
+    if (*module == '\0') {
+      w.note("swap.ops", op + " has no Megatron offload module");
+      allMapped = false;
+      continue;
+    }
+    modules += (modules.empty() ? "" : " ") + std::string(module);
+  }
+  if (allMapped) w.mapped({"swap.ops"});
+  if (!modules.empty()) {
+    w.flag("fine-grained-activation-offloading");
+    w.flag("offload-modules", modules);
+  }
+  w.mapped({"swap.mode"});
+}
+
 }  // namespace
 
 std::string megatronFlags(const engine::RunConfig& config, std::vector<std::string>& unexpressed) {
@@ -162,6 +226,7 @@ std::string megatronFlags(const engine::RunConfig& config, std::vector<std::stri
   modelFlags(config, w);
   moeFlags(config, w);
   trainingFlags(config, w);
+  swapFlags(config, w);
   unexpressed = unexpressedKeys(config, w.mappedKeys(), w.notes());
   std::string out = "# launch with " + std::to_string(config.parallel.worldSize) +
                     " GPU(s) (parallel.world_size)\n";

@@ -84,6 +84,7 @@ std::vector<std::string> generatedValues(const engine::RunConfig& base,
                                          const engine::ConfigKeyInfo& info) {
   const std::string& k = info.key;
   if (info.type == "boolean") return {"false", "true"};
+  if (k == "swap.recompute_ops") return {"", "expert_fc2", "moe_act, expert_fc2"};
   if (info.type == "string") return info.choices;
   const int64_t world = base.parallel.worldSize;
   if (k == "parallel.ep" || k == "parallel.fsdp" || k == "parallel.replicate")

@@ -35,6 +35,7 @@ const std::vector<TunableKey>& tunableTable() {
       {"moe.drop_policy", false},
       {"swap.mode", false},             // same bits as without swap (docs/SWAP.md)
       {"swap.prefetch_layers", false},  // when reloads are issued: timing only
+      {"swap.recompute_ops", false},    // same bits: the recompute re-runs the forward's launch
       {"run.threads", true},
   };
   return table;

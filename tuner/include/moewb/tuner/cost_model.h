@@ -20,10 +20,17 @@
 // ranks, N = data.batch_size * model.seq_len / W tokens per rank, k = moe.top_k, D = d_model):
 //   mixer phases (attention, kda, sparse_attention): their FLOP parts / W;
 //   router: router FLOPs / W;  embedding: N * D (+ patch embedding FLOPs / W);
-//   permute: N * k * D moved rows (fusion.permute_into_experts: N * k, the index only);
+//   permute: N * k * Dx moved rows (Dx = moe.latent_dim, else D); fusion.permute_into_experts
+//     makes the forward N * k (the index only) but not the backward (it still scatters dXPerm);
 //   experts: (routed expert + latent FLOPs) / W * rank skew (below);
 //   combine: N * k * D (fusion.combine_into_experts: N * D) + shared-expert FLOPs / W;
-//   loss: LM-head FLOPs / W; loss.kind = cce recomputes the logits in the backward: x 1.5 there;
+//   kda.bwd: kda.keep_intermediates on/off removes/adds the recompute of the KDA core's forward
+//     (its time in the trace: kda.bwd - 2 kda.fwd, over 2 when the traced run recomputed;
+//     scaled by the core's forward FLOPs);
+//   loss: the calibrated time per LM-head product (the phase less its memory traffic, over its
+//     products: dense 1 + 2, cce 1 + 3, chunk 3 + 0) x the candidate's products x LM-head FLOPs
+//     ratio, plus the candidate's traffic (materialised [N, V] logits; the chunk loss's fp32 dW
+//     per chunk) at the HBM rate of the trace's optimizer phase (34 bytes per parameter; CUDA);
 //   optimizer: parameters held by the rank (dense / fsdp + routed experts / ep);
 //   any other phase: N * num_layers;
 //   CPU backend: ranks run in one process and share the cores: compute x W / W_calibrated, and
@@ -41,7 +48,10 @@
 //     shard's gradients over replicate (2 (r - 1) / r), all-reduce of the expert gradients over
 //     W / ep (2 (d - 1) / d); exposed entirely (the engine issues them on the step's thread);
 //   idle: the calibrated idle time x (phases per step) ratio (2 * phases per layer * L + 5);
-//   memory (per rank): weights, grads and optimizer x parameters held by the rank; activations x
+//   memory (per rank): weights, grads and optimizer x parameters held by the rank; activations
+//     on CUDA x the ratio of the activation peak counted tensor by tensor in allocator blocks
+//     (detail::deviceActivations: every saved tensor at the turn plus the largest backward
+//     transient on the stack still held; docs/TUNER.md lists the tensors), on the CPU x
 //     N * (L * (8 D + H T ['A' layers] + k s (2 D + 3 F)) + loss buffer) (D instead of 2 D with
 //     fusion.permute_into_experts; s the rank skew) where the loss buffer is N * V (dense),
 //     chunk_tokens * V (chunk), N * cce_vocab_block (cce); peak = their sum; with swap on, the
@@ -121,7 +131,8 @@ struct Prediction {
   double computeMs = 0;                   // sum of phaseMs
   double exposedA2aMs = 0;                // EP all-to-all not hidden behind compute
   double exposedCollectiveMs = 0;         // FSDP / replicate / expert-DP collectives
-  double exposedSwapMs = 0;               // swap stalls (reload waits + offload waits)
+  double exposedSwapMs = 0;               // swap stalls (reload waits + offload waits) and
+                                          //   swap.recompute_ops' recompute time
   double idleMs = 0;                      // launch gaps and host work between phases
   int64_t weightsBytes = 0;               // per rank
   int64_t gradsBytes = 0;
