@@ -37,11 +37,6 @@ namespace wg = grouped::wg;
 namespace ws = grouped::ws;
 namespace pp = grouped::pp;
 
-// Round 2 (bench/scratch/grouped_gemm_03.md): the weight gradients read the gather index one K
-// tile ahead, the dRowWeight epilogue batches its loads. Same bits as round 1; false selects
-// round 1's kernels (still defined in grouped_gemm_wgmma_cuda.cuh, compared by grouped_gemm_04.cu).
-constexpr bool kRound2Kernels = true;
-
 unsigned columnTiles(int64_t extent, int64_t tile) {
   const int64_t n = (extent + tile - 1) / tile;
   return unsigned(n > 0 ? n : 1);
@@ -172,8 +167,8 @@ Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwa
   // forward's y bits for the folded combine's dRowWeight, and round 5's down kernel gives round
   // 2's bits exactly (same per-element K order; grouped_gemm_05.cu, ExpertsWgmmaCudaTest), so
   // the forward may run either.
-  const auto kernel = kRound2Kernels ? wg::grouped_bwd_rowweight_batched_kernel
-                                     : wg::grouped_bwd_rowweight_kernel;
+  // Round 2 (bench/scratch/grouped_gemm_03.md): the epilogue's loads batched, round 1's bits.
+  const auto kernel = wg::grouped_bwd_rowweight_batched_kernel;
   MOEWB_RETURN_IF_ERROR(allowSmem(kernel));
   kernel<<<dim3(columnTiles(s.d, wg::kBN), s.slots), wg::kThreads, wg::kSmemBytes, s.stream>>>(
       args.hidden, args.down, s.d, s.f, s.offsets, s.tileStart, s.numExperts, args.dY,
@@ -271,8 +266,8 @@ Status expertsWgmmaWgradLaunch(cudaStream_t stream, const bf16* a, const bf16* b
     p.bySkew = walk == ExpertsWgradWalk::kBySkew;
     return wsWgradLaunch(stream, p);
   }
-  const auto kernel =
-      kRound2Kernels ? wg::grouped_wgrad_prefetch_kernel : wg::grouped_wgrad_kernel;
+  // Round 2 (bench/scratch/grouped_gemm_03.md): the gather index read one K tile ahead.
+  const auto kernel = wg::grouped_wgrad_prefetch_kernel;
   MOEWB_RETURN_IF_ERROR(allowSmem(kernel));
   const dim3 grid(columnTiles(nSize, wg::kBN), columnTiles(mSize, wg::kBM), unsigned(experts));
   kernel<<<grid, wg::kThreads, wg::kSmemBytes, stream>>>(

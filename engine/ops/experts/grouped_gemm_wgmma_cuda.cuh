@@ -30,7 +30,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "ops/experts/grouped_gemm_v2_cuda.cuh"
 
@@ -378,9 +377,8 @@ __device__ __forceinline__ void rowWeightEpilogueBatched(const unsigned char* sm
   }
 }
 
-// dRowWeight part 1 (both kernels below): the down product of a row tile, then the per-row dot
-// with dy; kBatched picks rowWeightEpilogueBatched (round 2) or v2::rowWeightEpilogue (round 1).
-template <bool kBatched>
+// dRowWeight part 1 (grouped_bwd_rowweight_batched_kernel): the down product of a row tile, then
+// the per-row dot with dy (rowWeightEpilogueBatched, round 2).
 __device__ __forceinline__ void rowWeightBody(const bf16_t* hidden, const bf16_t* down,
                                               int64_t d, int64_t f, const int32_t* offsets,
                                               const int32_t* tileStart, int numExperts,
@@ -399,27 +397,12 @@ __device__ __forceinline__ void rowWeightBody(const bf16_t* hidden, const bf16_t
   mainloop(smem, la, lb, kTiles, acc);
   stageAccum(smem, acc);
   float* partialTile = partial + int64_t(blockIdx.x) * maxRows;
-  if constexpr (kBatched) {
-    rowWeightEpilogueBatched(smem, tile, n0, d, dy, outputIndex, partialTile);
-  } else {
-    v2::rowWeightEpilogue(smem, tile, n0, d, dy, outputIndex, partialTile);
-  }
+  rowWeightEpilogueBatched(smem, tile, n0, d, dy, outputIndex, partialTile);
 }
 
 // dRowWeight part 1 as v2::grouped_bwd_rowweight_kernel (grid (ceil(d / 128), row-tile slots);
-// partial [ceil(d / 128), maxRows]); smem kSmemBytes. Round 1 (v2's epilogue); the engine runs
-// grouped_bwd_rowweight_batched_kernel, which writes the same bits.
-__global__ void __launch_bounds__(kThreads, 2)
-    grouped_bwd_rowweight_kernel(const bf16_t* hidden, const bf16_t* down, int64_t d, int64_t f,
-                                 const int32_t* offsets, const int32_t* tileStart, int numExperts,
-                                 const bf16_t* dy, const int32_t* outputIndex, int64_t maxRows,
-                                 float* partial) {
-  extern __shared__ __align__(128) unsigned char smemRaw[];
-  rowWeightBody<false>(hidden, down, d, f, offsets, tileStart, numExperts, dy, outputIndex,
-                       maxRows, partial, alignedSmem(smemRaw));
-}
-
-// As grouped_bwd_rowweight_kernel with rowWeightEpilogueBatched (same arguments, grid, output).
+// partial [ceil(d / 128), maxRows]); smem kSmemBytes. Round 2: the epilogue's global loads
+// batched (rowWeightEpilogueBatched); round 1 (v2's epilogue, the same bits) is gone.
 __global__ void __launch_bounds__(kThreads, 2)
     grouped_bwd_rowweight_batched_kernel(const bf16_t* hidden, const bf16_t* down, int64_t d,
                                          int64_t f, const int32_t* offsets,
@@ -427,8 +410,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                                          const bf16_t* dy, const int32_t* outputIndex,
                                          int64_t maxRows, float* partial) {
   extern __shared__ __align__(128) unsigned char smemRaw[];
-  rowWeightBody<true>(hidden, down, d, f, offsets, tileStart, numExperts, dy, outputIndex,
-                      maxRows, partial, alignedSmem(smemRaw));
+  rowWeightBody(hidden, down, d, f, offsets, tileStart, numExperts, dy, outputIndex, maxRows,
+                partial, alignedSmem(smemRaw));
 }
 
 // As v2::grouped_bwd_dh_kernel (grid (ceil(f / 128), row-tile slots)); smem kSmemBytes. The
@@ -477,9 +460,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   v2::dxEpilogue(smem, tile, n0, d, dx);
 }
 
-// grad[e] += A_e^T B_e (the two weight-gradient kernels below); LoadB is LoadKRowsMn (round 1)
-// or LoadKRowsMnPrefetch (round 2: bIndex read one K tile ahead). Same tile bytes either way.
-template <class LoadB>
+// grad[e] += A_e^T B_e (grouped_wgrad_prefetch_kernel): B through LoadKRowsMnPrefetch (round 2:
+// bIndex read one K tile ahead; round 1 read it with the tile, the same bits, and is gone).
 __device__ __forceinline__ void wgradBody(const bf16_t* a, const bf16_t* b, const int32_t* bIndex,
                                           int64_t mSize, int64_t nSize, const int32_t* offsets,
                                           const int32_t* expertOrder, float* grad,
@@ -491,9 +473,9 @@ __device__ __forceinline__ void wgradBody(const bf16_t* a, const bf16_t* b, cons
   const int kTiles = int((rowEnd - rowBegin + kBK - 1) / kBK);
   LoadKRowsMn la;
   la.init(a, nullptr, mSize, nullptr, rowBegin, rowEnd, m0, mSize, kTiles);
-  LoadB lb;
+  LoadKRowsMnPrefetch lb;
   lb.init(b, nullptr, nSize, bIndex, rowBegin, rowEnd, n0, nSize, kTiles);
-  if constexpr (!std::is_same_v<LoadB, LoadKRowsMn>) lb.prefetch(0);
+  lb.prefetch(0);
   Accum acc;
   mainloop(smem, la, lb, kTiles, acc);
   stageAccum(smem, acc);
@@ -503,26 +485,14 @@ __device__ __forceinline__ void wgradBody(const bf16_t* a, const bf16_t* b, cons
 // As v2::grouped_wgrad_kernel: grad[e] (mSize x nSize, fp32) += A_e^T B_e over expert e's rows,
 // a [N k, mSize], b [N k or N, nSize] (through bIndex); grid (ceil(nSize / 128), ceil(mSize /
 // 128), experts), expertOrder (or null) maps blockIdx.z to the expert; smem kSmemBytes. Both
-// operands are read [K, M] / [K, N] (K = the expert's rows): both MN-major. Round 1; the engine
-// runs grouped_wgrad_prefetch_kernel, which writes the same bits.
-__global__ void __launch_bounds__(kThreads, 2)
-    grouped_wgrad_kernel(const bf16_t* a, const bf16_t* b, const int32_t* bIndex, int64_t mSize,
-                         int64_t nSize, const int32_t* offsets, const int32_t* expertOrder,
-                         float* grad) {
-  extern __shared__ __align__(128) unsigned char smemRaw[];
-  wgradBody<LoadKRowsMn>(a, b, bIndex, mSize, nSize, offsets, expertOrder, grad,
-                         alignedSmem(smemRaw));
-}
-
-// As grouped_wgrad_kernel (same arguments, grid, output) with bIndex read one K tile ahead
-// (LoadKRowsMnPrefetch).
+// operands are read [K, M] / [K, N] (K = the expert's rows): both MN-major; bIndex is read one K
+// tile ahead (LoadKRowsMnPrefetch).
 __global__ void __launch_bounds__(kThreads, 2)
     grouped_wgrad_prefetch_kernel(const bf16_t* a, const bf16_t* b, const int32_t* bIndex,
                                   int64_t mSize, int64_t nSize, const int32_t* offsets,
                                   const int32_t* expertOrder, float* grad) {
   extern __shared__ __align__(128) unsigned char smemRaw[];
-  wgradBody<LoadKRowsMnPrefetch>(a, b, bIndex, mSize, nSize, offsets, expertOrder, grad,
-                                 alignedSmem(smemRaw));
+  wgradBody(a, b, bIndex, mSize, nSize, offsets, expertOrder, grad, alignedSmem(smemRaw));
 }
 
 }  // namespace moewb::engine::cuda::grouped::wg

@@ -1,5 +1,5 @@
 // The per-chunk KDA backward with its matrix products on tensor cores (ENGINE-MATH §2.5, the part
-// after the products of kda_bwd_products_kernel): a drop-in replacement of kda_bwd_kernel
+// after the products of kda_bwd_products_r3_kernel): a drop-in replacement of kda_bwd_kernel
 // (kda_chunk_kernels.cuh) with the same arguments, shared memory, outputs and scratch use. Shared
 // by the engine (kda_chunk_cuda.cu) and bench/scratch/kda_chunk_02.cu, which checks it against a
 // plain reference and against kda_bwd_kernel.
@@ -30,9 +30,7 @@
 
 namespace moewb::engine::cuda::kda_detail {
 
-// When true (and the shape is supported) the engine runs kda_bwd_mma_kernel, else kda_bwd_kernel.
-inline constexpr bool kKdaChunkBwdOnTensorCores = true;
-
+// Shapes kda_bwd_mma_kernel runs (the engine runs kda_bwd_kernel for the others).
 __host__ __device__ inline bool kdaBwdMmaSupported(const CoreArgs& a) {
   return a.chunk % 16 == 0 && a.keyDim % 16 == 0 && a.valueDim % 8 == 0;
 }
@@ -367,7 +365,7 @@ __global__ void __launch_bounds__(kBwdThreads) kda_bwd_mma_kernel(CoreArgs a, In
   }
 }
 
-// The per-chunk backward on tensor cores (after launchBackwardProducts on the same `in`); the
+// The per-chunk backward on tensor cores (after launchBackwardProductsR3 on the same `in`); the
 // caller checks kdaBwdMmaSupported(args).
 inline cudaError_t launchChunkBackwardMma(cudaStream_t stream, const CoreArgs& args,
                                           const IntraBwdArgs& in) {

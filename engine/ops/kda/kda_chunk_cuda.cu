@@ -1,36 +1,28 @@
 // The chunked KDA core on the GPU (ENGINE-MATH §2.3 / §2.5; see kda_cuda.h for the kernel plan,
-// limits and costs): the Status launchers of kda_cuda_kernels.h around the kernels of
-// kda_chunk_kernels.cuh, kda_recurrent_mma.cuh, kda_intra_mma.cuh and kda_bwd_mma.cuh (shared
-// with bench/scratch/kda_chunk_02.cu; workspace layouts in kda_chunk_kernels.cuh). The recurrences
-// run on tensor cores when kda_detail::kKdaRecurrentOnTensorCores, else on the fp32-FMA kernels;
-// the intra-chunk forward and the per-chunk backward on tensor cores when kKdaIntraOnTensorCores
-// / kKdaChunkBwdOnTensorCores and the shape allows (chunk and keyDim multiples of 16, valueDim of
-// 8), else on the round-1 kernels. With kKdaRecurrentRound3 (kda_recurrent_r3.cuh) the tensor-core
-// recurrences are round 3's (split state in shared memory, half-size warp tiles, value tile 16 or
-// 32 by the grid), else round 2's; with kKdaProductsRound3 (kda_products_r3.cuh) the backward
-// products split their operands once while staging, else round 2's kda_bwd_products_kernel;
-// with kKdaBwdChunkRound4 (kda_bwd_chunk_r4.cuh) the per-chunk backward stages every MMA operand
-// split once and loads fragments with ldmatrix (same bits as round 2; bench/scratch/kda_chunk_04).
-// With intraRound5() (on by default; MOEWB_KDA_INTRA_R5, setKdaIntraRound5) the intra-chunk
-// forward is round 5's (kda_intra_r5.cuh: operands split once, ldmatrix, 16 warps; same bits as
-// round 2, bench/scratch/kda_chunk_05) where kdaIntraR5Supported. With bwdChunkRound5() (on by
-// default; MOEWB_KDA_BWD_R5, setKdaBwdChunkRound5) the per-chunk backward is round 5's
-// (kda_bwd_chunk_r5.cuh: shorter serial tails, two barriers fewer, lane-balanced diagonal
-// blocks; same bits as round 4, bench/scratch/kda_chunk_06) where kdaBwdChunkR5Supported.
-// With bwdChunkRound6() (on by default; MOEWB_KDA_BWD_R6, setKdaBwdChunkRound6) it is round
-// 6's (kda_bwd_chunk_r6.cuh: the pairwise sums' diagonal blocks on tensor cores; other bits than
-// round 5's, bench/scratch/kda_chunk_07) where kdaBwdChunkR6Supported, checked before round 5.
+// limits and costs): the Status launchers of kda_cuda_kernels.h around the kernels (workspace
+// layouts in kda_chunk_kernels.cuh). Which kernel runs:
+//   intra-chunk forward   round 5 (kda_intra_r5.cuh; intraRound5(), on by default,
+//                         MOEWB_KDA_INTRA_R5, setKdaIntraRound5; bench/scratch/kda_chunk_05) where
+//                         kdaIntraR5Supported, else round 2 (kda_intra_mma.cuh, the same bits)
+//                         where kdaIntraMmaSupported (chunk and keyDim multiples of 16, valueDim
+//                         of 8), else the fp32 kda_intra_fwd_kernel (kda_chunk_kernels.cuh).
+//   recurrences           round 3 on tensor cores (kda_recurrent_r3.cuh), every shape.
+//   backward products     round 3 (kda_products_r3.cuh), every shape.
+//   per-chunk backward    kda_bwd_chunk.cuh's kernel where kdaBwdChunkSupported: round 6
+//                         (bwdChunkRound6(), on by default; MOEWB_KDA_BWD_R6, setKdaBwdChunkRound6:
+//                         the pairwise sums' diagonal blocks on tensor cores, other bits than
+//                         round 5's, bench/scratch/kda_chunk_07), else round 5 (bwdChunkRound5(),
+//                         on by default; MOEWB_KDA_BWD_R5, setKdaBwdChunkRound5: round 2's bits,
+//                         bench/scratch/kda_chunk_06); else round 2 (kda_bwd_mma.cuh) where
+//                         kdaBwdMmaSupported, else the fp32 kda_bwd_kernel.
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernel_choice.h"
-#include "ops/kda/kda_bwd_chunk_r4.cuh"
-#include "ops/kda/kda_bwd_chunk_r5.cuh"
-#include "ops/kda/kda_bwd_chunk_r6.cuh"
+#include "ops/kda/kda_bwd_chunk.cuh"
 #include "ops/kda/kda_bwd_mma.cuh"
 #include "ops/kda/kda_chunk_kernels.cuh"
 #include "ops/kda/kda_intra_mma.cuh"
 #include "ops/kda/kda_intra_r5.cuh"
 #include "ops/kda/kda_products_r3.cuh"
-#include "ops/kda/kda_recurrent_mma.cuh"
 #include "ops/kda/kda_recurrent_r3.cuh"
 #include "ops/kda/kda_cuda.h"
 #include "ops/kda/kda_cuda_kernels.h"
@@ -46,7 +38,8 @@ KernelChoice& intraRound5() {
 }
 
 // Round 5 of the per-chunk backward (bench/scratch/kda_chunk_06.md): on since its H200 check
-// (B2 T8192 3.87 -> 3.77 ms, round 4's bits).
+// (B2 T8192 3.87 -> 3.77 ms against round 4, which gave round 2's bits as round 5 does); off
+// runs round 2 (kda_bwd_mma.cuh) when round 6 is off too.
 KernelChoice& bwdChunkRound5() {
   static KernelChoice choice("MOEWB_KDA_BWD_R5", true);
   return choice;
@@ -79,7 +72,7 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
                              bool computeM, float* savedAqk, float* savedM,
                              const KdaWyWorkspace& work) {
   const kda_detail::CoreArgs args = coreArgs(dims);
-  const bool mma = kda_detail::kKdaIntraOnTensorCores && kda_detail::kdaIntraMmaSupported(args);
+  const bool mma = kda_detail::kdaIntraMmaSupported(args);
   const auto launch = !mma ? kda_detail::launchIntraForward
                       : intraRound5().newer() && kda_detail::kdaIntraR5Supported(args)
                           ? kda_detail::launchIntraForwardR5
@@ -106,17 +99,9 @@ Status launchKdaRecurrentForward(cudaStream_t stream, const KdaCoreDims& dims,
                                  const float* initialState, float* statesOut, float* vnOut,
                                  bf16* o, float* finalState) {
   const kda_detail::CoreArgs args = coreArgs(dims);
-  if (kda_detail::kKdaRecurrentOnTensorCores && kda_detail::kKdaRecurrentRound3) {
-    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchRecurrentForwardR3(
-        stream, args, work.w, work.u, work.qg, work.kDec, work.eGC, aqk, initialState,
-        statesOut, vnOut, o, finalState));
-    return Status::ok();
-  }
-  const auto launch = kda_detail::kKdaRecurrentOnTensorCores
-                          ? kda_detail::launchRecurrentForwardMma
-                          : kda_detail::launchRecurrentForward;
-  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, work.w, work.u, work.qg, work.kDec, work.eGC,
-                                    aqk, initialState, statesOut, vnOut, o, finalState));
+  MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchRecurrentForwardR3(
+      stream, args, work.w, work.u, work.qg, work.kDec, work.eGC, aqk, initialState, statesOut,
+      vnOut, o, finalState));
   return Status::ok();
 }
 
@@ -125,17 +110,9 @@ Status launchKdaStateBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const float* dFinalState, float* dStatesOut, float* dvnOut,
                               float* dInitialState) {
   const kda_detail::CoreArgs args = coreArgs(dims);
-  if (kda_detail::kKdaRecurrentOnTensorCores && kda_detail::kKdaRecurrentRound3) {
-    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchStateBackwardR3(
-        stream, args, dO, dFinalState, work.w, work.qg, work.kDec, work.eGC, aqk, dStatesOut,
-        dvnOut, dInitialState));
-    return Status::ok();
-  }
-  const auto launch = kda_detail::kKdaRecurrentOnTensorCores
-                          ? kda_detail::launchStateBackwardMma
-                          : kda_detail::launchStateBackward;
-  MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, dO, dFinalState, work.w, work.qg, work.kDec,
-                                    work.eGC, aqk, dStatesOut, dvnOut, dInitialState));
+  MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchStateBackwardR3(
+      stream, args, dO, dFinalState, work.w, work.qg, work.kDec, work.eGC, aqk, dStatesOut, dvnOut,
+      dInitialState));
   return Status::ok();
 }
 
@@ -143,24 +120,14 @@ Status launchKdaChunkBackward(cudaStream_t stream, const KdaCoreDims& dims,
                               const KdaChunkBackwardArgs& in) {
   const kda_detail::CoreArgs args = coreArgs(dims);
   const kda_detail::IntraBwdArgs p = intraBwdArgs(in);
-  const auto products = kda_detail::kKdaProductsRound3 ? kda_detail::launchBackwardProductsR3
-                                                       : kda_detail::launchBackwardProducts;
-  MOEWB_CUDA_RETURN_IF_ERROR(products(stream, args, p));
-  if (bwdChunkRound6().newer() && kda_detail::kdaBwdChunkR6Supported(args)) {
-    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR6(stream, args, p));
+  MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchBackwardProductsR3(stream, args, p));
+  const bool round6 = bwdChunkRound6().newer();
+  if ((round6 || bwdChunkRound5().newer()) && kda_detail::kdaBwdChunkSupported(args)) {
+    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardSplit(stream, args, p, round6));
     return Status::ok();
   }
-  if (bwdChunkRound5().newer() && kda_detail::kdaBwdChunkR5Supported(args)) {
-    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR5(stream, args, p));
-    return Status::ok();
-  }
-  if (kda_detail::kKdaBwdChunkRound4 && kda_detail::kdaBwdChunkR4Supported(args)) {
-    MOEWB_CUDA_RETURN_IF_ERROR(kda_detail::launchChunkBackwardR4(stream, args, p));
-    return Status::ok();
-  }
-  const auto launch = kda_detail::kKdaChunkBwdOnTensorCores && kda_detail::kdaBwdMmaSupported(args)
-                          ? kda_detail::launchChunkBackwardMma
-                          : kda_detail::launchChunkBackward;
+  const auto launch = kda_detail::kdaBwdMmaSupported(args) ? kda_detail::launchChunkBackwardMma
+                                                           : kda_detail::launchChunkBackward;
   MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, p));
   return Status::ok();
 }

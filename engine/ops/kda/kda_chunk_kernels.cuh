@@ -1,16 +1,19 @@
-// The chunked KDA core kernels (ENGINE-MATH §2.3 / §2.5; kernel plan, limits and costs in
-// kda_cuda.h), shared by the engine (kda_chunk_cuda.cu wraps the launchers below into Status) and
-// the standalone benchmarks bench/scratch/kda_chunk_01.cu / _02.cu, so both run the same code.
-// Needs only the CUDA runtime and cuda_bf16.h. kda_intra_fwd_kernel and kda_bwd_kernel are the
-// fp32 versions; kda_intra_mma.cuh / kda_bwd_mma.cuh hold their tensor-core replacements, which
-// the engine runs for the shapes they support.
+// The chunked KDA core kernels' shared definitions (ENGINE-MATH §2.3 / §2.5; kernel plan, limits
+// and costs in kda_cuda.h): the argument structs, the workspace layouts, the tensor-core helpers
+// every later kernel uses, and the fp32 intra-chunk forward and per-chunk backward
+// (kda_intra_fwd_kernel, kda_bwd_kernel), which the engine runs for the shapes the tensor-core
+// kernels do not take (chunk or keyDim not a multiple of 16, valueDim not of 8; kda_intra_mma.cuh,
+// kda_intra_r5.cuh, kda_bwd_mma.cuh and kda_bwd_chunk.cuh hold those). kda_chunk_cuda.cu wraps
+// the launchers into Status. Needs only the CUDA runtime and cuda_bf16.h. The recurrences are in
+// kda_recurrent_r3.cuh, the backward products in kda_products_r3.cuh (their earlier rounds
+// were never reached once round 3 ran for every shape, and are gone).
 //
 // Numerics: the state, every sum and the triangular solve are fp32; decay factors are only ever
 // exp(G_i - G_j) with j <= i, exp(G_i) or exp(G_C - G_i) (never a positive exponent, so gates at
-// the lower bound g = -5 per step cannot overflow). The tensor-core products of the backward
-// (kda_bwd_products_kernel) split each fp32 operand x into bf16 hi = bf16(x), lo = bf16(x - hi)
-// and sum hi·hi + hi·lo + lo·hi on mma.sync m16n8k16 with fp32 accumulation: relative error
-// ~1e-5, close to fp32 (bf16 appears only as MMA operands).
+// the lower bound g = -5 per step cannot overflow). The tensor-core products split each fp32
+// operand x into bf16 hi = bf16(x), lo = bf16(x - hi) and sum hi·hi + hi·lo + lo·hi on mma.sync
+// m16n8k16 with fp32 accumulation: relative error ~1e-5, close to fp32 (bf16 appears only as MMA
+// operands).
 //
 // Workspace layouts (bh = b * HV + hv, n = chunk, i = row in the chunk, padded to C rows):
 //   [K]-wide rows:  ((bh * NC + n) * C + i) * K + d      (W, q ⊙ e^G, k ⊙ e^{G_C - G}, dG,
@@ -33,7 +36,7 @@ namespace moewb::engine::cuda::kda_detail {
 
 using bf16 = __nv_bfloat16;
 
-// Inputs, workspaces and outputs of kda_bwd_products_kernel and kda_bwd_kernel (see
+// Inputs, workspaces and outputs of the backward products and the per-chunk backward (see
 // KdaChunkBackwardArgs in kda_cuda_kernels.h for the engine's view of the same buffers).
 struct IntraBwdArgs {
   const bf16 *q, *k, *v, *dO;                 // [N, H*K], [N, H*K], [N, HV*V], [N, HV*V]
@@ -51,7 +54,6 @@ struct IntraBwdArgs {
 
 constexpr int kThreads = 256;
 constexpr int kBwdThreads = 512;  // kda_bwd_kernel: one CTA (~200 KB smem) per SM, 16 warps
-constexpr int kVTile = 16;  // value columns per CTA of the recurrent kernels
 
 struct CoreArgs {
   int64_t batch, seqLen, heads, valueHeads, keyDim, valueDim, chunk, numChunks;
@@ -218,180 +220,7 @@ __global__ void kda_intra_fwd_kernel(CoreArgs a, const bf16* q, const bf16* k, c
   }
 }
 
-// Shared floats of the recurrent kernels.
-inline int64_t recurrentSharedFloats(int64_t c, int64_t kd) {
-  return kd * kVTile + c * (kd + 1) + c * (c + 1) + 2 * c * kVTile + kd;
-}
-
-// Copies rows < c of a [C, K] workspace block into a [C, K+1] shared buffer.
-__device__ inline void loadRows(const float* src, int c, int kd, float* dst) {
-  for (int idx = threadIdx.x; idx < c * kd; idx += blockDim.x) {
-    dst[(idx / kd) * (kd + 1) + idx % kd] = src[idx];
-  }
-}
-
-// One CTA per (b * HV + hv, value tile): walks the chunks in order with the state slice
-// S[:, v0 : v0 + 32] in shared memory. Writes (each optional) the chunk-entry states, Vn, o and
-// the final state.
-__global__ void kda_fwd_kernel(CoreArgs a, const float* w, const float* u, const float* qg,
-                               const float* kDec, const float* eGC, const float* aqk,
-                               const float* initialState, float* statesOut, float* vnOut,
-                               bf16* o, float* finalState) {
-  extern __shared__ float smem[];
-  const int kd = int(a.keyDim), vd = int(a.valueDim), cMax = int(a.chunk);
-  const int ld = kd + 1, ldc = cMax + 1;
-  float* s = smem;                  // [K, 32] state slice
-  float* buf = s + kd * kVTile;     // [C, K+1] W, then q ⊙ e^G, then k ⊙ e^{G_C - G}
-  float* as = buf + cMax * ld;      // [C, C+1] Aqk
-  float* vn = as + cMax * ldc;      // [C, 32]
-  float* eg = vn + 2 * cMax * kVTile;  // [K]
-  const int64_t bh = blockIdx.x;
-  const int v0 = int(blockIdx.y) * kVTile, vw = min(kVTile, vd - v0);
-  const int64_t kv = a.keyDim * a.valueDim;
-  for (int idx = threadIdx.x; idx < kd * kVTile; idx += blockDim.x) {
-    const int d = idx / kVTile, e = idx % kVTile;
-    s[idx] = (initialState != nullptr && e < vw) ? initialState[bh * kv + d * vd + v0 + e] : 0.f;
-  }
-  __syncthreads();
-  for (int64_t n = 0; n < a.numChunks; ++n) {
-    const ChunkAt at = chunkAt(a, bh, n);
-    const int c = at.c;
-    if (statesOut != nullptr) {
-      for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-        const int d = idx / vw, e = idx % vw;
-        statesOut[at.slot * kv + d * vd + v0 + e] = s[d * kVTile + e];
-      }
-    }
-    const int64_t kBase = at.slot * cMax * kd, vBase = at.slot * cMax * vd;
-    loadRows(w + kBase, c, kd, buf);
-    for (int idx = threadIdx.x; idx < c * vw; idx += blockDim.x) {
-      const int i = idx / vw, e = idx % vw;
-      vn[i * kVTile + e] = u[vBase + i * vd + v0 + e];
-    }
-    for (int idx = threadIdx.x; idx < c * cMax; idx += blockDim.x) {
-      as[(idx / cMax) * ldc + idx % cMax] = aqk[at.slot * cMax * cMax + idx];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < c * vw; idx += blockDim.x) {  // Vn = U - W S
-      const int i = idx / vw, e = idx % vw;
-      float acc = 0.f;
-      for (int d = 0; d < kd; ++d) acc += buf[i * ld + d] * s[d * kVTile + e];
-      const float value = vn[i * kVTile + e] - acc;
-      vn[i * kVTile + e] = value;
-      if (vnOut != nullptr) vnOut[vBase + i * vd + v0 + e] = value;
-    }
-    __syncthreads();
-    if (o != nullptr) {  // O = (q ⊙ e^G) S + Aqk Vn
-      loadRows(qg + kBase, c, kd, buf);
-      __syncthreads();
-      const int64_t oStride = a.valueHeads * a.valueDim;
-      for (int idx = threadIdx.x; idx < c * vw; idx += blockDim.x) {
-        const int i = idx / vw, e = idx % vw;
-        float acc = 0.f;
-        for (int d = 0; d < kd; ++d) acc += buf[i * ld + d] * s[d * kVTile + e];
-        for (int j = 0; j <= i; ++j) acc += as[i * ldc + j] * vn[j * kVTile + e];
-        o[(at.row0 + i) * oStride + at.vCol + v0 + e] = __float2bfloat16(acc);
-      }
-      __syncthreads();
-    }
-    loadRows(kDec + kBase, c, kd, buf);
-    for (int d = threadIdx.x; d < kd; d += blockDim.x) eg[d] = eGC[at.slot * kd + d];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {  // S update
-      const int d = idx / vw, e = idx % vw;
-      float acc = eg[d] * s[d * kVTile + e];
-      for (int i = 0; i < c; ++i) acc += buf[i * ld + d] * vn[i * kVTile + e];
-      s[d * kVTile + e] = acc;
-    }
-    __syncthreads();
-  }
-  if (finalState != nullptr) {
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-      const int d = idx / vw, e = idx % vw;
-      finalState[bh * kv + d * vd + v0 + e] = s[d * kVTile + e];
-    }
-  }
-}
-
-// One CTA per (b * HV + hv, value tile): the reverse state-gradient recurrence. For each chunk
-// (last first) stores dS leaving the chunk, dVn = Aqk^T dO + (k ⊙ e^{G_C - G}) dS, then
-// dS <- e^{G_C} dS + (q ⊙ e^G)^T dO - W^T dVn. Writes dInitialState when not null.
-__global__ void kda_bwd_dh_kernel(CoreArgs a, const bf16* dO, const float* dFinalState,
-                                  const float* w, const float* qg, const float* kDec,
-                                  const float* eGC, const float* aqk, float* dStatesOut,
-                                  float* dvnOut, float* dInitialState) {
-  extern __shared__ float smem[];
-  const int kd = int(a.keyDim), vd = int(a.valueDim), cMax = int(a.chunk);
-  const int ld = kd + 1, ldc = cMax + 1;
-  float* ds = smem;                     // [K, 32]
-  float* buf = ds + kd * kVTile;        // [C, K+1]
-  float* as = buf + cMax * ld;          // [C, C+1]
-  float* dos = as + cMax * ldc;         // [C, 32] dO tile
-  float* dvn = dos + cMax * kVTile;     // [C, 32]
-  float* eg = dvn + cMax * kVTile;      // [K]
-  const int64_t bh = blockIdx.x;
-  const int v0 = int(blockIdx.y) * kVTile, vw = min(kVTile, vd - v0);
-  const int64_t kv = a.keyDim * a.valueDim, oStride = a.valueHeads * a.valueDim;
-  for (int idx = threadIdx.x; idx < kd * kVTile; idx += blockDim.x) {
-    const int d = idx / kVTile, e = idx % kVTile;
-    ds[idx] = (dFinalState != nullptr && e < vw) ? dFinalState[bh * kv + d * vd + v0 + e] : 0.f;
-  }
-  __syncthreads();
-  for (int64_t n = a.numChunks - 1; n >= 0; --n) {
-    const ChunkAt at = chunkAt(a, bh, n);
-    const int c = at.c;
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-      const int d = idx / vw, e = idx % vw;
-      dStatesOut[at.slot * kv + d * vd + v0 + e] = ds[d * kVTile + e];
-    }
-    const int64_t kBase = at.slot * cMax * kd, vBase = at.slot * cMax * vd;
-    loadRows(kDec + kBase, c, kd, buf);
-    for (int idx = threadIdx.x; idx < c * vw; idx += blockDim.x) {
-      const int i = idx / vw, e = idx % vw;
-      dos[i * kVTile + e] = __bfloat162float(dO[(at.row0 + i) * oStride + at.vCol + v0 + e]);
-    }
-    for (int idx = threadIdx.x; idx < c * cMax; idx += blockDim.x) {
-      as[(idx / cMax) * ldc + idx % cMax] = aqk[at.slot * cMax * cMax + idx];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < c * vw; idx += blockDim.x) {
-      const int i = idx / vw, e = idx % vw;
-      float acc = 0.f;
-      for (int j = i; j < c; ++j) acc += as[j * ldc + i] * dos[j * kVTile + e];
-      for (int d = 0; d < kd; ++d) acc += buf[i * ld + d] * ds[d * kVTile + e];
-      dvn[i * kVTile + e] = acc;
-      dvnOut[vBase + i * vd + v0 + e] = acc;
-    }
-    __syncthreads();
-    loadRows(qg + kBase, c, kd, buf);
-    for (int d = threadIdx.x; d < kd; d += blockDim.x) eg[d] = eGC[at.slot * kd + d];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-      const int d = idx / vw, e = idx % vw;
-      float acc = eg[d] * ds[d * kVTile + e];
-      for (int i = 0; i < c; ++i) acc += buf[i * ld + d] * dos[i * kVTile + e];
-      ds[d * kVTile + e] = acc;
-    }
-    __syncthreads();
-    loadRows(w + kBase, c, kd, buf);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-      const int d = idx / vw, e = idx % vw;
-      float acc = 0.f;
-      for (int i = 0; i < c; ++i) acc += buf[i * ld + d] * dvn[i * kVTile + e];
-      ds[d * kVTile + e] -= acc;
-    }
-    __syncthreads();
-  }
-  if (dInitialState != nullptr) {
-    for (int idx = threadIdx.x; idx < kd * vw; idx += blockDim.x) {
-      const int d = idx / vw, e = idx % vw;
-      dInitialState[bh * kv + d * vd + v0 + e] = ds[d * kVTile + e];
-    }
-  }
-}
-
-// ---- Tensor-core products of the backward ------------------------------------------------------
+// ---- Tensor-core helpers, the backward products' shape ------------------------------------------
 
 // d += a b (m16n8k16, bf16 operands, fp32 accumulators; fragment layouts of the PTX ISA).
 __device__ __forceinline__ void mmaBf16(float (&d)[4], const uint32_t (&a)[4],
@@ -426,36 +255,6 @@ __device__ __forceinline__ float4 load4(const bf16* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// Stages rows [0, rows) x columns [0, vpad) of a row-major fp32 / bf16 source (row stride
-// `stride` elements) as fp32 into shared rows of stride ld (a multiple of 4); rows >= valid and
-// columns >= vd are zero. One warp per row, 4 columns per lane (vector loads when aligned).
-template <typename T>
-__device__ inline void stageRows(float* dst, int ld, const T* src, int64_t stride, int rows,
-                                 int valid, int vd, int vpad) {
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const int warps = int(blockDim.x) >> 5;
-  const bool vec = (vd & 3) == 0 && (stride & 3) == 0 &&
-                   (reinterpret_cast<uintptr_t>(src) & (4 * sizeof(T) - 1)) == 0;
-#pragma unroll 4
-  for (int r = warp; r < rows; r += warps) {
-    for (int c = 4 * lane; c < vpad; c += 128) {
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < valid) {
-        const T* q = src + r * stride + c;
-        if (vec) {
-          if (c < vd) x = load4(q);
-        } else {
-          x.x = c < vd ? toFloat(q[0]) : 0.f;
-          x.y = c + 1 < vd ? toFloat(q[1]) : 0.f;
-          x.z = c + 2 < vd ? toFloat(q[2]) : 0.f;
-          x.w = c + 3 < vd ? toFloat(q[3]) : 0.f;
-        }
-      }
-      *reinterpret_cast<float4*>(dst + r * ld + c) = x;
-    }
-  }
-}
-
 constexpr int kProdThreads = 256;  // 8 warps: 4 row tiles of 16 x 2 column halves
 constexpr int kProdRows = 64;      // rows of X staged (>= C)
 constexpr int kProdCols = 128;     // rows of Y staged (>= K and >= C)
@@ -465,99 +264,9 @@ constexpr int kNumProducts = 5;
 // that the float2 fragment loads of a half warp hit 32 distinct banks.
 __host__ __device__ inline int productLd(int64_t vd) { return int((vd + 15) / 16 * 16 + 8); }
 
-// Shared bytes of kda_bwd_products_kernel.
+// Shared bytes of kda_bwd_products_r3_kernel (kda_products_r3.cuh).
 inline int64_t productsSharedBytes(int64_t vd) {
   return int64_t(kProdRows + kProdCols) * productLd(vd) * int64_t(sizeof(float));
-}
-
-// One CTA per (chunk, b * HV + hv, product z) computes P_z = X Y^T over the value dim V:
-//   z = 0: dO S^T   [C, K]      z = 1: Vn dS^T [C, K] (and rowsum(S ⊙ dS) [K])
-//   z = 2: dVn S^T  [C, K]      z = 3: dO Vn^T [C, C]      z = 4: dVn v^T [C, C]
-// S / dS are the chunk's entry state / the gradient of the state leaving it. Rows of X (tokens)
-// >= c and padding are zero, so padded rows / columns of the outputs are written as zeros.
-// Operands are staged in fp32 shared memory and split into bf16 hi + lo for the MMAs.
-__global__ void __launch_bounds__(kProdThreads)
-    kda_bwd_products_kernel(CoreArgs a, IntraBwdArgs p) {
-  extern __shared__ float smem[];
-  const int kd = int(a.keyDim), vd = int(a.valueDim), cMax = int(a.chunk);
-  const int ld = productLd(vd), vpad = ld - 8;
-  const int z = int(blockIdx.z);
-  const ChunkAt at = chunkAt(a, blockIdx.y, blockIdx.x);
-  const int c = at.c;
-  const int nCols = z < 3 ? kd : cMax;  // columns of P_z = rows of Y
-  const int nPad = (nCols + 7) / 8 * 8;
-  float* xs = smem;                     // [64, ld] X
-  float* ys = xs + kProdRows * ld;      // [128, ld] Y
-  const int64_t oStride = a.valueHeads * a.valueDim;
-  const int64_t vBase = at.slot * cMax * vd;
-  const int64_t sBase = at.slot * a.keyDim * a.valueDim;
-  if (z == 0 || z == 3) {
-    stageRows(xs, ld, p.dO + at.row0 * oStride + at.vCol, oStride, kProdRows, c, vd, vpad);
-  } else {
-    stageRows(xs, ld, (z == 1 ? p.vn : p.dvn) + vBase, vd, kProdRows, c, vd, vpad);
-  }
-  if (z < 3) {
-    stageRows(ys, ld, (z == 1 ? p.dStates : p.states) + sBase, vd, nPad, nCols, vd, vpad);
-  } else if (z == 3) {
-    stageRows(ys, ld, p.vn + vBase, vd, nPad, c, vd, vpad);
-  } else {
-    stageRows(ys, ld, p.v + at.row0 * oStride + at.vCol, oStride, nPad, c, vd, vpad);
-  }
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  __syncthreads();
-  if (z == 1) {  // rowsum(S ⊙ dS), one row per warp, fixed shuffle order; dS from the staged ys
-    for (int d = warp; d < kd; d += kProdThreads / 32) {
-      float acc = 0.f;
-      for (int e = lane; e < vd; e += 32) acc += p.states[sBase + d * vd + e] * ys[d * ld + e];
-      for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (lane == 0) p.sds[at.slot * kd + d] = acc;
-    }
-  }
-  const int gid = lane >> 2, tig = lane & 3;
-  const int m0 = (warp & 3) * 16;
-  const int nTiles = nPad / 8, perWarp = (nTiles + 1) / 2, ntBegin = (warp >> 2) * perWarp;
-  if (m0 >= cMax) return;  // warp-uniform; no barrier follows
-  float acc[8][4];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  for (int k0 = 0; k0 < vpad; k0 += 16) {
-    const float* x0 = xs + (m0 + gid) * ld + k0 + 2 * tig;
-    const float* x1 = x0 + 8 * ld;
-    uint32_t ah[4], al[4];
-    splitBf16(*reinterpret_cast<const float2*>(x0), ah[0], al[0]);
-    splitBf16(*reinterpret_cast<const float2*>(x1), ah[1], al[1]);
-    splitBf16(*reinterpret_cast<const float2*>(x0 + 8), ah[2], al[2]);
-    splitBf16(*reinterpret_cast<const float2*>(x1 + 8), ah[3], al[3]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int nt = ntBegin + j;
-      if (j < perWarp && nt < nTiles) {
-        const float* y0 = ys + (nt * 8 + gid) * ld + k0 + 2 * tig;
-        uint32_t bh[2], bl[2];
-        splitBf16(*reinterpret_cast<const float2*>(y0), bh[0], bl[0]);
-        splitBf16(*reinterpret_cast<const float2*>(y0 + 8), bh[1], bl[1]);
-        mmaBf16(acc[j], al, bh);
-        mmaBf16(acc[j], ah, bl);
-        mmaBf16(acc[j], ah, bh);
-      }
-    }
-  }
-  float* out = z == 0 ? p.p0 : z == 1 ? p.p1 : z == 2 ? p.p2 : z == 3 ? p.p3 : p.p4;
-  out += at.slot * cMax * nCols;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int nt = ntBegin + j;
-    if (j < perWarp && nt < nTiles) {
-      const int col = nt * 8 + 2 * tig;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = m0 + gid + 8 * h;
-        if (row >= cMax) continue;
-        if (col < nCols) out[row * nCols + col] = acc[j][2 * h];
-        if (col + 1 < nCols) out[row * nCols + col + 1] = acc[j][2 * h + 1];
-      }
-    }
-  }
 }
 
 // ---- Per-chunk backward ------------------------------------------------------------------------
@@ -568,7 +277,7 @@ inline int64_t intraBwdSharedFloats(int64_t c, int64_t kd) {
 }
 
 // One CTA per (chunk, b * HV + hv): the rest of §2.5 for one chunk given the products P0..P4 and
-// rowsum(S ⊙ dS) of kda_bwd_products_kernel, Vn and dVn. Every reduction runs in a fixed order
+// rowsum(S ⊙ dS) of kda_bwd_products_r3_kernel, Vn and dVn. Every reduction runs in a fixed order
 // (no shared-memory atomics); dq / dk are added into the fp32 accumulators with global atomics,
 // each element by one thread of one CTA when HV == H (run-to-run deterministic), by the CTAs of
 // the value heads of a group otherwise. p1 is reused for the key terms of dG_C and p0 for the
@@ -724,11 +433,6 @@ __global__ void __launch_bounds__(kBwdThreads) kda_bwd_kernel(CoreArgs a, IntraB
   }
 }
 
-inline dim3 recurrentGrid(const CoreArgs& args) {
-  return dim3(unsigned(args.batch * args.valueHeads),
-              unsigned((args.valueDim + kVTile - 1) / kVTile));
-}
-
 inline dim3 chunkGrid(const CoreArgs& args, unsigned z = 1) {
   return dim3(unsigned(args.numChunks), unsigned(args.batch * args.valueHeads), z);
 }
@@ -755,43 +459,7 @@ inline cudaError_t launchIntraForward(cudaStream_t stream, const CoreArgs& args,
   return cudaGetLastError();
 }
 
-inline cudaError_t launchRecurrentForward(cudaStream_t stream, const CoreArgs& args,
-                                          const float* w, const float* u, const float* qg,
-                                          const float* kDec, const float* eGC, const float* aqk,
-                                          const float* initialState, float* statesOut,
-                                          float* vnOut, bf16* o, float* finalState) {
-  const int64_t bytes = recurrentSharedFloats(args.chunk, args.keyDim) * int64_t(sizeof(float));
-  cudaError_t err = allowSharedBytes(kda_fwd_kernel, bytes);
-  if (err != cudaSuccess) return err;
-  kda_fwd_kernel<<<recurrentGrid(args), kThreads, size_t(bytes), stream>>>(
-      args, w, u, qg, kDec, eGC, aqk, initialState, statesOut, vnOut, o, finalState);
-  return cudaGetLastError();
-}
-
-inline cudaError_t launchStateBackward(cudaStream_t stream, const CoreArgs& args, const bf16* dO,
-                                       const float* dFinalState, const float* w, const float* qg,
-                                       const float* kDec, const float* eGC, const float* aqk,
-                                       float* dStatesOut, float* dvnOut, float* dInitialState) {
-  const int64_t bytes = recurrentSharedFloats(args.chunk, args.keyDim) * int64_t(sizeof(float));
-  cudaError_t err = allowSharedBytes(kda_bwd_dh_kernel, bytes);
-  if (err != cudaSuccess) return err;
-  kda_bwd_dh_kernel<<<recurrentGrid(args), kThreads, size_t(bytes), stream>>>(
-      args, dO, dFinalState, w, qg, kDec, eGC, aqk, dStatesOut, dvnOut, dInitialState);
-  return cudaGetLastError();
-}
-
-// The five products and rowsum(S ⊙ dS): reads states, dStates, dO, v, vn, dvn; writes p0..p4, sds.
-inline cudaError_t launchBackwardProducts(cudaStream_t stream, const CoreArgs& args,
-                                          const IntraBwdArgs& in) {
-  const int64_t bytes = productsSharedBytes(args.valueDim);
-  cudaError_t err = allowSharedBytes(kda_bwd_products_kernel, bytes);
-  if (err != cudaSuccess) return err;
-  kda_bwd_products_kernel<<<chunkGrid(args, kNumProducts), kProdThreads, size_t(bytes), stream>>>(
-      args, in);
-  return cudaGetLastError();
-}
-
-// The per-chunk backward (after launchBackwardProducts on the same `in`).
+// The per-chunk backward (after launchBackwardProductsR3 on the same `in`).
 inline cudaError_t launchChunkBackward(cudaStream_t stream, const CoreArgs& args,
                                        const IntraBwdArgs& in) {
   const int64_t bytes = intraBwdSharedFloats(args.chunk, args.keyDim) * int64_t(sizeof(float));

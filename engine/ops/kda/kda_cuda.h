@@ -2,9 +2,9 @@
 // (kda.h) and the gate / short conv / L2 norm (kda_gate.h). The whole mixer layer built on them is
 // model/layers/kda_layer_cuda.h.
 //
-// Core (kernels in kda_chunk_kernels.cuh, kda_recurrent_mma.cuh, kda_recurrent_r3.cuh,
-// kda_products_r3.cuh, kda_intra_mma.cuh and kda_bwd_mma.cuh, launched from kda_chunk_cuda.cu,
-// allocation in kda_chunk_cuda.cpp; bench/scratch/kda_chunk_03.cu runs the same kernels), chunked
+// Core (kernels in kda_chunk_kernels.cuh, kda_recurrent_r3.cuh, kda_products_r3.cuh,
+// kda_intra_mma.cuh, kda_intra_r5.cuh, kda_bwd_mma.cuh and kda_bwd_chunk.cuh, launched from
+// kda_chunk_cuda.cu, which says which runs when; allocation in kda_chunk_cuda.cpp), chunked
 // WY / UT form of §2.3 with every sum accumulated in fp32:
 //   intra-chunk kernel   one CTA per (chunk, b, hv), all chunks in parallel: G = cumsum(g), the
 //                        decayed Aqk and L (exp(G_i - G_j), j <= i, never a positive exponent),

@@ -23,7 +23,7 @@ struct KdaWyWorkspace {
   float* eGC = nullptr;   // [B*HV*NC, K] e^{G_C}
 };
 
-// Inputs, workspaces and outputs of the per-chunk backward (kda_bwd_products_kernel, then
+// Inputs, workspaces and outputs of the per-chunk backward (kda_bwd_products_r3_kernel, then
 // kda_bwd_kernel; same field order as kda_detail::IntraBwdArgs in kda_chunk_kernels.cuh).
 struct KdaChunkBackwardArgs {
   const bf16 *q, *k, *v, *dO;                 // as in kdaChunkBackwardCuda
@@ -54,18 +54,19 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 void setKdaIntraRound5(int mode);
 
 // Tests and benchmarks: which per-chunk backward launchKdaChunkBackward runs where the shape
-// allows round 5 (kda_bwd_chunk_r5.cuh). mode 1 forces round 5, 0 forces round 4, -1 (the start
-// state) follows bwdChunkRound5()'s default (on) in kda_chunk_cuda.cu unless the environment variable
-// MOEWB_KDA_BWD_R5 is set ("1": round 5, any other value: round 4; read once per process).
+// allows round 5 (kda_bwd_chunk.cuh, kdaBwdChunkSupported) and round 6 is off. mode 1 forces
+// round 5, 0 forces round 2 (kda_bwd_mma.cuh; the same bits as round 5), -1 (the start state)
+// follows bwdChunkRound5()'s default (on) in kda_chunk_cuda.cu unless the environment variable
+// MOEWB_KDA_BWD_R5 is set ("1": round 5, any other value: round 2; read once per process).
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaBwdChunkRound5(int mode);
 
 // Tests and benchmarks: whether launchKdaChunkBackward runs round 6 of the per-chunk backward
-// (kda_bwd_chunk_r6.cuh) where the shape allows, checked before round 5. mode 1 forces round 6,
-// 0 forces the round-5 choice above, -1 (the start state) follows bwdChunkRound6()'s default
-// (on) in kda_chunk_cuda.cu unless the environment variable MOEWB_KDA_BWD_R6 is set ("1":
-// round 6, any other value: not; read once per process). Process-wide; safe to call from any
-// thread, takes effect at the next launch.
+// (kda_bwd_chunk.cuh with the diagonal blocks on tensor cores) where the shape allows, checked
+// before round 5. mode 1 forces round 6, 0 forces the round-5 choice above, -1 (the start state)
+// follows bwdChunkRound6()'s default (on) in kda_chunk_cuda.cu unless the environment variable
+// MOEWB_KDA_BWD_R6 is set ("1": round 6, any other value: not; read once per process).
+// Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaBwdChunkRound6(int mode);
 
 // Per (b, hv, value tile): the chunk recurrence. Each output may be null: statesOut

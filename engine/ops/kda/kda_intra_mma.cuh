@@ -23,10 +23,7 @@
 
 namespace moewb::engine::cuda::kda_detail {
 
-// When true (and the shape is supported) the engine runs kda_intra_fwd_mma_kernel, else
-// kda_intra_fwd_kernel.
-inline constexpr bool kKdaIntraOnTensorCores = true;
-
+// Shapes kda_intra_fwd_mma_kernel runs (the engine runs kda_intra_fwd_kernel for the others).
 __host__ __device__ inline bool kdaIntraMmaSupported(const CoreArgs& a) {
   return kdaBwdMmaSupported(a);
 }

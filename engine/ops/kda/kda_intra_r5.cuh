@@ -4,7 +4,7 @@
 // k order, same mma3 order, same fp32 loops), so its outputs are expected bitwise equal to round
 // 2's. Used both for the forward (computeM) and for the backward's recompute (M read back).
 // What changes is where the operands come from and who works when:
-//  1. "Split once" (as kda_bwd_chunk_r4.cuh): every tensor-core operand is computed and split
+//  1. "Split once" (kda_split_mma.cuh): every tensor-core operand is computed and split
 //     into bf16 hi / lo ONCE, while staged, into padded row-major bf16 pairs (SplitMat), and the
 //     fragments come from ldmatrix:
 //       qF[i, d] = q_i e^{G_i - G_i0},  kF[i, d] = k_i e^{G_i - G_i0}   (A of Aqk / L, i0 = first
@@ -29,7 +29,7 @@
 // buffers fit one SM (kdaIntraR5Supported); others keep round 2 / round 1.
 #pragma once
 
-#include "ops/kda/kda_bwd_chunk_r4.cuh"  // SplitMat, fragA / fragB / fragBT, alignUp16
+#include "ops/kda/kda_split_mma.cuh"    // SplitMat, fragA / fragB / fragBT, alignUp16
 #include "ops/kda/kda_intra_mma.cuh"     // kdaIntraMmaSupported
 
 namespace moewb::engine::cuda::kda_detail {

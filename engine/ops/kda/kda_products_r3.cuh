@@ -1,6 +1,8 @@
-// Round 3 of the backward products (bench/scratch/kda_chunk_03.md): a drop-in replacement of
-// kda_bwd_products_kernel (kda_chunk_kernels.cuh), same grid, arguments, shared bytes and
-// outputs. Changes against round 2:
+// The backward products of the chunked KDA core, round 3 (bench/scratch/kda_chunk_03.md; the
+// engine's only version: round 2, kda_bwd_products_kernel, which staged fp32 and split every
+// fragment per warp, was never reached once round 3 ran for every shape, and is gone). Per
+// (chunk, b * HV + hv, product z) P_z = X Y^T over the value dim V (see the kernel), split bf16
+// hi + lo operands on mma.sync (hi·hi + hi·lo + lo·hi). Changes against round 2 (same bits):
 //  1. Operands are split into bf16 hi / lo ONCE, while staging, and kept in shared memory as
 //     packed pairs (hi rows then lo rows, same bytes as the fp32 copy): fragments become 32-bit
 //     loads with no ALU, instead of every warp re-splitting the Y rows it reads (4 warps share
@@ -13,9 +15,6 @@
 #include "ops/kda/kda_chunk_kernels.cuh"
 
 namespace moewb::engine::cuda::kda_detail {
-
-// When true the engine runs kda_bwd_products_r3_kernel, else kda_bwd_products_kernel.
-inline constexpr bool kKdaProductsRound3 = true;
 
 // Stages rows [0, rows) x columns [0, vpad) of a row-major fp32 / bf16 source (row stride
 // `stride`) split into packed bf16 hi / lo pairs: pair p of row r at hi[r * ldp + p], lo[...];
@@ -73,9 +72,11 @@ __device__ inline void stageRowsSplit(uint32_t* hi, uint32_t* lo, int ldp, const
   }
 }
 
-// One CTA per (chunk, b * HV + hv, product z), products as in kda_bwd_products_kernel:
+// One CTA per (chunk, b * HV + hv, product z) computes P_z = X Y^T over the value dim V:
 //   z = 0: dO S^T   [C, K]      z = 1: Vn dS^T [C, K] (and rowsum(S ⊙ dS) [K])
 //   z = 2: dVn S^T  [C, K]      z = 3: dO Vn^T [C, C]      z = 4: dVn v^T [C, C]
+// S / dS are the chunk's entry state / the gradient of the state leaving it. Rows of X (tokens)
+// >= c and padding are zero, so padded rows / columns of the outputs are written as zeros.
 __global__ void __launch_bounds__(kProdThreads, 1)
     kda_bwd_products_r3_kernel(CoreArgs a, IntraBwdArgs p) {
   extern __shared__ float smem[];
@@ -163,7 +164,8 @@ __global__ void __launch_bounds__(kProdThreads, 1)
   }
 }
 
-// The five products and rowsum(S ⊙ dS), round 3 (contract of launchBackwardProducts).
+// The five products and rowsum(S ⊙ dS): reads states, dStates, dO, v, vn, dvn; writes p0..p4,
+// sds. Queues one kernel on `stream`; returns the attribute or launch error.
 inline cudaError_t launchBackwardProductsR3(cudaStream_t stream, const CoreArgs& args,
                                            const IntraBwdArgs& in) {
   const int64_t bytes = productsSharedBytes(args.valueDim);

@@ -1,7 +1,11 @@
-// Round 3 of the KDA chunk recurrences on tensor cores (bench/scratch/kda_chunk_03.md): drop-in
-// replacements of kda_fwd_mma_kernel / kda_bwd_dh_mma_kernel (kda_recurrent_mma.cuh) with the
-// same arguments, outputs, workspace layouts and, element by element, the same sums in the same
-// order (so the same bits). Two changes against round 2:
+// The KDA chunk recurrences on tensor cores, round 3 (bench/scratch/kda_chunk_03.md; the engine's
+// only recurrences: rounds 1 and 2 are gone, see kda_recurrent_mma.cuh). One CTA per (b * HV + hv,
+// value tile of VT) walks the chunks in order with the state slice transposed in shared memory;
+// every product runs on mma.sync m16n8k16 with split bf16 hi + lo operands (mma3) and the state
+// update is an fp32 FMA per element, so the state never passes through bf16. The chunk's W,
+// q ⊙ e^G, k ⊙ e^{G_C - G}, Aqk, e^{G_C} stream into shared memory with cp.async one stage
+// ahead. Round 3 gave round 2's bits (same sums in the same order, element by element); its two
+// changes against round 2:
 //  1. The fp32 state S^T (dS^T) is also kept SPLIT in shared memory: packed bf16 hi / lo pairs
 //     along the key dim, written once by the thread that updates the element. The A fragments of
 //     the state products are then 8 32-bit shared loads, instead of 4 float2 loads + 4 splits
@@ -19,10 +23,6 @@
 #include "ops/kda/kda_recurrent_mma.cuh"
 
 namespace moewb::engine::cuda::kda_detail {
-
-// When true (and kKdaRecurrentOnTensorCores) the engine runs the round-3 recurrences below, else
-// round 2's kda_fwd_mma_kernel / kda_bwd_dh_mma_kernel.
-inline constexpr bool kKdaRecurrentRound3 = true;
 
 constexpr int kLdSplit = kRecK / 2 + 4;   // uint32 per row of the split state (68 = 4 mod 32)
 constexpr int kLdVSplit = kRecC / 2 + 4;  // uint32 per row of a split [VT, C] buffer (36)
@@ -96,7 +96,10 @@ __device__ __forceinline__ void updateStateTile(float* st, uint32_t* sh, uint32_
   }
 }
 
-// Forward recurrence, round 3 (contract of kda_fwd_kernel).
+// Forward recurrence (contract of launchKdaRecurrentForward, kda_cuda_kernels.h): per chunk,
+//   Vn^T = U^T - S^T W^T,   O^T = S^T (q ⊙ e^G)^T + Vn^T Aqk^T (causal),
+//   S^T  = e^{G_C} ⊙ S^T + Vn^T (k ⊙ e^{G_C - G});
+// writes (each optional) the chunk-entry states, Vn, o and the final state.
 template <int VT>
 __global__ void __launch_bounds__(r3Threads<VT>(), 1)
     kda_fwd_r3_kernel(CoreArgs a, const float* w, const float* u, const float* qg,
@@ -256,7 +259,8 @@ __global__ void __launch_bounds__(r3Threads<VT>(), 1)
   }
 }
 
-// State-gradient recurrence, round 3 (contract of kda_bwd_dh_kernel). Per chunk (last first):
+// State-gradient recurrence (contract of launchKdaStateBackward, kda_cuda_kernels.h): stores dS
+// leaving each chunk, dVn, and dInitialState when not null. Per chunk (last first):
 //   dVn^T = dO^T Aqk + dS^T (k ⊙ e^{G_C - G})^T                (token columns i0 .. i0 + 7)
 //   dS^T  = e^{G_C} ⊙ dS^T + dO^T (q ⊙ e^G) - dVn^T W         (key columns d0 .. d0 + 15)
 template <int VT>
@@ -451,8 +455,10 @@ inline cudaError_t launchStateBackwardR3Tile(cudaStream_t stream, const CoreArgs
   return cudaGetLastError();
 }
 
-// Launchers with the arguments of launchRecurrentForward / launchStateBackward. valueTile 0
-// picks by recurrentR3ValueTile; 16 or 32 forces that tile (benchmark).
+// Launchers with the arguments of launchKdaRecurrentForward / launchKdaStateBackward (raw
+// pointers; each queues one kernel on `stream` and returns the attribute or launch error; the
+// caller wraps it into Status). valueTile 0 picks by recurrentR3ValueTile; 16 or 32 forces that
+// tile (benchmark).
 inline cudaError_t launchRecurrentForwardR3(cudaStream_t stream, const CoreArgs& args,
                                             const float* w, const float* u, const float* qg,
                                             const float* kDec, const float* eGC,

@@ -1,17 +1,17 @@
-// Round 6 of the per-chunk KDA backward (kda_bwd_chunk_r6.cuh, forced through
-// setKdaBwdChunkRound6: the pairwise sums' diagonal 16 x 16 blocks on tensor cores where the
-// block decays <= kDiagMmaMaxDecay, else round 5's fp32 loops) against the fp64 chunk reference
-// and round 5 (kda_bwd_chunk_r5.cuh) on the same forward: dq, dk, dv, dg, dbeta and dS0 of the
-// whole chunked backward. Round 6 adds in another order than round 5 (tensor-core sums on the
-// diagonal), so the check is not bitwise: each gradient's error against the fp64 reference must
-// be within kda_chunk_cuda_test's tolerances and at most 2x round 5's (+1e-7, for gradients the
-// kernel does not touch), dg's at most max(4x round 5's, 3e-5) (its diagonal-block terms carry
-// the split operands' 2^-16 representation error, which dg's reverse cumsum amplifies where its
-// pairs of terms cancel; bench/scratch/kda_chunk_07.md §5), and round 6 run twice must be bitwise
-// equal (HV == H). Outputs are NaN-poisoned. Shapes: partial last chunks (c = 2, 13, 40), one
-// chunk, GVA, K != V, C = 16 / 32 / 64; gates mixed (-5 u^3 - 0.01: most blocks on tensor
-// cores), small (-0.3 u) and strong (-2.4 every step: a full block decays 36; both all on tensor
-// cores) and at the lower bound (-5: a full block decays 75, on the fp32 path).
+// Round 6 of the per-chunk KDA backward (kda_bwd_chunk.cuh, forced through setKdaBwdChunkRound6:
+// the pairwise sums' diagonal 16 x 16 blocks on tensor cores where the block decays
+// <= kDiagMmaMaxDecay, else round 5's fp32 loops) against the fp64 chunk reference and round 5
+// (the same kernel with the diagonal blocks in fp32) on the same forward: dq, dk, dv, dg, dbeta
+// and dS0 of the whole chunked backward. Round 6 adds in another order than round 5 (tensor-core
+// sums on the diagonal), so the check is not bitwise: each gradient's error against the fp64
+// reference must be within kda_chunk_cuda_test's tolerances and at most 2x round 5's (+1e-7, for
+// gradients the kernel does not touch), dg's at most max(4x round 5's, 3e-5) (its diagonal-block
+// terms carry the split operands' 2^-16 representation error, which dg's reverse cumsum amplifies
+// where its pairs of terms cancel; bench/scratch/kda_chunk_07.md §5), and round 6 run twice must
+// be bitwise equal (HV == H). Outputs are NaN-poisoned. Shapes: partial last chunks (c = 2, 13,
+// 40), one chunk, GVA, K != V, C = 16 / 32 / 64; gates mixed (-5 u^3 - 0.01: most blocks on
+// tensor cores), small (-0.3 u) and strong (-2.4 every step: a full block decays 36; both all on
+// tensor cores) and at the lower bound (-5: a full block decays 75, on the fp32 path).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,35 +1,110 @@
-// Round 5 of the per-chunk KDA backward (bench/scratch/kda_chunk_06.md): round 4's kernel
-// (kda_bwd_chunk_r4.cuh: same arguments, grid, outputs, scratch use, MMA sequence and order of
-// every sum, so its outputs are expected bitwise round 4's) with the serial tails shortened and
-// two of the ten barriers removed:
-//  1. G = cumsum(g): one thread per key column loads its column from global memory into
-//     registers (32 rows at a time) and adds in round 2's order, inside the staging phase. Round 4
-//     staged g into shared memory, then after a barrier ran 64 dependent load-add-store steps.
-//  2. dbeta column loop: the 64 column threads only run the sum chain (same order; loads
-//     unrolled by 16); dM = dT Diag(beta) is split by all 512 threads (round 4: the same 64
-//     threads did all 4096 splits; the fp32 dM it wrote back into dT was never read).
-//  3. Reverse cumsum of dG: four lanes per key column (one 16-row segment each) trade segment
-//     sums by shuffles instead of through shared memory and a barrier; each lane then adds in
-//     round 2's order and reuses the dG values it loaded for its segment sum.
-//  4. Diagonal 16 x 16 blocks of the pairwise sums (fp32, elementwise): lane g sums rows x0 + g
-//     and x0 + 15 - g in one loop (17 steps on every lane for both the j <= i and the r >= i
-//     sums, both of the lane's columns per step; round 4 ran one loop per element, 8, 8, 16 and
-//     16 steps for a lane's four elements with on average half the lanes idle) and hands the
-//     second row to its owner lane by shuffles; each element's sums keep round 4's expressions
-//     and order, and the two columns share the dAqk / dL loads.
-// Phases (barriers between): stage + G; inter-chunk terms; dT / dKg; dbeta, dM, dVn; dv / X;
-// dL + q / beta k operands; k operand; pairwise sums; reverse cumsum + dbeta.
-// Runs the round-4 shapes with chunk <= 64 (four 16-row segments per column).
+// The per-chunk KDA backward on tensor cores with operands split once (ENGINE-MATH §2.5, the part
+// after the products of kda_bwd_products_r3_kernel): kda_bwd_chunk_kernel, a drop-in replacement of
+// kda_bwd_mma_kernel (kda_bwd_mma.cuh, round 2) with the same arguments, grid, outputs and scratch
+// use. One kernel, two versions of its pairwise phase (a template choice; everything else is one
+// code path):
+//  - round 5 (bench/scratch/kda_chunk_06.md; kTensorCoreDiagonal false): the diagonal 16 x 16
+//    blocks of the pairwise sums elementwise in fp32. Same MMA sequence and order of every sum as
+//    round 2, so its outputs are round 2's bits (rounds 4 and 5 were checked bitwise against it).
+//  - round 6 (bench/scratch/kda_chunk_07.md; kTensorCoreDiagonal true, the default): those
+//    diagonal blocks on tensor cores (diagonalOnTensorCores) where the block's decay allows, else
+//    round 5's fp32 loops (warp-uniform, per warp tile). Other bits than round 5's.
+// How it differs from round 2 (round 4, bench/scratch/kda_chunk_04.md, then round 5):
+//  1. Every tensor-core operand is split into bf16 hi / lo once, when produced or staged, and kept
+//     in shared memory (SplitMat, kda_split_mma.cuh); fragments come from ldmatrix, the .trans
+//     form for the transposed operands (M^T, dW^T, dVn^T, dAqk^T, dL^T, the [tokens, keys] B
+//     operands of the pairwise sums), so one copy serves both orientations.
+//  2. The exp-scaled pairwise operands (k_j e^{G_r - G_j}, q_i e^{G_i - G_i0},
+//     beta_i k_i e^{G_i - G_i0}: one reference row per 16-token block, exponent <= 0) are built
+//     once per element. q / k stay bf16 (exact inputs); dAqk is fp32 only on its diagonal blocks.
+//  3. Global read-after-write chains (p0..p2, dGWork) are loaded into registers first, a batch at
+//     a time; the sums are unchanged.
+//  4. Serial tails: G = cumsum(g) by one thread per key column from global memory while staging;
+//     the dbeta column loop only sums (dM = dT Diag(beta) split by all threads); the reverse
+//     cumsum of dG has four lanes per key column trading segment sums by shuffles; the fp32
+//     diagonal blocks run two rows per lane (17 steps on every lane). Each keeps round 2's order.
+// One CTA (16 warps) per (chunk, b * HV + hv) and per SM: 230,656 bytes of shared memory at
+// C = 64, K = V = 128 (BwdChunkLayout). Phases (barriers between): stage + G; inter-chunk terms;
+// dT / dKg; dbeta, dM, dVn; dv / X; dL + q / beta k operands; k operand; pairwise sums; reverse
+// cumsum + dbeta. Shapes: kdaBwdChunkSupported (chunk <= 64, multiples of 16; keyDim of 16,
+// valueDim of 8; the buffers fit one SM).
+//
+// Round 6's diagonal blocks, for warp tile (block X, key columns d0..d0+7), r = the block's last
+// valid row, x0 its first row:
+//   daQ_i += e^{G_i - G_r} sum_j dAqk[i, j] kR[j, d],   kR[j, d] = k_j e^{G_r - G_j}
+//   daL_i += e^{G_i - G_r} sum_j dL[i, j]   kR[j, d]
+//   dB_j  += e^{G_x0 - G_j} sum_r (dAqk[r, j] qF[r, d] + dL[r, j] kbF[r, d])
+// (the strictly lower split dAqk / dL are the mask), the lo·lo product included (mma4); the j = i
+// terms of dAqk in fp32 as round 5 has them, since they cancel exactly in dG. Each term keeps the
+// split products' ~1e-6 relative error while no operand underflows, which holds while the block's
+// decay G_x0 - G_r <= kDiagMmaMaxDecay; a warp tile whose block decays more on any of its 8
+// columns (strong gates, e.g. g = -5 every step) runs round 5's loops. Round 6 anchors kR of a
+// chunk's partial last block at its last valid row (round 5 clamps the exponents to 0 there; the
+// off-diagonal sums never read that block's kR) and stages the split dAqk with a zero diagonal.
 #pragma once
 
-#include "ops/kda/kda_bwd_chunk_r4.cuh"  // BwdR4Layout, SplitMat, fragments, the phase clock
+#include "ops/kda/kda_split_mma.cuh"  // SplitMat, ldmatrix fragments, alignUp16, mma3
 
 namespace moewb::engine::cuda::kda_detail {
 
-// Round 5 runs where round 4 runs and the chunk has at most four 16-row segments.
-inline bool kdaBwdChunkR5Supported(const CoreArgs& a) {
-  return kdaBwdChunkR4Supported(a) && a.chunk <= 64;
+// Byte offsets of the shared buffers (all 16-byte aligned). Padded bf16 row strides:
+// ldk = K + 8, ldv = V + 8, ldc = C + 8; fp32 G rows K + 1 (round 2's stride).
+struct BwdChunkLayout {
+  int ldk, ldv, ldcb, ldg;
+  int64_t gs, qb, kb, r1, r2, r3, dAqkDiag, dAqkS, dT, dLS, betas, dbetas, bytes;
+};
+
+__host__ __device__ inline BwdChunkLayout bwdChunkLayout(int64_t c, int64_t kd, int64_t vd) {
+  BwdChunkLayout l;
+  l.ldk = int(kd + 8);
+  l.ldv = int(vd + 8);
+  l.ldcb = int(c + 8);
+  l.ldg = int(kd + 1);
+  const int64_t splitK = 2 * c * l.ldk * 2, splitV = 2 * c * l.ldv * 2;
+  const int64_t splitC = 2 * c * l.ldcb * 2;
+  int64_t at = 0;
+  l.gs = at;        at = alignUp16(at + c * l.ldg * 4);           // G fp32 [C, K+1]
+  l.qb = at;        at = alignUp16(at + c * kd * 2);              // q bf16 [C, K]
+  l.kb = at;        at = alignUp16(at + c * kd * 2);              // k bf16 [C, K]
+  l.r1 = at;        at = alignUp16(at + splitK);                  // dW, then qF
+  l.r2 = at;        at = alignUp16(at + (splitK > splitV ? splitK : splitV));  // kE, dVn, kbF
+  l.r3 = at;        at = alignUp16(at + (2 * splitC > splitK ? 2 * splitC : splitK));  // M, X; kR
+  l.dAqkDiag = at;  at = alignUp16(at + (c / 16) * 16 * 17 * 4);  // fp32 diagonal blocks
+  l.dAqkS = at;     at = alignUp16(at + splitC);                  // dAqk hi / lo
+  l.dT = at;        at = alignUp16(at + c * (c + 1) * 4);         // dT -> dM -> dL fp32
+  l.dLS = at;       at = alignUp16(at + splitC);                  // dM, then dL hi / lo
+  l.betas = at;     at = alignUp16(at + c * 4);
+  l.dbetas = at;    at = alignUp16(at + c * 4);
+  l.bytes = at;
+  return l;
 }
+
+// Shapes the kernel runs: those of kda_bwd_mma_kernel (kdaBwdMmaSupported) whose buffers fit one
+// SM's shared memory (227 KB) and whose chunk has at most four 16-row segments (the reverse
+// cumsum's four lanes per key column); others run kda_bwd_mma_kernel or kda_bwd_kernel.
+inline bool kdaBwdChunkSupported(const CoreArgs& a) {
+  return kdaBwdMmaSupported(a) &&
+         bwdChunkLayout(a.chunk, a.keyDim, a.valueDim).bytes <= 232448 && a.chunk <= 64;
+}
+
+// Per-phase clock (bench/scratch/kda_chunk_06.cu; off in the engine): with
+// MOEWB_KDA_BWD_PHASE_CLOCK defined, thread 0 of CTAs (1..kBwdClockCtas, gridDim.y / 2) writes
+// clock64() after each barrier into gKdaBwdClock[cta][stamp]; stamp 0 is the start.
+#if defined(MOEWB_KDA_BWD_PHASE_CLOCK)
+inline constexpr int kBwdClockCtas = 8, kBwdClockStamps = 12;
+__device__ long long gKdaBwdClock[kBwdClockCtas][kBwdClockStamps];
+#define MOEWB_KDA_BWD_STAMP(n)                                                        \
+  do {                                                                                \
+    if (threadIdx.x == 0 && blockIdx.y == gridDim.y / 2 && blockIdx.x >= 1 &&         \
+        blockIdx.x <= unsigned(kBwdClockCtas)) {                                      \
+      gKdaBwdClock[blockIdx.x - 1][n] = clock64();                                    \
+    }                                                                                 \
+  } while (0)
+#else
+#define MOEWB_KDA_BWD_STAMP(n) \
+  do {                         \
+  } while (0)
+#endif
 
 // gs[i, d] = g_0 + ... + g_i (column d of the chunk, rows >= c zero), summed in round 2's order
 // from global memory, 32 rows per batch of independent loads.
@@ -108,7 +183,7 @@ __device__ __forceinline__ void reverseCumsumColumn(const CoreArgs& a, const Int
   }
 }
 
-// The shared buffers the diagonal 16 x 16 blocks of the pairwise sums read (round 4's layout):
+// The shared buffers the diagonal 16 x 16 blocks of the pairwise sums read (BwdChunkLayout):
 // G fp32 [C, ld], q / k bf16 [C, K], dAqk's diagonal blocks [C/16][16][17], dL fp32 [C, ldc].
 struct DiagView {
   const float* gs;
@@ -130,9 +205,9 @@ struct DiagView {
 // Diagonal-block sums over the key rows j <= i, added to the lane's fragment elements of aq / aL
 // (rows x0 + g for q = 0, 1 and x0 + g + 8 for q = 2, 3; columns d0 + t2 + (q & 1); rows >= c
 // untouched): sq_i = sum_{j = x0..i} dAqk[i, j] z_j, sl_i = sum_j dL[i, j] z_j with
-// z_j = k_j e^{G_j - G_i}, round 4's expressions and order. Lane g runs rows x0 + g and
-// x0 + 15 - g in one loop (g + 1 and 16 - g steps: 17 on every lane, where round 4 ran one loop
-// per element, 8 + 8 + 16 + 16 steps, half the lanes idle) and hands row x0 + 15 - g to its
+// z_j = k_j e^{G_j - G_i}, round 2's expressions and order. Lane g runs rows x0 + g and
+// x0 + 15 - g in one loop (g + 1 and 16 - g steps: 17 on every lane, where one loop per element
+// would run 8 + 8 + 16 + 16 steps, half the lanes idle) and hands row x0 + 15 - g to its
 // owner, lane ^ 28 (g -> 7 - g), by shuffles. Called by all 32 lanes.
 __device__ __forceinline__ void diagonalRowSums(const DiagView& v, int x0, int d0, int c,
                                                 float (&aq)[4], float (&aL)[4]) {
@@ -154,7 +229,7 @@ __device__ __forceinline__ void diagonalRowSums(const DiagView& v, int x0, int d
     for (int h = 0; h < 2; ++h) {
       const int d = d0 + t2 + h;
       const float z = v.k(j, d) * expNeg((inA ? gA[h] : gB[h]) - v.g(j, d));
-      // Explicit fmas: round 4's compiled sums (sq += dAqk z -> fma); left to the compiler, the
+      // Explicit fmas: round 2's compiled sums (sq += dAqk z -> fma); left to the compiler, the
       // product pa z shared by both branches was hoisted and added unfused.
       if (inA) {
         sqA[h] = __fmaf_rn(pa, z, sqA[h]);
@@ -182,7 +257,7 @@ __device__ __forceinline__ void diagonalRowSums(const DiagView& v, int x0, int d
 
 // Diagonal-block sums over the query rows r >= i, added to db (layout as diagonalRowSums):
 // sb_i = sum_{r = i..end} (dAqk[r, i] q_r + dL[r, i] beta_r k_r) e^{G_i - G_r}, end = the last
-// row of the block below c, round 4's expressions and order; rows x0 + g and x0 + 15 - g in one
+// row of the block below c, round 2's expressions and order; rows x0 + g and x0 + 15 - g in one
 // loop (16 - g and g + 1 steps), the second handed to lane ^ 28.
 __device__ __forceinline__ void diagonalColumnSums(const DiagView& v, int x0, int d0, int c,
                                                    float (&db)[4]) {
@@ -203,7 +278,7 @@ __device__ __forceinline__ void diagonalColumnSums(const DiagView& v, int x0, in
     for (int h = 0; h < 2; ++h) {
       const int d = d0 + t2 + h;
       const float e = expNeg(v.g(r, d) - (inA ? gA[h] : gB[h]));
-      // Round 4's compiled expression: fma(dAqk, q_r, (dL beta_r) k_r), then fma(w, e, sb).
+      // Round 2's compiled expression: fma(dAqk, q_r, (dL beta_r) k_r), then fma(w, e, sb).
       const float w = __fmaf_rn(pa, v.q(r, d), __fmul_rn(__fmul_rn(pl, br), v.k(r, d)));
       if (inA) {
         sbA[h] = __fmaf_rn(w, e, sbA[h]);
@@ -220,30 +295,115 @@ __device__ __forceinline__ void diagonalColumnSums(const DiagView& v, int x0, in
   }
 }
 
-// One CTA per (chunk, b * HV + hv); the maths and the outputs are kda_bwd_chunk_r4_kernel's.
+// Largest block decay G_x0 - G_r (any key column of a warp tile) the tensor-core diagonal takes.
+inline constexpr float kDiagMmaMaxDecay = 40.f;
+
+// d += a b with split operands, lo·lo included (smallest product first; mma3 drops it, ≈ 2^-18
+// relative per term): the diagonal blocks hold the largest pairwise terms (the least decayed),
+// which round 5 summed in fp32, so they keep the fourth product for 4 MMAs per warp tile.
+__device__ __forceinline__ void mma4(float (&d)[4], const uint32_t (&ah)[4],
+                                     const uint32_t (&al)[4], const uint32_t (&bh)[2],
+                                     const uint32_t (&bl)[2]) {
+  mmaBf16(d, al, bl);
+  mma3(d, ah, al, bh, bl);
+}
+
+// The operands the tensor-core diagonal block reads (BwdChunkLayout): split dAqk (its
+// diagonal zeroed, see diagonalOnTensorCores), dL, kR, qF, kbF; fp32 dAqk's diagonal blocks
+// [C/16][16][17] and bf16 q / k [C, K] for the j = i terms.
+struct DiagMmaView {
+  SplitMat dA, dL, kR, qF, kbF;
+  const float* dAd;
+  const bf16* qb;
+  const bf16* kb;
+  int kd;
+};
+
+// The diagonal 16 x 16 block of warp tile (X, d0) on tensor cores (see the file comment), added
+// to the lane's fragment elements (rows x0 + g and x0 + g + 8, columns d0 + t2 + (q & 1)).
+// The j = i terms (dAqk[i, i] k_i in daQ_i, dAqk[i, i] q_i in dB_i; dL has none) are added in
+// fp32 with the exponential factor 1, as round 5 has them, not through the MMAs (the split dAqk
+// holds a zero diagonal): they cancel exactly in dG_i = q_i daQ_i - k_i dB_i + ..., and through
+// the two split products and the two factored exps each would carry ~1e-6 relative error, which
+// that cancellation leaves standing against a dG that can be far smaller (strong gates: 45x
+// round 5's dg error on such a block; kda_chunk_07.md §5).
+// Returns false, touching nothing, when some column of the tile decays more than
+// kDiagMmaMaxDecay over the block's valid rows (warp-uniform). Called by all 32 lanes.
+__device__ __forceinline__ bool diagonalOnTensorCores(const DiagMmaView& m, const float* gs,
+                                                      int ld, int x0, int d0, int c,
+                                                      float (&aq)[4], float (&aL)[4],
+                                                      float (&db)[4]) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const int r = min(x0 + 15, c - 1);
+  float gx[2], gr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    gx[h] = gs[x0 * ld + d0 + t2 + h];
+    gr[h] = gs[r * ld + d0 + t2 + h];
+  }
+  const bool inRange = gx[0] - gr[0] <= kDiagMmaMaxDecay && gx[1] - gr[1] <= kDiagMmaMaxDecay;
+  if (!__all_sync(0xffffffffu, inRange)) return false;
+  float tq[4] = {0.f, 0.f, 0.f, 0.f}, tl[4] = {0.f, 0.f, 0.f, 0.f};
+  float tb[4] = {0.f, 0.f, 0.f, 0.f};
+  {
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    fragBT(bh, bl, m.kR, x0, d0);
+    fragA(ah, al, m.dA, x0, x0);
+    mma4(tq, ah, al, bh, bl);
+    fragA(ah, al, m.dL, x0, x0);
+    mma4(tl, ah, al, bh, bl);
+    fragAT(ah, al, m.dA, x0, x0);
+    fragBT(bh, bl, m.qF, x0, d0);
+    mma4(tb, ah, al, bh, bl);
+    fragAT(ah, al, m.dL, x0, x0);
+    fragBT(bh, bl, m.kbF, x0, d0);
+    mma4(tb, ah, al, bh, bl);
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int i = x0 + g + 8 * (q >> 1), h = q & 1;
+    const int d = d0 + t2 + h;
+    const float gi = gs[i * ld + d];
+    // Rows >= c (G = 0, q = k = dAqk = 0) are never written; the clamp keeps their factors finite.
+    const float rowF = __expf(fminf(gi - gr[h], kDiagMmaMaxDecay));
+    const float colF = __expf(fminf(gx[h] - gi, kDiagMmaMaxDecay));
+    const float aii = m.dAd[(i >> 4) * 272 + (i & 15) * 17 + (i & 15)];
+    const float ki = __bfloat162float(m.kb[i * m.kd + d]);
+    const float qi = __bfloat162float(m.qb[i * m.kd + d]);
+    aq[q] += __fmaf_rn(aii, ki, rowF * tq[q]);
+    aL[q] += rowF * tl[q];
+    db[q] += __fmaf_rn(aii, qi, colF * tb[q]);
+  }
+  return true;
+}
+
+// One CTA per (chunk, b * HV + hv); the maths and the outputs are kda_bwd_mma_kernel's. The
+// pairwise sums' diagonal blocks elementwise in fp32 (kTensorCoreDiagonal false: round 5, the
+// bits of kda_bwd_mma_kernel) or on tensor cores where the block's decay allows (true: round 6).
+template <bool kTensorCoreDiagonal>
 __global__ void __launch_bounds__(kBwdThreads, 1)
-    kda_bwd_chunk_r5_kernel(CoreArgs a, IntraBwdArgs p) {
-  extern __shared__ __align__(16) unsigned char smemR5[];
-  MOEWB_KDA_BWD_STAMP(5, 0);
+    kda_bwd_chunk_kernel(CoreArgs a, IntraBwdArgs p) {
+  extern __shared__ __align__(16) unsigned char smemBwd[];
+  MOEWB_KDA_BWD_STAMP(0);
   const int kd = int(a.keyDim), vd = int(a.valueDim), cMax = int(a.chunk);
-  const BwdR4Layout L = bwdR4Layout(cMax, kd, vd);
+  const BwdChunkLayout L = bwdChunkLayout(cMax, kd, vd);
   const int ld = L.ldg, ldc = cMax + 1;
-  float* gs = reinterpret_cast<float*>(smemR5 + L.gs);
-  bf16* qb = reinterpret_cast<bf16*>(smemR5 + L.qb);
-  bf16* kb = reinterpret_cast<bf16*>(smemR5 + L.kb);
-  const SplitMat dWs = splitAt(smemR5, L.r1, cMax, L.ldk);   // then qF
-  const SplitMat kEs = splitAt(smemR5, L.r2, cMax, L.ldk);   // then kbF
-  const SplitMat dVs = splitAt(smemR5, L.r2, cMax, L.ldv);
-  const SplitMat Ms = splitAt(smemR5, L.r3, cMax, L.ldcb);
-  const SplitMat Xs = splitAt(smemR5, L.r3 + 2 * cMax * L.ldcb * 2, cMax, L.ldcb);
-  const SplitMat kRs = splitAt(smemR5, L.r3, cMax, L.ldk);
+  float* gs = reinterpret_cast<float*>(smemBwd + L.gs);
+  bf16* qb = reinterpret_cast<bf16*>(smemBwd + L.qb);
+  bf16* kb = reinterpret_cast<bf16*>(smemBwd + L.kb);
+  const SplitMat dWs = splitAt(smemBwd, L.r1, cMax, L.ldk);   // then qF
+  const SplitMat kEs = splitAt(smemBwd, L.r2, cMax, L.ldk);   // then kbF
+  const SplitMat dVs = splitAt(smemBwd, L.r2, cMax, L.ldv);
+  const SplitMat Ms = splitAt(smemBwd, L.r3, cMax, L.ldcb);
+  const SplitMat Xs = splitAt(smemBwd, L.r3 + 2 * cMax * L.ldcb * 2, cMax, L.ldcb);
+  const SplitMat kRs = splitAt(smemBwd, L.r3, cMax, L.ldk);
   float* mF = reinterpret_cast<float*>(Xs.hi);  // [C, C] fp32 M until X is written
-  float* dAd = reinterpret_cast<float*>(smemR5 + L.dAqkDiag);  // [C/16][16][17]
-  const SplitMat dAs = splitAt(smemR5, L.dAqkS, cMax, L.ldcb);
-  float* dT = reinterpret_cast<float*>(smemR5 + L.dT);
-  const SplitMat dLs = splitAt(smemR5, L.dLS, cMax, L.ldcb);  // dM, then dL
-  float* betas = reinterpret_cast<float*>(smemR5 + L.betas);
-  float* dbetas = reinterpret_cast<float*>(smemR5 + L.dbetas);
+  float* dAd = reinterpret_cast<float*>(smemBwd + L.dAqkDiag);  // [C/16][16][17]
+  const SplitMat dAs = splitAt(smemBwd, L.dAqkS, cMax, L.ldcb);
+  float* dT = reinterpret_cast<float*>(smemBwd + L.dT);
+  const SplitMat dLs = splitAt(smemBwd, L.dLS, cMax, L.ldcb);  // dM, then dL
+  float* betas = reinterpret_cast<float*>(smemBwd + L.betas);
+  float* dbetas = reinterpret_cast<float*>(smemBwd + L.dbetas);
   const ChunkAt at = chunkAt(a, blockIdx.y, blockIdx.x);
   const int c = at.c;
   const int64_t hv = at.vCol / vd;
@@ -285,12 +445,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     Ms.put(i, j, mv);
     mF[idx] = mv;
     const float aq = in ? p.p3[cBase + idx] : 0.f;
-    dAs.put(i, j, aq);
+    // Round 6 stages a zero diagonal: its j = i terms go in fp32 (diagonalOnTensorCores).
+    dAs.put(i, j, kTensorCoreDiagonal ? (j < i ? aq : 0.f) : aq);
     if ((i >> 4) == (j >> 4)) dAd[diagAt(i, j)] = aq;
     dT[i * ldc + j] = in ? p.p4[cBase + idx] : 0.f;
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 1);
+  MOEWB_KDA_BWD_STAMP(1);
   // ---- inter-chunk terms (as round 2), dW and kE = k ⊙ e^G split once.
   const int nThreads = int(blockDim.x);
   for (int base = threadIdx.x; base < cMax * kd; base += 4 * nThreads) {
@@ -323,7 +484,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 3);
+  MOEWB_KDA_BWD_STAMP(3);
   const int nb = (c + 15) / 16;
   // ---- dT += dW kE^T (lower block tiles); dKg = (M Diag(beta))^T dW.
   {
@@ -375,7 +536,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 4);
+  MOEWB_KDA_BWD_STAMP(4);
   // ---- dbeta_j = sum_i dT[i, j] M[i, j] (one thread per column, round 2's order; the chain
   // reads only); dM = dT Diag(beta) split by all threads (the fp32 dM round 2 wrote back into dT
   // is never read: dL overwrites dT); dVn staged split.
@@ -397,7 +558,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     dVs.put(i, e, i < c ? dvn[idx] : 0.f);
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 5);
+  MOEWB_KDA_BWD_STAMP(5);
   // ---- dv = (M Diag(beta))^T dVn; X = M^T dM (split).
   {
     const int nTiles = nb * (vd / 8);
@@ -431,7 +592,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     for (int r = 0; r < 4; ++r) Xs.put(16 * mb + g + 8 * (r >> 1), j0 + t2 + (r & 1), acc[r]);
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 6);
+  MOEWB_KDA_BWD_STAMP(6);
   // ---- dL = -strict_tril(X M^T) (fp32 into dT, split into dLs); q / beta k operands:
   // qF[i, d] = q_i e^{G_i - G_i0}, kbF[i, d] = beta_i k_i e^{G_i - G_i0}, i0 = first row of
   // i's 16-row block (into the dead dW / dVn buffers).
@@ -461,18 +622,22 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     kbFs.put(i, d, betas[i] * kf(i, d) * e);
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 7);
-  // ---- kR[j, d] = k_j e^{G_r - G_j}, r = last row of j's block (into the dead M / X).
+  MOEWB_KDA_BWD_STAMP(7);
+  // ---- kR[j, d] = k_j e^{G_r - G_j}, r = last row of j's block (into the dead M / X); round 6
+  // anchors the partial last block at its last valid row (its diagonal block reads that kR).
   for (int idx = threadIdx.x; idx < cMax * kd; idx += blockDim.x) {
-    const int j = idx / kd, d = idx % kd, r = (j | 15);
+    const int j = idx / kd, d = idx % kd;
+    const int r = kTensorCoreDiagonal ? min(j | 15, c - 1) : (j | 15);
     kRs.put(j, d, kf(j, d) * expNeg(gs[r * ld + d] - gs[j * ld + d]));
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 8);
+  MOEWB_KDA_BWD_STAMP(8);
   // ---- pairwise sums (round 2's tiles and order): daQ, daL over key blocks J < X, dB over
-  // query blocks I > X on tensor cores, diagonal blocks elementwise in fp32 (lane-balanced).
+  // query blocks I > X on tensor cores; the diagonal blocks elementwise in fp32 (lane-balanced),
+  // or with kTensorCoreDiagonal on tensor cores where their decay allows (diagonalOnTensorCores).
   {
     const DiagView diag{gs, qb, kb, dAd, dT, betas, ld, ldc, kd};
+    const DiagMmaView diagMma{dAs, dLs, kRs, qFs, kbFs, dAd, qb, kb, kd};
     const int nTiles = nb * (kd / 8);
     for (int tile = warp; tile < nTiles; tile += warps) {
       const int X = tile / (kd / 8), d0 = 8 * (tile % (kd / 8));
@@ -522,8 +687,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
           db[q] += expNeg(gs[i0 * ld + d] - gs[j * ld + d]) * tb[q];
         }
       }
-      diagonalRowSums(diag, x0, d0, c, aq, aL);
-      diagonalColumnSums(diag, x0, d0, c, db);
+      if (!kTensorCoreDiagonal || !diagonalOnTensorCores(diagMma, gs, ld, x0, d0, c, aq, aL, db)) {
+        diagonalRowSums(diag, x0, d0, c, aq, aL);
+        diagonalColumnSums(diag, x0, d0, c, db);
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int i = x0 + g + 8 * (q >> 1), d = d0 + t2 + (q & 1);
@@ -539,7 +706,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 9);
+  MOEWB_KDA_BWD_STAMP(9);
   // ---- dg = reverse cumsum of dG (+ dG_C on the last row) and dbeta, round 2's order: four
   // lanes per key column (one 16-row segment each) trade their segment sums by shuffles.
   for (int dBase = 0; dBase < kd; dBase += nThreads / 4) {
@@ -553,18 +720,21 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   }
 #if defined(MOEWB_KDA_BWD_PHASE_CLOCK)
   __syncthreads();
-  MOEWB_KDA_BWD_STAMP(5, 11);
+  MOEWB_KDA_BWD_STAMP(11);
 #endif
 }
 
-// The per-chunk backward, round 5 (after the backward products on the same `in`); the caller
-// checks kdaBwdChunkR5Supported(args).
-inline cudaError_t launchChunkBackwardR5(cudaStream_t stream, const CoreArgs& args,
-                                         const IntraBwdArgs& in) {
-  const int64_t bytes = bwdR4Layout(args.chunk, args.keyDim, args.valueDim).bytes;
-  cudaError_t err = allowSharedBytes(kda_bwd_chunk_r5_kernel, bytes);
+// The per-chunk backward (after the backward products on the same `in`): round 6 (the diagonal
+// blocks on tensor cores where their decay allows) when tensorCoreDiagonal, else round 5. The
+// caller checks kdaBwdChunkSupported(args). Queues the kernel on `stream`; returns the attribute
+// or launch error.
+inline cudaError_t launchChunkBackwardSplit(cudaStream_t stream, const CoreArgs& args,
+                                            const IntraBwdArgs& in, bool tensorCoreDiagonal) {
+  const int64_t bytes = bwdChunkLayout(args.chunk, args.keyDim, args.valueDim).bytes;
+  const auto kernel = tensorCoreDiagonal ? kda_bwd_chunk_kernel<true> : kda_bwd_chunk_kernel<false>;
+  cudaError_t err = allowSharedBytes(kernel, bytes);
   if (err != cudaSuccess) return err;
-  kda_bwd_chunk_r5_kernel<<<chunkGrid(args), kBwdThreads, size_t(bytes), stream>>>(args, in);
+  kernel<<<chunkGrid(args), kBwdThreads, size_t(bytes), stream>>>(args, in);
   return cudaGetLastError();
 }
 
