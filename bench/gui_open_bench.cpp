@@ -1,6 +1,6 @@
 // GUI open and frame times on a large trace (issue 18; a plain timing program, not a test).
 //
-//   gui_open_bench [--slices N] [--trace PATH] [--keep]
+//   gui_open_bench [--slices N] [--trace PATH] [--keep] [--fresh-summary]
 //
 // Builds (once; reused when PATH exists) a schema-valid trace shaped like samples/configs/
 // small.toml's: per step 48 slices (step, forward/backward/optimizer, embedding, per layer of the
@@ -19,6 +19,9 @@
 //   zoom_frame_ms       median and max of 40 zoom/pan steps of the timeline, each a synchronous
 //                       repaint (draw-list rebuild + paint)
 //   chart_hover_ms      median and max of 40 mouse moves over the loss chart, each with repaint
+//   summary             whether the timeline's per-level summary came from the sidecar
+//                       "<trace>.summary" (a second open) or was built by the load (a first open;
+//                       --fresh-summary removes the sidecar before opening to measure one)
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +41,7 @@
 #include "chart_view.h"
 #include "child_process.h"
 #include "main_window.h"
+#include "moewb/gui/timeline_summary.h"
 #include "moewb/storage/trace_writer.h"
 #include "theme.h"
 #include "timeline_view.h"
@@ -50,6 +54,7 @@ struct Options {
   int64_t slices = 1'000'000;
   std::string trace;
   bool keep = false;
+  bool freshSummary = false;  // remove "<trace>.summary" first: measure a first open
 };
 
 // One slice of the step template: name, depth, layer, start and duration in us from step start.
@@ -212,6 +217,7 @@ Options parse(int argc, char** argv) {
     if (a == "--slices" && i + 1 < argc) o.slices = std::stoll(argv[++i]);
     if (a == "--trace" && i + 1 < argc) o.trace = argv[++i];
     if (a == "--keep") o.keep = true;
+    if (a == "--fresh-summary") o.freshSummary = true;
   }
   if (o.trace.empty()) {
     o.trace = (std::filesystem::temp_directory_path() /
@@ -239,6 +245,9 @@ int main(int argc, char** argv) {
     std::printf("built %s in %.1f s\n", o.trace.c_str(), double(build.elapsed()) / 1000);
   }
   const double fileMiB = double(std::filesystem::file_size(o.trace)) / 1048576.0;
+  const std::string sidecar = moewb::gui::summaryFilePath(o.trace);
+  if (o.freshSummary) std::filesystem::remove(sidecar);
+  const bool hadSidecar = std::filesystem::exists(sidecar);
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
   moewb::gui::theme::apply(app);
@@ -344,8 +353,18 @@ int main(int argc, char** argv) {
               *std::max_element(frames.begin(), frames.end()));
   std::printf("chart_hover_ms median %.2f max %.2f\n", moewb::bench::median(hovers),
               *std::max_element(hovers.begin(), hovers.end()));
+  const moewb::gui::TimelineSummary* summary = window.document()->timeline().summary();
+  size_t buckets0 = 0;
+  if (summary) {
+    for (const auto& lane : summary->lanes) buckets0 += lane.levels.front().size();
+  }
+  std::printf("summary %s (%zu level-0 buckets of %lld us, %d levels)\n",
+              !summary ? "none" : hadSidecar ? "read from the sidecar" : "built by the load",
+              buckets0, summary ? (long long)(summary->bucketNs / 1000) : 0LL,
+              summary ? summary->levelCount : 0);
   if (!o.keep && o.trace.find("moewb-gui-bench-") != std::string::npos) {
     std::filesystem::remove(o.trace);
+    std::filesystem::remove(sidecar);
   }
   return 0;
 }

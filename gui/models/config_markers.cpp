@@ -4,6 +4,7 @@
 #include <QStringList>
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <iterator>
 #include <numeric>
 
@@ -23,20 +24,37 @@ std::vector<int> sortedRows(const std::vector<storage::ConfigChangeRow>& changes
   return order;
 }
 
+// Whether `next`, the change after `prev` in time, belongs to the same live patch.
+bool samePatch(const storage::ConfigChangeRow& prev, const storage::ConfigChangeRow& next) {
+  // In double: the times come from the file and their difference may leave int64.
+  const double gapNs = double(next.tsNs) - double(prev.tsNs);
+  return next.step == prev.step && next.source == prev.source && gapNs >= 0 &&
+         gapNs <= double(kPatchGapNs);
+}
+
 }  // namespace
 
 std::vector<ConfigMarker> timelineMarkers(const std::vector<storage::ConfigChangeRow>& changes,
                                           const TimelineGeometry& g, double mergePx) {
   std::vector<ConfigMarker> markers;
-  for (int i : sortedRows(changes, [](const auto& r) { return r.tsNs; })) {
-    const storage::ConfigChangeRow& row = changes[size_t(i)];
-    if (row.tsNs < g.startNs || row.tsNs >= g.endNs) continue;
-    const double x = g.xOf(row.tsNs);
-    if (!markers.empty() && x - markers.back().x <= mergePx) {
-      markers.back().rows.push_back(i);
-      continue;
+  const std::vector<int> order = sortedRows(changes, [](const auto& r) { return r.tsNs; });
+  for (size_t k = 0; k < order.size();) {
+    // order[k, end) is one patch, placed at its first change.
+    size_t end = k + 1;
+    while (end < order.size() &&
+           samePatch(changes[size_t(order[end - 1])], changes[size_t(order[end])])) {
+      ++end;
     }
-    markers.push_back({x, row.step, row.tsNs, {i}});
+    const storage::ConfigChangeRow& first = changes[size_t(order[k])];
+    if (first.tsNs >= g.startNs && first.tsNs < g.endNs) {
+      const double x = g.xOf(first.tsNs);
+      if (markers.empty() || x - markers.back().x > mergePx) {
+        markers.push_back({x, first.step, first.tsNs, {}});
+      }
+      markers.back().rows.insert(markers.back().rows.end(), order.begin() + std::ptrdiff_t(k),
+                                 order.begin() + std::ptrdiff_t(end));
+    }
+    k = end;
   }
   return markers;
 }

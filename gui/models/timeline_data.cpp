@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "moewb/gui/timeline_summary.h"
+
 namespace moewb::gui {
 
 void TimelineData::clear() {
@@ -14,6 +16,44 @@ void TimelineData::clear() {
   m_nameIds.clear();
   m_bounds = {};
   m_sliceCount = 0;
+  m_summary.reset();
+  ++m_revision;
+}
+
+void TimelineData::addSummary(std::unique_ptr<TimelineSummary> part) {
+  if (!part) return;
+  ++m_revision;
+  std::vector<int32_t> ids;
+  ids.reserve(part->names.size());
+  for (const std::string& name : part->names) ids.push_back(internName(name));
+  const bool reserve = !part->partial && !m_summary;
+  for (LaneSummary& lane : part->lanes) {
+    for (std::vector<SummaryBucket>& level : lane.levels) {
+      for (SummaryBucket& b : level) {
+        b.nameId = b.nameId >= 0 && size_t(b.nameId) < ids.size() ? ids[size_t(b.nameId)] : 0;
+      }
+    }
+    // Only lanes of the file's tracks (set before the summary comes) are made and reserved.
+    if (!reserve || lane.levels.empty() || !track(lane.track)) continue;
+    int64_t slices = 0;
+    for (const SummaryBucket& b : lane.levels.front()) slices += b.count;
+    // A bound on what a damaged count could make us reserve: the summary's own slice count.
+    slices = std::min(slices, part->sliceCount);
+    TimelineLane& target = laneFor(lane.track, lane.depth);
+    if (slices > int64_t(target.slices.capacity())) {
+      target.slices.reserve(size_t(slices));
+      target.maxEndNs.reserve(size_t(slices));
+    }
+  }
+  if (!m_summary) {
+    m_summary = std::move(part);
+  } else if (!appendSummary(m_summary.get(), std::move(*part))) {
+    m_summary.reset();
+  }
+}
+
+void TimelineData::dropSummary() {
+  m_summary.reset();
   ++m_revision;
 }
 
@@ -124,7 +164,10 @@ int64_t TimelineData::addSlices(const std::vector<storage::SliceRow>& rows,
     if (accepted) (*accepted)[i] = true;
   }
   repairMaxEnds(dirty);
-  if (added) ++m_revision;
+  if (added) {
+    ++m_revision;
+    m_summary.reset();  // the summary lacks these rows
+  }
   return added;
 }
 

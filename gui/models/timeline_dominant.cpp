@@ -1,11 +1,12 @@
 // Dominant names of folded timeline runs: per pixel column, the slice name with the most busy
 // time, by exact overlap where a column holds few slices and by an even sample where it holds
-// many.
+// many, or from the per-level summaries (timeline_summary.h) where a level fits the zoom.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "moewb/gui/timeline_data.h"
+#include "moewb/gui/timeline_summary.h"
 
 namespace moewb::gui {
 
@@ -17,12 +18,13 @@ class ColumnAccumulator {
   ColumnAccumulator(int32_t laneIndex, double nsPerPx, std::vector<DominantSpan>* out)
       : m_lane(laneIndex), m_nsPerPx(nsPerPx), m_out(out) {}
 
-  void add(int64_t column, int32_t nameId, double ns) {
+  // Adds `ns` of name `nameId` and `busyNs` of busy time (ns and more) to `column`.
+  void add(int64_t column, int32_t nameId, double ns, double busyNs) {
     if (column != m_column) {
       flush();
       m_column = column;
     }
-    m_busyNs += ns;
+    m_busyNs += busyNs;
     for (auto& [name, total] : m_names) {
       if (name == nameId) {
         total += ns;
@@ -111,7 +113,7 @@ std::vector<DominantSpan> dominantSpans(const TimelineLane& lane, int32_t laneIn
         const TimelineSlice& x = lane.slices[i + k * inColumn / sample];
         const double a = std::max(double(x.startNs), colStart);
         const double b = std::min(double(x.startNs + std::max<int64_t>(x.durNs, 1)), colEnd);
-        if (b > a) acc.add(c0, x.nameId, (b - a) * weight);
+        if (b > a) acc.add(c0, x.nameId, (b - a) * weight, (b - a) * weight);
       }
       i = cachedEnd;
       continue;
@@ -120,9 +122,47 @@ std::vector<DominantSpan> dominantSpans(const TimelineLane& lane, int32_t laneIn
     for (int64_t c = c0; c <= c1; ++c) {
       const double a = std::max(t0, columnStartNs(c));
       const double b = std::min(t1, columnStartNs(c + 1));
-      acc.add(c, s.nameId, std::max(b - a, 1.0));
+      const double ns = std::max(b - a, 1.0);
+      acc.add(c, s.nameId, ns, ns);
     }
     ++i;
+  }
+  acc.flush();
+  return out;
+}
+
+std::vector<DominantSpan> dominantSpansFromSummary(const TimelineSummary& summary,
+                                                   const LaneSummary& lane, int level,
+                                                   int32_t laneIndex, int64_t startNs,
+                                                   int64_t endNs, const TimelineGeometry& g) {
+  std::vector<DominantSpan> out;
+  const double nsPerPx = g.nsPerPx();
+  if (!(nsPerPx > 0) || level < 0 || size_t(level) >= lane.levels.size()) return out;
+  const int64_t a = std::max(startNs, g.startNs), b = std::min(endNs, g.endNs);
+  if (b <= a) return out;
+  const std::vector<SummaryBucket>& buckets = lane.levels[size_t(level)];
+  const int64_t w = summary.widthNs(level);
+  const int64_t firstIndex = (a - summary.originNs) / w - 1;  // may start before origin: fine
+  auto it = std::lower_bound(buckets.begin(), buckets.end(), firstIndex,
+                             [](const SummaryBucket& x, int64_t k) { return x.index < k; });
+  const int64_t lastColumn = std::max<int64_t>(0, int64_t(std::ceil(g.widthPx)) - 1);
+  ColumnAccumulator acc(laneIndex, nsPerPx, &out);
+  for (; it != buckets.end(); ++it) {
+    const double bucketStart = double(summary.originNs) + double(it->index) * double(w);
+    const double t0 = std::max(bucketStart, double(a));
+    const double t1 = std::min(bucketStart + double(w), double(b));
+    if (bucketStart >= double(b)) break;
+    if (t1 <= t0) continue;
+    // A bucket is at most one column wide: it lies in one column or straddles two.
+    const double x0 = (t0 - double(g.startNs)) / nsPerPx, x1 = (t1 - double(g.startNs)) / nsPerPx;
+    const int64_t c0 = std::clamp(int64_t(std::floor(x0)), int64_t(0), lastColumn);
+    const int64_t c1 = std::clamp(int64_t(std::ceil(x1)) - 1, c0, lastColumn);
+    for (int64_t c = c0; c <= c1; ++c) {
+      const double share =
+          (std::min(x1, double(c + 1)) - std::max(x0, double(c))) * nsPerPx / double(w);
+      if (share <= 0) continue;
+      acc.add(c, it->nameId, double(it->dominantBusyNs) * share, double(it->busyNs) * share);
+    }
   }
   acc.flush();
   return out;

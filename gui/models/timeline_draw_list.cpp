@@ -1,8 +1,10 @@
 // Draw-list building for the timeline: visible slices by binary search, narrow runs folded.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "moewb/gui/timeline_data.h"
+#include "moewb/gui/timeline_summary.h"
 
 namespace moewb::gui {
 
@@ -59,17 +61,26 @@ DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g, doub
   std::vector<const TimelineLane*> lanes;
   lanes.reserve(data.lanes().size());
   for (const TimelineLane& lane : data.lanes()) lanes.push_back(&lane);
-  return buildDrawList(lanes, data.revision(), g, minWidthPx);
+  return buildDrawList(lanes, data.revision(), g, minWidthPx, &data);
 }
 
 DrawList buildDrawList(const std::vector<const TimelineLane*>& lanes, uint64_t dataRevision,
-                       const TimelineGeometry& g, double minWidthPx) {
+                       const TimelineGeometry& g, double minWidthPx, const TimelineData* data) {
   DrawList list;
   list.geometry = g;
   list.dataRevision = dataRevision;
   const double minNs = std::max(minWidthPx, 0.0) * g.nsPerPx();
+  const TimelineSummary* summary = data ? data->summary() : nullptr;
+  const int level = summary ? summaryLevelFor(*summary, g.nsPerPx()) : -1;
   for (size_t laneIndex = 0; laneIndex < lanes.size(); ++laneIndex) {
     const TimelineLane& lane = *lanes[laneIndex];
+    // Only the data's own lanes (not layer sub-lanes, which hold a subset) match their summary.
+    const LaneSummary* laneSummary = nullptr;
+    if (level >= 0 && !data->lanes().empty() &&
+        std::less_equal<const TimelineLane*>()(&data->lanes().front(), &lane) &&
+        std::less_equal<const TimelineLane*>()(&lane, &data->lanes().back())) {
+      laneSummary = summary->lane(lane.track, lane.depth);
+    }
     auto [first, last] = TimelineData::visibleRange(lane, g.startNs, g.endNs);
     size_t i = first;
     while (i < last) {
@@ -89,7 +100,10 @@ DrawList buildDrawList(const std::vector<const TimelineLane*>& lanes, uint64_t d
       const DrawItem& item = list.items.emplace_back(
           makeItem(g, int32_t(laneIndex), i, next - i, s.startNs, runEnd, minWidthPx));
       if (item.isFolded()) {
-        std::vector<DominantSpan> spans = dominantSpans(lane, int32_t(laneIndex), i, next - i, g);
+        std::vector<DominantSpan> spans =
+            laneSummary ? dominantSpansFromSummary(*summary, *laneSummary, level,
+                                                   int32_t(laneIndex), s.startNs, runEnd, g)
+                        : dominantSpans(lane, int32_t(laneIndex), i, next - i, g);
         if (!spans.empty()) {
           // The item may be wider than its columns (widened to minWidthPx): cover it.
           spans.front().x0 = std::min(spans.front().x0, std::floor(item.x0));

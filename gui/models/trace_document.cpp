@@ -104,6 +104,7 @@ void TraceDocument::stopWorker() {
   m_drainTimer->stop();
   m_pendingSteps = m_pendingSlices = m_pendingLoads = 0;
   m_sinceRefresh.invalidate();
+  m_refreshIntervalMs = kRefreshIntervalMs;
   if (m_channel) m_channel->cancel();
   if (m_worker.joinable()) m_worker.join();
   m_channel.reset();
@@ -146,10 +147,14 @@ void TraceDocument::drainLoad() {
   if (!finished) {
     // The views redraw at most every kRefreshIntervalMs while the data streams in.
     if (m_loadingHeld && (m_pendingSteps || m_pendingSlices || m_pendingLoads) &&
-        (!m_sinceRefresh.isValid() || m_sinceRefresh.elapsed() >= kRefreshIntervalMs)) {
+        (!m_sinceRefresh.isValid() || m_sinceRefresh.elapsed() >= m_refreshIntervalMs)) {
       m_sinceRefresh.start();
       emit refreshed(std::exchange(m_pendingSteps, 0), std::exchange(m_pendingSlices, 0),
                      std::exchange(m_pendingLoads, 0));
+      // The views redrew inside the emit: keep their share of the GUI thread to about a quarter.
+      const qint64 costMs = m_sinceRefresh.elapsed();
+      m_refreshIntervalMs =
+          int(std::clamp<qint64>(3 * costMs, kRefreshIntervalMs, kMaxRefreshIntervalMs));
     }
     if (progress >= 0) emit loadProgress(progress);
     // More waiting: come back as soon as the events queued meanwhile were handled.
@@ -173,6 +178,8 @@ void TraceDocument::drainLoad() {
 
 void TraceDocument::applyChunk(TraceChunk&& chunk, const QString& path) {
   if (chunk.header) applyHeader(std::move(chunk.header), path);
+  if (chunk.summary) m_timeline.addSummary(std::move(chunk.summary));
+  if (chunk.dropSummary) m_timeline.dropSummary();
   if (!chunk.counters.empty()) applyMemory(chunk.counters);
   if (!chunk.expertLoads.empty() || chunk.expertLoadsToStep >= 0) {
     if (chunk.expertLoadsToStep >= 0) {

@@ -3,6 +3,7 @@
 
 #include <QRegularExpression>
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -100,44 +101,59 @@ Status streamCounters(storage::TraceReader& reader, const LoadPlan& plan,
   return Status::ok();
 }
 
-// Expert loads of the header's steps in ranges of options.stepsPerExpertChunk steps (all of them
-// in one chunk for a file without step rows).
+// Expert loads of the header's steps (all of them for a file without step rows) in one scan of
+// the table in file order. While the file holds them in step order (as the writer appends them),
+// a chunk ends where a row's step reaches the chunk's first step + options.stepsPerExpertChunk
+// and says the steps before are complete; rows out of step order end that (chunks then hold a
+// bounded number of rows and say nothing until the last one, which completes every step).
 Status streamExpertLoads(storage::BulkTraceReader& bulk, const LoadPlan& plan,
                          const std::function<bool(TraceChunk&&)>& sink,
                          const std::atomic<bool>& cancel, const TraceLoadOptions& options,
                          bool* stopped) {
-  auto readRange = [&](int64_t from, int64_t to, std::vector<storage::ExpertLoadRow>* out) {
-    return bulk.forEachExpertLoadBatch(from, to, std::numeric_limits<size_t>::max() / 2,
-                                       [&](std::vector<storage::ExpertLoadRow>& rows) {
-                                         out->swap(rows);
-                                         return true;
-                                       });
-  };
-  if (!plan.hasSteps) {
-    TraceChunk chunk;
-    MOEWB_RETURN_IF_ERROR(readRange(0, kLastStep, &chunk.expertLoads));
-    chunk.progress = kHeaderShare + kCounterShare + kExpertShare;
-    *stopped = !sink(std::move(chunk));
-    return Status::ok();
-  }
-  const int64_t first = plan.firstStep;
-  const int64_t last = plan.lastStep;
+  const int64_t first = plan.hasSteps ? plan.firstStep : 0;
+  const int64_t last = plan.hasSteps ? plan.lastStep : kLastStep;
   const int64_t per = std::max<int64_t>(1, options.stepsPerExpertChunk);
-  for (int64_t from = first; from <= last; from += per) {
-    if (cancel.load(std::memory_order_relaxed)) {
-      *stopped = true;
-      return Status::ok();
+  const size_t unorderedRows = size_t(per) * 256;
+  int64_t base = first;
+  int64_t previousStep = std::numeric_limits<int64_t>::min();
+  bool ordered = true;
+  double progress = kHeaderShare + kCounterShare;
+  TraceChunk chunk;
+  auto handOver = [&](int64_t toStep) {
+    chunk.expertLoadsToStep = toStep;
+    if (plan.hasSteps && toStep >= first) {
+      const double done = double(toStep - first + 1) / double(last - first + 1);
+      progress = std::max(progress, kHeaderShare + kCounterShare + kExpertShare * done);
     }
-    TraceChunk chunk;
-    chunk.expertLoadsToStep = std::min(last, from + per - 1);
-    MOEWB_RETURN_IF_ERROR(readRange(from, chunk.expertLoadsToStep, &chunk.expertLoads));
-    const double done = double(chunk.expertLoadsToStep - first + 1) / double(last - first + 1);
-    chunk.progress = kHeaderShare + kCounterShare + kExpertShare * done;
-    if (!sink(std::move(chunk))) {
-      *stopped = true;
-      return Status::ok();
-    }
-  }
+    chunk.progress = progress;
+    const bool more = sink(std::move(chunk));
+    chunk = TraceChunk();
+    if (!more) *stopped = true;
+    return more;
+  };
+  Status status = bulk.forEachExpertLoadInFileOrder(
+      first, last, 4096, [&](std::vector<storage::ExpertLoadRow>& rows) {
+        if (cancel.load(std::memory_order_relaxed)) {
+          *stopped = true;
+          return false;
+        }
+        for (const storage::ExpertLoadRow& row : rows) {
+          if (row.step < previousStep) ordered = false;
+          previousStep = row.step;
+          if (ordered && plan.hasSteps && row.step >= base + per) {
+            base += per * ((row.step - base) / per);
+            if (!chunk.expertLoads.empty() && !handOver(row.step - 1)) return false;
+          } else if ((!ordered || !plan.hasSteps) && chunk.expertLoads.size() >= unorderedRows) {
+            if (!handOver(-1)) return false;
+          }
+          chunk.expertLoads.push_back(row);
+        }
+        return true;
+      });
+  MOEWB_RETURN_IF_ERROR(status);
+  if (*stopped) return Status::ok();
+  progress = kHeaderShare + kCounterShare + kExpertShare;
+  (void)handOver(plan.hasSteps ? last : -1);
   return Status::ok();
 }
 
@@ -166,6 +182,8 @@ class NameIndexer {
     }
     return index;
   }
+  // Names indexed so far.
+  size_t count() const { return size_t(m_count); }
 
  private:
   static constexpr int64_t kDirect = 1 << 20;  // ids below this use the flat table
@@ -175,22 +193,33 @@ class NameIndexer {
   int32_t m_count = 0;
 };
 
-// Host slices in start order, options.slicesPerChunk at a time; progress by start time.
+// Host slices in start order, options.slicesPerChunk at a time; progress by start time. Each
+// slice handed over is also added to `summary` when it is given.
 Status streamSlices(storage::BulkTraceReader& bulk, const LoadPlan& plan,
                     const std::function<bool(TraceChunk&&)>& sink, const std::atomic<bool>& cancel,
-                    const TraceLoadOptions& options, bool* stopped) {
+                    const TraceLoadOptions& options, SummaryBuilder* summary, bool* stopped) {
   const std::unordered_set<int64_t>& skip = plan.gpuTracks;
   const double startNs = double(plan.bounds.startNs);
   const double spanNs = std::max(1.0, double(plan.bounds.endNs - plan.bounds.startNs));
   const double sliceShare = 1.0 - kHeaderShare - kCounterShare - kExpertShare;
   const size_t per = std::max<size_t>(1, options.slicesPerChunk);
   NameIndexer names(bulk);
+  std::vector<int32_t> summaryNames;  // by load name index: the summary's name index
+  SummaryBuilder* building = summary;  // null once the summary proved inexact
   Status failed;
   TraceChunk chunk;
   chunk.slices.reserve(per);
   auto handOver = [&](double fraction) {
     chunk.progress =
         kHeaderShare + kCounterShare + kExpertShare + sliceShare * std::clamp(fraction, 0.0, 1.0);
+    // The summary's buckets that these and earlier slices completed travel with them, so the
+    // timeline paints zoomed out from the summary while the load still runs.
+    if (building && building->outOfOrder() > 0) {
+      chunk.dropSummary = true;  // a lane out of start order: the summary cannot be exact
+      building = nullptr;
+    } else if (building) {
+      chunk.summary = building->takeFinished();
+    }
     const bool more = sink(std::move(chunk));
     chunk = TraceChunk();
     chunk.slices.reserve(per);
@@ -215,6 +244,13 @@ Status streamSlices(storage::BulkTraceReader& bulk, const LoadPlan& plan,
     }
     s.nameIndex = *name;
     s.categoryIndex = *category;
+    if (building) {
+      while (summaryNames.size() < names.count()) {
+        summaryNames.push_back(building->addName(
+            chunk.newNames[chunk.newNames.size() - (names.count() - summaryNames.size())]));
+      }
+      building->add(s.track, s.depth, s.startNs, s.durNs, summaryNames[size_t(s.nameIndex)]);
+    }
     return true;
   };
   Status status = bulk.forEachSliceBatch(per, [&](std::vector<storage::SliceIdRow>& rows) {
@@ -355,6 +391,45 @@ Status readRunInfo(storage::TraceReader& reader, TraceHeader* header) {
   return Status::ok();
 }
 
+namespace {
+
+// Whether `path` has a -wal with data beside it: a run still writing it (or one that died), whose
+// slices may still change, so no summary of it is kept on disk.
+bool hasLiveWal(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path + "-wal", ec);
+  return !ec && bytes > 0;
+}
+
+// The sidecar summary of the trace, when one belongs to it (anything else is ignored: it is
+// rebuilt by the load).
+std::unique_ptr<TimelineSummary> readSidecar(const std::string& path,
+                                             const std::optional<TraceFingerprint>& fingerprint) {
+  if (!fingerprint) return nullptr;
+  Result<TimelineSummary> read = readSummaryFile(summaryFilePath(path), *fingerprint);
+  if (!read.isOk()) return nullptr;
+  return std::make_unique<TimelineSummary>(std::move(read).value());
+}
+
+// Hands the last part of `builder`'s summary to `sink` (as a slice chunk: all slices are in) and
+// keeps the whole beside the trace when `fingerprint` allows it. False when `sink` refused it.
+bool finishSummary(SummaryBuilder& builder, const std::string& path,
+                   const std::optional<TraceFingerprint>& fingerprint,
+                   const std::function<bool(TraceChunk&&)>& sink) {
+  TraceChunk last;
+  builder.close();
+  last.summary = builder.takeFinished();
+  if (fingerprint) {
+    // A directory that cannot be written (read-only media) keeps no sidecar: nothing lost but
+    // the rebuild next time.
+    (void)writeSummaryFile(summaryFilePath(path), builder.all(), *fingerprint);
+  }
+  last.progress = 1.0;  // the slices' own progress: all of them are in
+  return sink(std::move(last));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<storage::TraceReader>> loadTrace(
     const std::string& path, const std::function<bool(TraceChunk&&)>& sink,
     const std::atomic<bool>& cancel, const TraceLoadOptions& options) {
@@ -366,7 +441,20 @@ Result<std::unique_ptr<storage::TraceReader>> loadTrace(
   MOEWB_ASSIGN_OR_RETURN(auto loadBulk, storage::BulkTraceReader::open(path));
   MOEWB_ASSIGN_OR_RETURN(auto header, readHeader(*reader));
   const LoadPlan plan = planOf(*header, options);
+  // The per-level summary: from its sidecar when one belongs to this state of the file, else
+  // built while the slices stream (and kept beside the trace unless a run is writing it).
+  // A run still writing the file (a -wal with data) may add slices past the bounds read above:
+  // its timeline paints from the slices, without a summary.
+  const bool live = hasLiveWal(path);
+  std::optional<TraceFingerprint> fingerprint;
+  if (options.summaryFile && !live) {
+    MOEWB_ASSIGN_OR_RETURN(const int64_t maxSliceId, sliceBulk->maxSliceId());
+    if (auto f = traceFingerprint(path, maxSliceId); f.isOk()) fingerprint = *f;
+  }
   TraceChunk first;
+  first.summary = readSidecar(path, fingerprint);
+  std::optional<SummaryBuilder> builder;
+  if (!first.summary && !live) builder.emplace(TimeRange{plan.bounds.startNs, plan.bounds.endNs});
   first.header = std::move(header);
   first.progress = kHeaderShare;
   if (!sink(std::move(first))) return stoppedStatus;
@@ -393,7 +481,11 @@ Result<std::unique_ptr<storage::TraceReader>> loadTrace(
         }
         return forward(std::move(chunk), false);
       },
-      cancel, options, &stopped);
+      cancel, options, builder ? &*builder : nullptr, &stopped);
+  if (status.isOk() && !stopped && builder && builder->outOfOrder() == 0) {
+    stopped = !finishSummary(*builder, path, fingerprint,
+                             [&](TraceChunk&& c) { return forward(std::move(c), false); });
+  }
   if (status.isOk() && !stopped) {
     stopped = !side.forwardAll([&](TraceChunk&& c) { return forward(std::move(c), true); });
   }

@@ -17,7 +17,8 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   setStatusTip(
       tr("Timeline: wheel or +/- zooms at the cursor, drag or arrows pan, Home fits all, "
          "double-click zooms to a slice, click a step to show its expert load, Shift+drag "
-         "selects a range (Esc clears), Ctrl+F finds slices by name"));
+         "selects a range (Esc clears), Ctrl+F finds slices by name, ] and [ follow a CUDA "
+         "launch to its kernel and back"));
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
   m_geometry = fitGeometry({}, plotWidth());
@@ -33,6 +34,7 @@ void TimelineView::setDocument(TraceDocument* document) {
       m_selectedStep.reset();
       m_selectedSlice.reset();
       m_selectedGpuSlice.reset();
+      clearFlow(true);
       m_highlights.clear();
       m_swapEvents.clear();
       m_swapItems.clear();
@@ -127,7 +129,8 @@ void TimelineView::rebuildDrawList() {
     m_drawList = {};
     return;
   }
-  m_drawList = buildDrawList(m_displayLanes, m_document->timeline().revision(), m_geometry);
+  m_drawList = buildDrawList(m_displayLanes, m_document->timeline().revision(), m_geometry, 3.0,
+                             &m_document->timeline());
   rebuildMemory();
   rebuildGpu();
   rebuildSwap();

@@ -50,12 +50,19 @@
 // flags sit at the ruler's bottom) and a flag with its name at the ruler's top (bookmarkFlags);
 // hovering a flag shows the name, clicking it emits bookmarkActivated (the main window zooms
 // there, as the Bookmarks dock does). The flags are laid out with the draw list, not per frame.
+// Flow arrows (timeline_flow.h): selecting a CUDA API call or the GPU work it launched reads, on
+// a flow worker thread, the other end (same correlation id and rank) and draws an arrow from the
+// call's start to the work's start (clipped to the edge when an end is off-screen) with the
+// other end outlined; hovering the arrow or either end tells the queueing delay; a click on the
+// arrow, ] (to the work) or [ (to the launch), or the context menu selects the other end and
+// scrolls (or zooms out) to show it.
 // Files: timeline_view.cpp (state, layout), timeline_view_input.cpp, timeline_view_paint.cpp,
 // timeline_view_swap.cpp (the swap lanes), timeline_view_range.cpp (range selection, search),
-// timeline_view_bookmarks.cpp (bookmark lines and flags).
+// timeline_view_bookmarks.cpp (bookmark lines and flags), timeline_view_flows.cpp (flows).
 #pragma once
 
 #include <QWidget>
+#include <memory>
 #include <optional>
 #include <set>
 #include <vector>
@@ -66,6 +73,8 @@
 #include "moewb/gui/memory_timeline.h"
 #include "moewb/gui/swap_lanes.h"
 #include "moewb/gui/timeline_data.h"
+#include "moewb/gui/timeline_flow.h"
+#include "moewb/gui/timeline_flow_query.h"
 #include "moewb/gui/timeline_geometry.h"
 #include "moewb/gui/timeline_search.h"
 #include "moewb/gui/window_query_worker.h"
@@ -154,7 +163,8 @@ class TimelineView : public QWidget {
   QRect swapLaneRect(int lane) const;
   // The copy under widget point `pos` (not a folded bar), or nullptr.
   const storage::SwapEventRow* swapEventAtPos(const QPoint& pos) const;
-  // Marks GPU slice `slice` as selected (as a click on it does) without emitting anything.
+  // Marks GPU slice `slice` as selected (as a click on it does) without emitting anything but
+  // flowChanged once its flow is read.
   void setSelectedGpuSlice(std::optional<SliceId> slice);
 
   // Outlines `slices` in the accent colour (at least 3 px wide, also inside folded runs) until
@@ -210,6 +220,17 @@ class TimelineView : public QWidget {
   // The host slice selected by the last click on an unfolded slice (a copy), if any.
   const std::optional<TimelineSlice>& selectedSlice() const { return m_selectedSlice; }
 
+  // Flows (timeline_view_flows.cpp). The flow of the selected GPU slice once read; nullopt
+  // without a selection, while it is read, or when the slice has no partner.
+  const std::optional<TimelineFlow>& flow() const { return m_flow; }
+  // Whether the flow of the current selection is still being read on the flow worker.
+  bool flowPending() const;
+  // The flow's arrow laid out on the current window, in widget coordinates.
+  FlowArrow flowArrow() const;
+  // Selects the flow's work (toWork) or launch end as a click on it would (gpuSliceActivated,
+  // stepActivated) and shows it (flowJumpRange, clamped to the data). False without a flow.
+  bool goToFlowEnd(bool toWork);
+
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
@@ -230,6 +251,8 @@ class TimelineView : public QWidget {
   void rangeCleared();
   // The user clicked the flag of bookmark `row` (a row of the BookmarkModel).
   void bookmarkActivated(int row);
+  // The flow of the selection was read (flow() may be nullopt: no partner) or cleared.
+  void flowChanged();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -240,6 +263,7 @@ class TimelineView : public QWidget {
   void mouseReleaseEvent(QMouseEvent* event) override;
   void mouseDoubleClickEvent(QMouseEvent* event) override;
   void leaveEvent(QEvent* event) override;
+  void contextMenuEvent(QContextMenuEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
   bool event(QEvent* event) override;
 
@@ -320,6 +344,22 @@ class TimelineView : public QWidget {
   // The time at widget x, clamped to the data bounds.
   int64_t timeAtWidgetX(int x) const;
   void paintEmpty(QPainter& p) const;
+  // Flows (timeline_view_flows.cpp): ask the flow worker for the flow of `selected` (or of the
+  // lane item `item`; kept when it is an end of the current one); forget it (and the worker with
+  // `dropWorker`, on a new file).
+  void requestFlow(const FlowEnd& selected);
+  void requestFlow(const storage::GpuLaneItem& item);
+  void clearFlow(bool dropWorker = false);
+  void onFlowAnswered(const FlowAnswer& answer);
+  // Index of the GPU lane showing `track`, or -1.
+  int gpuLaneOfTrack(TrackId track) const;
+  void paintFlow(QPainter& p) const;
+  // Hover text of the arrow near widget point `pos` ("" when none); the flow line of `slice`'s
+  // tooltip when it is an end of the flow ("" otherwise).
+  QString flowTextAt(const QPoint& pos) const;
+  QString flowLineFor(SliceId slice) const;
+  // A click on the arrow: goes to the end that is not selected. Whether it hit the arrow.
+  bool flowClick(const QPoint& pos);
 
   static constexpr int kGutterPx = 150;
   static constexpr int kRulerPx = 28;
@@ -365,6 +405,10 @@ class TimelineView : public QWidget {
   int m_rangeAnchorX = 0;            // widget x where it started
   TimelineSearch m_search;
   TimelineSearchBar* m_searchBar = nullptr;
+  std::optional<TimelineFlow> m_flow;             // the selection's flow (read by the worker)
+  std::unique_ptr<FlowQueryWorker> m_flowWorker;  // made on the first selection of a file
+  uint64_t m_flowTicket = 0;                      // of the newest flow request
+  uint64_t m_flowAnswered = 0;                    // of the newest answer taken
 };
 
 }  // namespace moewb::gui

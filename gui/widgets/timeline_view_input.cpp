@@ -94,6 +94,10 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
       const QPoint pos = event->position().toPoint();
       const Hit hit = hitAt(pos);
       const storage::GpuLaneItem* gpu = hit.item ? nullptr : gpuItemAtPos(pos);
+      if (!hit.item && !gpu && flowClick(pos)) {  // the flow arrow: go to its other end
+        QWidget::mouseReleaseEvent(event);
+        return;
+      }
       const storage::SwapEventRow* copy = hit.item || gpu ? nullptr : swapEventAtPos(pos);
       m_selectedGpuSlice.reset();
       m_selectedSlice.reset();
@@ -112,6 +116,7 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
         emit stepActivated(hit.slice->step);
       } else if (gpu && !gpu->isFolded()) {
         m_selectedGpuSlice = gpu->id;
+        requestFlow(*gpu);
         const int64_t step = gpu->step;
         emit gpuSliceActivated(gpu->id.value);
         if (step >= 0) {
@@ -121,6 +126,7 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
       } else if (!copy) {
         m_selectedStep.reset();
       }
+      if (!m_selectedGpuSlice) clearFlow();
       update();
     }
   }
@@ -177,6 +183,13 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
     case Qt::Key_F3:
       searchStep(!(event->modifiers() & Qt::ShiftModifier));
       break;
+    case Qt::Key_BracketRight:  // follow the flow to its work, [ back to its launch
+    case Qt::Key_BracketLeft:
+      if (!goToFlowEnd(event->key() == Qt::Key_BracketRight)) {
+        QWidget::keyPressEvent(event);
+        return;
+      }
+      break;
     case Qt::Key_Escape:
       if (m_range) {
         setSelectedRange(std::nullopt);
@@ -216,6 +229,8 @@ bool TimelineView::event(QEvent* event) {
       QToolTip::showText(help->globalPos(), tooltipText(hit), this);
     } else if (const storage::GpuLaneItem* gpu = gpuItemAtPos(help->pos())) {
       QToolTip::showText(help->globalPos(), gpuTooltipText(*gpu), this);
+    } else if (const QString flow = flowTextAt(help->pos()); !flow.isEmpty()) {
+      QToolTip::showText(help->globalPos(), flow, this);
     } else if (const storage::SwapEventRow* copy = swapEventAtPos(help->pos())) {
       QToolTip::showText(help->globalPos(), swapTooltipText(*copy), this);
     } else if (const QString memory = memoryTextAt(help->pos()); !memory.isEmpty()) {
@@ -272,6 +287,7 @@ QString TimelineView::gpuTooltipText(const storage::GpuLaneItem& item) const {
                      .arg(dur(item.startNs - originNs));
   if (item.step >= 0) text += tr("<br>step %1").arg(item.step);
   if (item.layer >= 0) text += tr("<br>layer %1").arg(item.layer);
+  text += flowLineFor(item.id);
   return text + tr("<br><i>click for launch details and expert load</i>");
 }
 

@@ -35,6 +35,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   paintHighlights(p);
   paintSearchMatches(p);
   paintGpu(p);
+  paintFlow(p);
   paintSwap(p);
   paintMemory(p);
   paintBookmarkLines(p);

@@ -56,6 +56,13 @@ const storage::SwapEventRow* TimelineView::swapEventAtPos(const QPoint& pos) con
 
 void TimelineView::setSelectedGpuSlice(std::optional<SliceId> slice) {
   m_selectedGpuSlice = slice;
+  if (slice) {
+    FlowEnd selected;
+    selected.slice = *slice;
+    requestFlow(selected);
+  } else {
+    clearFlow();
+  }
   update();
 }
 

@@ -22,7 +22,23 @@ constexpr const char* kSliceIdsSql =
 constexpr const char* kExpertLoadRangeSql =
     "SELECT step, layer, expert, rank, tokens, dropped, bias FROM expert_load "
     "WHERE step >= ?1 AND step <= ?2 ORDER BY step, layer";
+// The same rows in rowid order: a scan of the table, no index (NOT INDEXED keeps the planner off
+// expert_load_step_layer_idx, whose walk looks every row up by rowid).
+constexpr const char* kExpertLoadScanSql =
+    "SELECT step, layer, expert, rank, tokens, dropped, bias FROM expert_load NOT INDEXED "
+    "WHERE step >= ?1 AND step <= ?2";
 constexpr const char* kStringSql = "SELECT text FROM string WHERE id = ?1";
+constexpr const char* kMaxSliceIdSql = "SELECT coalesce(max(id), 0) FROM slice";
+
+void readExpertLoad(const detail::Statement& q, ExpertLoadRow& row) {
+  row.step = q.columnInt(0);
+  row.layer = q.columnInt32(1);
+  row.expert = q.columnInt32(2);
+  row.rank = q.columnInt32(3);
+  row.tokens = q.columnInt(4);
+  row.dropped = q.columnInt(5);
+  row.bias = q.columnDouble(6);
+}
 
 // Steps a bound `query` to its end, reading each row with readRow(query, row) into batches of
 // rowsPerBatch rows handed to `visit` (the last one possibly shorter); visit returning false
@@ -54,6 +70,7 @@ struct BulkTraceReader::State {
   detail::Database db;
   detail::Statement slices;       // kSliceIdsSql, prepared on first use
   detail::Statement expertLoads;  // kExpertLoadRangeSql
+  detail::Statement expertScan;   // kExpertLoadScanSql
   detail::Statement string;       // kStringSql
   std::unordered_map<int64_t, std::string> strings;  // stringText's cache
 };
@@ -116,18 +133,24 @@ Status BulkTraceReader::forEachExpertLoadBatch(
     MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kExpertLoadRangeSql));
   }
   MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
-  return visitInBatches<ExpertLoadRow>(
-      query, rowsPerBatch,
-      [](const detail::Statement& q, ExpertLoadRow& row) {
-        row.step = q.columnInt(0);
-        row.layer = q.columnInt32(1);
-        row.expert = q.columnInt32(2);
-        row.rank = q.columnInt32(3);
-        row.tokens = q.columnInt(4);
-        row.dropped = q.columnInt(5);
-        row.bias = q.columnDouble(6);
-      },
-      visit);
+  return visitInBatches<ExpertLoadRow>(query, rowsPerBatch, readExpertLoad, visit);
+}
+
+Status BulkTraceReader::forEachExpertLoadInFileOrder(
+    int64_t fromStep, int64_t toStep, size_t rowsPerBatch,
+    const std::function<bool(std::vector<ExpertLoadRow>&)>& visit) {
+  detail::Statement& query = m_state->expertScan;
+  if (!query.isPrepared()) {
+    MOEWB_ASSIGN_OR_RETURN(query, detail::Statement::prepare(m_state->db, kExpertLoadScanSql));
+  }
+  MOEWB_RETURN_IF_ERROR(query.bindAll(fromStep, toStep));
+  return visitInBatches<ExpertLoadRow>(query, rowsPerBatch, readExpertLoad, visit);
+}
+
+Result<int64_t> BulkTraceReader::maxSliceId() {
+  MOEWB_ASSIGN_OR_RETURN(const std::optional<int64_t> found,
+                         detail::queryFirstRow(m_state->db, kMaxSliceIdSql, detail::column0Int));
+  return found.value_or(0);
 }
 
 }  // namespace moewb::storage

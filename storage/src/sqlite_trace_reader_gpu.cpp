@@ -39,13 +39,15 @@ constexpr const char* kGpuLaneSql =
     "ORDER BY s.start_ns, s.id";
 
 // The GPU work (kernel, memcpy, memset) that API call ?1 launched: same correlation id, same
-// rank (correlation ids are per process).
+// rank (correlation ids are per process). The implied `w.correlation_id != 0` lets SQLite use
+// the partial index slice_correlation_idx (without it the query scans slice).
 constexpr const char* kLaunchedWorkSql =
     "SELECT w.id FROM slice a JOIN track ta ON ta.id = a.track "
     "JOIN string ca ON ca.id = a.category "
     "JOIN slice w ON w.correlation_id = a.correlation_id JOIN track tw ON tw.id = w.track "
     "JOIN string cw ON cw.id = w.category "
-    "WHERE a.id = ?1 AND ca.text = 'api' AND a.correlation_id != 0 AND tw.rank = ta.rank "
+    "WHERE a.id = ?1 AND ca.text = 'api' AND a.correlation_id != 0 AND w.correlation_id != 0 "
+    "AND tw.rank = ta.rank "
     "AND cw.text IN ('kernel', 'memcpy', 'memset') ORDER BY w.id LIMIT 1";
 
 constexpr const char* kSliceByIdSql =
@@ -70,7 +72,8 @@ constexpr const char* kMemsetSql =
     "SELECT m.device_id, m.stream_id, m.bytes, m.value, m.memory_kind, coalesce(p.text, '') "
     "FROM gpu_memset m LEFT JOIN string p ON p.id = m.phase WHERE m.slice = ?1";
 
-// The API call with correlation id ?1 on a track of rank ?2 (correlation ids are per process).
+// The API call with correlation id ?1 on a track of rank ?2 (correlation ids are per process);
+// `!= 0` as above, for the partial index.
 constexpr const char* kApiCallSql =
     "SELECT s.id, s.track, s.start_ns, s.dur_ns, coalesce(n.text, ''), coalesce(c.text, ''), "
     "s.step, s.layer, s.correlation_id, s.depth, a.api, a.cbid, a.thread_id, a.return_value, "
@@ -78,7 +81,7 @@ constexpr const char* kApiCallSql =
     "FROM slice s JOIN cuda_api a ON a.slice = s.id JOIN track t ON t.id = s.track "
     "LEFT JOIN string n ON n.id = s.name LEFT JOIN string c ON c.id = s.category "
     "LEFT JOIN string p ON p.id = a.phase "
-    "WHERE s.correlation_id = ?1 AND t.rank = ?2 ORDER BY s.id LIMIT 1";
+    "WHERE s.correlation_id = ?1 AND s.correlation_id != 0 AND t.rank = ?2 ORDER BY s.id LIMIT 1";
 
 constexpr const char* kLayerLoadSql =
     "SELECT expert, sum(tokens), sum(dropped) FROM expert_load WHERE step = ?1 AND layer = ?2 "

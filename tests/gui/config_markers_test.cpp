@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace moewb::gui {
 namespace {
 
@@ -63,6 +65,51 @@ TEST(ConfigMarkers, StepMarkersGroupByStep) {
   EXPECT_DOUBLE_EQ(markers[1].x, 12.0);
   EXPECT_EQ(markers[1].rows, (std::vector<int>{0, 2}));
   EXPECT_TRUE(stepMarkers({}).empty());
+}
+
+// Issue 17: a live patch of several keys (a tuner Apply live) is written as one row per key, each
+// stamped as written, microseconds apart; zoomed in, those rows used to be several markers.
+TEST(ConfigMarkers, OnePatchIsOneMarkerAtAnyZoom) {
+  auto from = [](storage::ConfigChangeRow r, const char* source) {
+    r.source = source;
+    return r;
+  };
+  const std::vector<storage::ConfigChangeRow> rows = {
+      from(change(40, 1'000'000, "optim.lr"), "tuner"),  // the patch: 4 and 9 us apart
+      from(change(40, 1'004'000, "moe.capacity_factor"), "tuner"),
+      from(change(40, 1'009'000, "kda.chunk_size"), "tuner"),
+      from(change(40, 1'009'500, "data.skew"), "gui"),    // another source, same step
+      from(change(41, 1'009'800, "optim.eps"), "tuner"),  // the next step's patch
+  };
+  // 10 ns per px: the patch's rows are 400 and 500 px apart.
+  const TimelineGeometry g{1'000'000, 1'010'000, 1000.0};
+  auto markers = timelineMarkers(rows, g);
+  ASSERT_EQ(markers.size(), 3u);
+  EXPECT_DOUBLE_EQ(markers[0].x, 0.0);
+  EXPECT_EQ(markers[0].rows, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(markerText(markers[0], rows),
+            "step 40: optim.lr 1.0 -> 2.0 (tuner)\nstep 40: moe.capacity_factor 1.0 -> 2.0 "
+            "(tuner)\nstep 40: kda.chunk_size 1.0 -> 2.0 (tuner)");
+  EXPECT_DOUBLE_EQ(markers[1].x, 950.0);
+  EXPECT_EQ(markers[1].rows, std::vector<int>{3});
+  EXPECT_EQ(markers[2].rows, std::vector<int>{4});  // the next step's patch, 30 px on
+  EXPECT_DOUBLE_EQ(markers[2].x, 980.0);
+  // A window that starts inside the patch: the patch's marker (at its first change) is outside.
+  markers = timelineMarkers(rows, {1'002'000, 1'010'000, 800.0});
+  ASSERT_EQ(markers.size(), 2u);
+  EXPECT_EQ(markers[0].rows, std::vector<int>{3});
+  // A gap over kPatchGapNs splits rows of one step and source into two patches.
+  const std::vector<storage::ConfigChangeRow> apart = {
+      from(change(7, 0, "optim.lr"), "gui"), from(change(7, kPatchGapNs + 1, "optim.eps"), "gui")};
+  EXPECT_EQ(timelineMarkers(apart, {0, 2 * kPatchGapNs, 1000.0}).size(), 2u);
+  // Times from an untrusted file: no overflow, no merge.
+  const std::vector<storage::ConfigChangeRow> odd = {
+      change(1, std::numeric_limits<int64_t>::min(), "a"),
+      change(1, std::numeric_limits<int64_t>::max() - 1, "b")};
+  markers = timelineMarkers(
+      odd, {std::numeric_limits<int64_t>::max() - 10, std::numeric_limits<int64_t>::max(), 10.0});
+  ASSERT_EQ(markers.size(), 1u);
+  EXPECT_EQ(markers[0].rows, std::vector<int>{1});
 }
 
 TEST(ConfigMarkers, MarkerNearFindsTheClosestWithinTolerance) {

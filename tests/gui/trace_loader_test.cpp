@@ -90,9 +90,10 @@ TEST_F(TraceLoaderTest, ChunksComeHeaderFirstBoundedAndInStartOrder) {
   EXPECT_DOUBLE_EQ(progress.back(), 1.0);
 }
 
-TEST_F(TraceLoaderTest, ALoadLeavesNothingBesideTheTrace) {
+TEST_F(TraceLoaderTest, ALoadLeavesNothingBesideTheTraceButItsSummary) {
   // The load's extra connections (bulk slices, expert loads) only read: the trace's directory
-  // holds the same files, byte-identical trace included, before and after.
+  // holds the same files, byte-identical trace included, before and after, except the summary
+  // sidecar (timeline_summary.h) when the load may keep one.
   const std::string file = makeTrace("quiet.sqlite", 6);
   const QDir dir(m_dir.path());
   const QStringList before = dir.entryList(QDir::Files | QDir::Hidden, QDir::Name);
@@ -101,10 +102,17 @@ TEST_F(TraceLoaderTest, ALoadLeavesNothingBesideTheTrace) {
   const QByteArray bytes = in.readAll();
   in.close();
   std::atomic<bool> cancel{false};
-  auto reader = loadTrace(file, [](TraceChunk&&) { return true; }, cancel);
+  TraceLoadOptions noSidecar;
+  noSidecar.summaryFile = false;
+  auto reader = loadTrace(file, [](TraceChunk&&) { return true; }, cancel, noSidecar);
   ASSERT_TRUE(reader.isOk()) << reader.status().toString();
   reader.value().reset();
   EXPECT_EQ(dir.entryList(QDir::Files | QDir::Hidden, QDir::Name), before);
+  reader = loadTrace(file, [](TraceChunk&&) { return true; }, cancel);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  reader.value().reset();
+  EXPECT_EQ(dir.entryList(QDir::Files | QDir::Hidden, QDir::Name),
+            before + QStringList{QStringLiteral("quiet.sqlite.summary")});
   ASSERT_TRUE(in.open(QIODevice::ReadOnly));
   EXPECT_EQ(in.readAll(), bytes);
 }

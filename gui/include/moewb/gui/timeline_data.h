@@ -12,7 +12,9 @@
 // merged item (Tracy's approach), so the number of items is bounded by the pixels, not the slices.
 // Folded runs are not drawn as anonymous grey: per pixel column of a run, dominantSpans picks the
 // slice name with the most busy time there (Perfetto / Nsight Systems colour zoomed-out bands
-// so), and adjacent columns with the same name merge into one span painted in that name's colour.
+// so), and adjacent columns with the same name merge into one span painted in that name's colour;
+// where the data holds a per-level summary (timeline_summary.h) whose level fits the zoom, the
+// columns are read from its buckets instead of the slices (O(columns) per run).
 // It runs outside the paint path (when the window or data change). Cost: O(lanes * (log n +
 // items)) plus, for folded runs, O(columns * (log n + kMaxSlicesPerColumn)): a column holding
 // more slices than that is judged on an evenly spaced sample of them. Thread-safety: a
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -31,6 +34,8 @@
 #include "moewb/storage/rows.h"
 
 namespace moewb::gui {
+
+struct TimelineSummary;
 
 // One slice as the timeline keeps it (40 bytes; names interned).
 struct TimelineSlice {
@@ -122,6 +127,18 @@ class TimelineData {
                           std::vector<bool>* accepted = nullptr);
   // The id of `name`, interning it when new (it then shows in names(); no revision bump).
   int32_t internName(const std::string& name);
+  // Takes (a part of) the per-level summary of the lanes (timeline_summary.h): a whole one read
+  // from the trace's sidecar, or the parts a load hands over as it builds one (appended in
+  // order, appendSummary). Its names are interned and its buckets' name ids mapped to this
+  // data's; for a whole summary taken first, the lanes it knows get their slice capacity
+  // reserved (no regrowth while a load streams in). Null is ignored; a part of another grid
+  // drops the summary. Bumps the revision. O(buckets of `part`).
+  void addSummary(std::unique_ptr<TimelineSummary> part);
+  // Drops the summary (the timeline then paints folded runs from the slices); bumps the revision.
+  void dropSummary();
+  // The summary, or nullptr: none given, or dropped because addSlices added rows it lacks (a
+  // refresh of a live trace). Draw lists use it for folded runs of data lanes.
+  const TimelineSummary* summary() const { return m_summary.get(); }
 
   const std::vector<TimelineLane>& lanes() const { return m_lanes; }
   const std::vector<TimelineTrack>& tracks() const { return m_tracks; }
@@ -151,6 +168,7 @@ class TimelineData {
   void repairMaxEnds(const std::map<std::pair<TrackId, int32_t>, size_t>& dirty);
 
   std::vector<TimelineLane> m_lanes;  // sorted by (track, depth)
+  std::shared_ptr<TimelineSummary> m_summary;  // shared: copies of the data share it
   std::vector<TimelineTrack> m_tracks;
   std::vector<std::string> m_names;
   std::unordered_map<std::string, int32_t> m_nameIds;
@@ -179,9 +197,13 @@ DrawList buildDrawList(const TimelineData& data, const TimelineGeometry& g,
                        double minWidthPx = 3.0);
 // The same for an explicit list of lanes (e.g. data lanes with some replaced by their
 // LayerSplit sub-lanes): DrawItem::lane and DominantSpan::lane index `lanes`; `dataRevision` is
-// stored in the list. Every pointer must be non-null.
+// stored in the list. Every pointer must be non-null. When `data` is given and has a summary,
+// folded runs of lanes that are data->lanes() themselves (not sub-lanes) take their dominant
+// spans from the summary level that fits the zoom (dominantSpansFromSummary: O(columns), exact
+// per bucket), else from the slices (dominantSpans).
 DrawList buildDrawList(const std::vector<const TimelineLane*>& lanes, uint64_t dataRevision,
-                       const TimelineGeometry& g, double minWidthPx = 3.0);
+                       const TimelineGeometry& g, double minWidthPx = 3.0,
+                       const TimelineData* data = nullptr);
 
 // Per pixel column of g covered by lane.slices[first, first + count): the name with the most busy
 // time in the column (ties: the smaller name id); adjacent columns with the same name merged.

@@ -4,10 +4,12 @@
 // opens the file and streams the first run's steps, the expert loads, every host slice and the
 // tracks in bounded chunks; the GUI thread applies them every kDrainIntervalMs, at most
 // kDrainBudgetMs at a time (emitting opening() once the file proved readable, then refreshed() at
-// most every kRefreshIntervalMs and loadProgress() as the data grows, and opened() when everything
-// is in), so the views fill in while the user can still act; cancelLoad() stops it and closes the
-// document. open() does the same load synchronously. No load holds a whole table in flight: peak
-// memory is what the models keep plus a few chunks. GPU capture slices (tracks of kind stream and
+// most every kRefreshIntervalMs, less often when the views' redraws are slow, and loadProgress()
+// as the data grows, and opened() when everything is in; the timeline's per-level summary comes
+// with the header from the trace's sidecar or after the slices), so the views fill in while the
+// user can still act; cancelLoad() stops it and closes the document. open() does the same load
+// synchronously. No load holds a whole table in flight: peak memory is what the models keep plus
+// a few chunks. GPU capture slices (tracks of kind stream and
 // cuda_api) are not loaded: the timeline asks for the stream lanes of its window (gpuLanes,
 // downsampled by the reader), and selectGpuSlice fills the GPU details model from the file. Those
 // per-window reads (GPU lanes, memory series) run on a WindowQueryWorker with its own connection:
@@ -69,8 +71,11 @@ class TraceDocument : public QObject {
   static constexpr int kDrainIntervalMs = 40;
   // GUI-thread time one drain may spend applying chunks before it lets other events run.
   static constexpr int kDrainBudgetMs = 12;
-  // While a load runs, refreshed() comes at most this often (the views redraw on it).
+  // While a load runs, refreshed() comes at most this often (the views redraw on it), and less
+  // often when the views' redraw is slow: the next one waits 3x what the last one cost them
+  // (about a quarter of the GUI thread), up to kMaxRefreshIntervalMs.
   static constexpr int kRefreshIntervalMs = 150;
+  static constexpr int kMaxRefreshIntervalMs = 1000;
 
   // Opens `path` and loads it before returning (a running load is cancelled first). Errors: the
   // reader's Status (not found, not a trace, corrupt, newer schema), which leaves the current
@@ -207,6 +212,7 @@ class TraceDocument : public QObject {
   TraceLoadOptions m_loadOptions;
   Status m_loadStatus;
   QElapsedTimer m_sinceRefresh;  // since the last refreshed() of the running load
+  int m_refreshIntervalMs = kRefreshIntervalMs;  // the running load's current interval
   int m_pendingSteps = 0;        // rows applied since then
   int m_pendingSlices = 0;
   int m_pendingLoads = 0;

@@ -11,7 +11,12 @@
 // table, O(rows) in total; memory O(rows per chunk) beyond what the sink keeps. The bulk tables
 // (slices, expert loads) are read through storage::BulkTraceReader: slices without string joins
 // (names go over as indexes into a list of names that grows chunk by chunk, so a slice carries no
-// heap memory) and expert loads without a sort.
+// heap memory) and expert loads in one scan of their table in file order, without a sort.
+// The timeline's per-level summary (timeline_summary.h) comes from the trace's sidecar
+// ("<trace>.summary", validated against the file) in the header chunk, or is built from the
+// slices as they stream (O(1) amortized per slice), its finished buckets travelling with the
+// slice chunks; the load then writes the sidecar beside the trace when it can. A trace with a
+// live -wal (a run writing it) gets no summary: its slices may grow past the bounds read first.
 //
 // TraceLoadChannel carries chunks from the worker to the GUI thread: a bounded queue (push blocks
 // while it is full, so a worker never runs far ahead of the GUI), a cancel flag the worker polls
@@ -36,6 +41,7 @@
 
 #include "moewb/base/status.h"
 #include "moewb/gui/timeline_data.h"
+#include "moewb/gui/timeline_summary.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::gui {
@@ -63,6 +69,14 @@ struct TraceChunk {
   // Names first used by this chunk's slices: name index (LoadedSlice::nameIndex, categoryIndex)
   // k is the k-th name of the load, counting the newNames of every chunk so far in order.
   std::vector<std::string> newNames;
+  // The timeline's per-level summary (timeline_summary.h): whole in the header chunk when read
+  // from the trace's sidecar; else built as the slices stream, each slice chunk carrying the
+  // buckets its slices completed and the chunk after the last slices the rest, to be appended
+  // in order (appendSummary).
+  std::unique_ptr<TimelineSummary> summary;
+  // The parts of the summary handed over so far are not exact (a lane of the file is not in
+  // start order): drop them; no more parts come.
+  bool dropSummary = false;
   double progress = 0;                    // fraction of the load done after it, 0..1
 };
 
@@ -71,6 +85,9 @@ struct TraceLoadOptions {
   size_t slicesPerChunk = 32'768;        // slices per chunk
   int64_t stepsPerExpertChunk = 512;     // steps of expert loads per chunk
   int64_t stepsPerCounterChunk = 8'192;  // steps whose time range of counters makes a chunk
+  // Read the summary from "<trace>.summary" when it belongs to the file, and write it there after
+  // building it (where the directory can be written and no run is writing the trace).
+  bool summaryFile = true;
   // Test hook: the worker sleeps this long after handing over each slice chunk (so a test can
   // cancel a load of a small file while it is running). 0 in the application.
   std::chrono::milliseconds sliceChunkDelay{0};

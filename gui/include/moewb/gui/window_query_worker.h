@@ -1,27 +1,24 @@
 // WindowQueryWorker: the timeline's per-window file queries (GPU lanes, device-memory series) on a
 // thread of their own, so zooming and panning never wait for SQLite on the GUI thread.
 //
-// The worker owns a second read-only TraceReader of the file (opened on first use, on the
-// worker thread) and answers one WindowQuery at a time. request() never blocks: a query that has
-// not started yet is replaced by a newer one (the newest window wins; an old one is never read
-// after a newer one came), and each answer goes to the `deliver` callback on the worker thread,
-// tagged with its query's ticket. Cost per answer: the reader's gpuLanes / memorySeries for the
-// window (indexed, O(events in the window)). The destructor stops the thread after the query
-// that is running. request(), pending() and the destructor are thread-safe.
+// A TraceQueryWorker (trace_query_worker.h): a second read-only TraceReader of the file (opened
+// on first use, on the worker thread) that answers one WindowQuery at a time. request() never
+// blocks: a query that has not started yet is replaced by a newer one (the newest window wins;
+// an old one is never read after a newer one came), and each answer goes to the `deliver`
+// callback on the worker thread, tagged with its query's ticket. Cost per answer: the reader's
+// gpuLanes / memorySeries for the window (indexed, O(events in the window)). The destructor
+// stops the thread after the query that is running. request(), pending() and the destructor are
+// thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "moewb/base/status.h"
 #include "moewb/gui/timeline_geometry.h"
+#include "moewb/gui/trace_query_worker.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::gui {
@@ -43,33 +40,11 @@ struct WindowAnswer {
   Status status;                                   // ok, or why the file could not be read
 };
 
-class WindowQueryWorker {
+class WindowQueryWorker : public TraceQueryWorker<WindowQuery, WindowAnswer> {
  public:
   // Starts the thread for the trace at `path`; `deliver` is called on that thread with each
   // answer (it must be thread-safe, e.g. post to the GUI thread).
   WindowQueryWorker(std::string path, std::function<void(WindowAnswer&&)> deliver);
-  ~WindowQueryWorker();
-  WindowQueryWorker(const WindowQueryWorker&) = delete;
-  WindowQueryWorker& operator=(const WindowQueryWorker&) = delete;
-
-  // Queues `query`, replacing a queued one that has not started. Never blocks on the file.
-  void request(const WindowQuery& query);
-  // Whether a query is queued or being read.
-  bool pending() const;
-
- private:
-  void run();
-  WindowAnswer answer(const WindowQuery& query);
-
-  std::string m_path;
-  std::function<void(WindowAnswer&&)> m_deliver;
-  std::unique_ptr<storage::TraceReader> m_reader;  // the worker thread's only
-  mutable std::mutex m_mutex;
-  std::condition_variable m_wake;
-  std::optional<WindowQuery> m_queued;
-  bool m_running = false;  // a query is being read
-  bool m_stop = false;
-  std::thread m_thread;  // last: starts after the members it uses exist
 };
 
 }  // namespace moewb::gui
