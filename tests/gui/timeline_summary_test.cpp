@@ -21,9 +21,12 @@
 #include "moewb/gui/trace_loader.h"
 #include "moewb/storage/trace_bulk_reader.h"
 #include "test_trace.h"
+#include "../read_only_child.h"
 
 namespace moewb::gui {
 namespace {
+
+using moewb::test::runWhereDirIsReadOnly;
 
 namespace fs = std::filesystem;
 using testing::TestTrace;
@@ -295,42 +298,13 @@ TEST_F(TimelineSummaryTest, TruncatedGarbageOrFlippedSidecarsAreIgnoredWithoutAC
   EXPECT_TRUE(fs::is_directory(sidecar));
 }
 
-// Runs `body` in a child that cannot write `dir` (root drops to nobody); nullopt when this
-// machine cannot make it unwritable. `body` returns "" for success.
-std::optional<std::string> inReadOnlyChild(const std::string& dir,
-                                           const std::function<std::string()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t child = fork();
-  if (child < 0) return "fork failed";
-  if (child == 0) {
-    close(fds[0]);
-    if (geteuid() == 0 && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
-      _exit(77);
-    if (access(dir.c_str(), W_OK) == 0) _exit(77);
-    const std::string problem = body();
-    (void)!write(fds[1], problem.data(), problem.size());
-    _exit(problem.empty() ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string problem;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) problem.append(buf, size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
-  if (!WIFEXITED(status)) return "the child died with status " + std::to_string(status);
-  return problem;
-}
-
 TEST_F(TimelineSummaryTest, AReadOnlyDirectoryStillOpensTheTraceWithoutASidecar) {
   const std::string archive = dir() + "/archive";
   fs::permissions(dir(), fs::perms(0755));
   fs::create_directory(archive);
   const std::string file = makeTrace(archive, "t.sqlite", 9);
   fs::permissions(archive, fs::perms(0555));
-  const auto problem = inReadOnlyChild(archive, [&]() -> std::string {
+  const auto problem = runWhereDirIsReadOnly(archive, [&]() -> std::string {
     const Loaded l = load(file);
     if (!l.status.isOk()) return "load: " + l.status.toString();
     if (!l.summary || l.summaryInHeader) return "no summary built";

@@ -18,9 +18,12 @@
 #include "moewb/storage/trace_reader.h"
 #include "moewb/storage/trace_writer.h"
 #include "test_util.h"
+#include "../read_only_child.h"
 
 namespace moewb::storage {
 namespace {
+
+using moewb::test::runWhereDirIsReadOnly;
 
 namespace fs = std::filesystem;
 using testing::makeSlice;
@@ -65,35 +68,6 @@ std::string readStepsProblem(const std::string& path) {
   if (!steps.isOk()) return "steps: " + steps.status().toString();
   if (steps->size() != size_t(kSteps)) return "saw " + std::to_string(steps->size()) + " steps";
   return "";
-}
-
-// Runs `body` in a child process that cannot write `dir` (root drops to nobody). Returns what
-// `body` returned ("" = success); nullopt when this machine cannot make `dir` unwritable.
-std::optional<std::string> runWhereDirIsReadOnly(const std::string& dir,
-                                                 const std::function<std::string()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t child = fork();
-  if (child < 0) return "fork failed";
-  if (child == 0) {
-    close(fds[0]);
-    if (geteuid() == 0 && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
-      _exit(77);
-    if (access(dir.c_str(), W_OK) == 0) _exit(77);
-    const std::string problem = body();
-    (void)!write(fds[1], problem.data(), problem.size());
-    _exit(problem.empty() ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string problem;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) problem.append(buf, size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
-  if (!WIFEXITED(status)) return "the child died with status " + std::to_string(status);
-  return problem;
 }
 
 // A directory readable by everyone that becomes read-only on lock() and writable again at the
