@@ -39,7 +39,8 @@ std::vector<OpImplementation> buildTable() {
       {"kda", B::kCpu, "ops/kda/kda_cpu.cpp", "fp32 chunked WY/UT form", ""},
       {"linear", B::kReference, "ops/linear/linear_ref.cpp", "fp32 (BLAS)", ""},
       {"lora", B::kReference, "model/cpu/lora.cpp", "fp32", ""},
-      {"moe_variants", B::kReference, "ops/moe_variants/{capacity,dense_ffn}_ref.cpp", "fp32", ""},
+      {"capacity", B::kReference, "ops/capacity/capacity_ref.cpp", "fp32", ""},
+      {"dense_ffn", B::kReference, "ops/dense_ffn/dense_ffn_ref.cpp", "fp32", ""},
       {"patchify", B::kReference, "ops/patchify/patchify_ref.cpp", "fp32", ""},
       {"permute", B::kReference, "ops/permute/permute_ref.cpp", "fp32", ""},
       {"rmsnorm", B::kReference, "ops/rmsnorm/rmsnorm_ref.cpp", "fp32", ""},
@@ -65,7 +66,8 @@ std::vector<OpImplementation> buildTable() {
        &checkKdaCuda},
       {"linear", B::kCuda, "ops/linear/linear_cuda.cpp (cuBLAS)", mixed, ""},
       {"lora", B::kCuda, "ops/lora/lora_cuda.cpp", mixed, ""},
-      {"moe_variants", B::kCuda, "ops/moe_variants/{capacity,dense_ffn}_cuda.{cpp,cu}", mixed, ""},
+      {"capacity", B::kCuda, "ops/capacity/capacity_cuda.{cpp,cu}", mixed, ""},
+      {"dense_ffn", B::kCuda, "ops/dense_ffn/dense_ffn_cuda.{cpp,cu}", mixed, ""},
       {"patchify", B::kCuda, "ops/patchify/patch_embed_cuda.cu", mixed, ""},
       {"permute", B::kCuda, "ops/permute/permute_cuda.{cpp,cu}", mixed, ""},
       {"rmsnorm", B::kCuda, "ops/rmsnorm/rmsnorm_cuda.{cpp,cu}", mixed, ""},
@@ -133,8 +135,8 @@ Status checkMixerSupported(char kind, OpBackend backend, const OpProblem& proble
 }
 
 std::vector<std::string> opsUsedBy(const OpProblem& problem) {
-  std::vector<std::string> ops = {"adamw", "combine", "embedding", "experts", "linear",
-                                  "moe_variants", "permute", "rmsnorm", "router"};
+  std::vector<std::string> ops = {"adamw",  "capacity", "combine", "dense_ffn", "embedding",
+                                  "experts", "linear",   "permute", "rmsnorm",   "router"};
   for (char kind : problem.mixerPattern) {
     if (const char* op = mixerOp(kind)) ops.push_back(op);
   }

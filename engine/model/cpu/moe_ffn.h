@@ -1,6 +1,6 @@
 // The MoE FFN of one decoder layer as explicit stages, each its own function so the model can
 // trace them as separate phases (router -> permute -> experts -> combine, then the shared
-// experts; ENGINE-MATH §5). MoeOptions (ops/moe_variants/moe_options.h) selects the variant:
+// experts; ENGINE-MATH §5). MoeOptions (model/moe/moe_options.h) selects the variant:
 //   router:  logits = x Wr^T [N, E]; softmax or sigmoid top-k (bias, group limit, route scale);
 //            Switch / sequence aux loss and z-loss values; the capacity mask (drops)
 //   permute: dispatch plan (expert-major, stable, dropped pairs removed); with a latent
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ops/experts/experts.h"
-#include "ops/moe_variants/dense_ffn.h"
+#include "ops/dense_ffn/dense_ffn.h"
 #include "model/moe/expert_bias.h"
 #include "model/moe/moe_options.h"
 #include "ops/permute/permute.h"

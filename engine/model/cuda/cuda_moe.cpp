@@ -5,7 +5,7 @@
 #include "runtime/cuda/elementwise.h"
 #include "runtime/cuda/gemm.h"
 #include "ops/linear/linear_cuda.h"
-#include "ops/moe_variants/capacity.h"
+#include "ops/capacity/capacity.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace moewb::engine::cuda {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ops/experts/glu_activation.h"
-#include "ops/moe_variants/capacity.h"
+#include "ops/capacity/capacity.h"
 #include "ops/router/router.h"
 
 namespace moewb::engine {

@@ -2,7 +2,7 @@
 // row strides, so that g and u may be two column blocks of one fused gate|up GEMM output
 // ([rows, 2F] with ld 2F) or two separate [rows, F] arrays (ld F).
 // Precision: bf16 in and out, fp32 inside. Costs: O(rows cols), one grid-stride kernel each.
-// Compiled from ops/moe_variants/cuda_sources.cmake (with the dense FFN that uses them).
+// Compiled from ops/experts/cuda_sources.cmake (the dense FFN, ops/dense_ffn, uses them too).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // drops on a hand-built case, the dispatch plan without the dropped pairs, the identity-experts
 // invariant with drops, and the whole MoE layer with drops against the per-expert-loop oracle
 // with the same mask (values and gradients) plus its own finite differences.
-#include "ops/moe_variants/capacity.h"
+#include "ops/capacity/capacity.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "moe_test_util.h"
 #include "ops/experts/experts.h"
 #include "ops/experts/glu_activation.h"
-#include "ops/moe_variants/dense_ffn.h"
+#include "ops/dense_ffn/dense_ffn.h"
 
 namespace moewb::engine {
 namespace {

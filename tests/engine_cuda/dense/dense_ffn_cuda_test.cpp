@@ -1,14 +1,14 @@
-// denseFfnForwardCuda / denseFfnBackwardCuda against ops/moe_variants/dense_ffn.h (double), for
+// denseFfnForwardCuda / denseFfnBackwardCuda against ops/dense_ffn/dense_ffn.h (double), for
 // SwiGLU and SiTU-GLU (SiTU with pre-activations reaching its clipping region): y += FFN(x),
 // dx += ..., and the three fp32 weight gradients added into random initial values.
-#include "ops/moe_variants/dense_ffn_cuda.h"
+#include "ops/dense_ffn/dense_ffn_cuda.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "cuda_test_util.h"
-#include "ops/moe_variants/dense_ffn.h"
+#include "ops/dense_ffn/dense_ffn.h"
 
 namespace moewb::engine::cuda {
 namespace {

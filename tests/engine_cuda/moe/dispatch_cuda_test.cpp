@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "moe_cuda_test_util.h"
-#include "ops/moe_variants/capacity.h"
-#include "ops/moe_variants/capacity_cuda.h"
+#include "ops/capacity/capacity.h"
+#include "ops/capacity/capacity_cuda.h"
 #include "ops/permute/permute_cuda.h"
 #include "runtime/thread_pool.h"
 

@@ -2,7 +2,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/elementwise.h"
-#include "ops/moe_variants/capacity_cuda_kernels.h"
+#include "ops/capacity/capacity_cuda_kernels.h"
 
 namespace moewb::engine::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Private to ops/moe_variants: the kernel launcher the dense FFN's host code (dense_ffn_cuda.cpp)
+// Private to ops/dense_ffn: the kernel launcher the dense FFN's host code (dense_ffn_cuda.cpp)
 // needs. Host code allocating DeviceTensors stays in .cpp files (nvcc cannot compile
 // DeviceTensor::create's `return tensor;` into a Result).
 #pragma once

@@ -1,6 +1,6 @@
 // Reference dense GLU FFN (shared experts) over the parallel linear products (see dense_ffn.h).
 #include "ops/linear/linear.h"
-#include "ops/moe_variants/dense_ffn.h"
+#include "ops/dense_ffn/dense_ffn.h"
 
 namespace moewb::engine {
 namespace {

@@ -1,5 +1,5 @@
 // Expert capacity and token dropping on the GPU (ENGINE-MATH §5.5), mirroring
-// ops/moe_variants/capacity.h: every expert keeps at most `capacity` (token, expert) pairs;
+// ops/capacity/capacity.h: every expert keeps at most `capacity` (token, expert) pairs;
 // kProbs keeps its pairs of largest routing weight (ties to the earlier token), kPosition its
 // earliest tokens. Same mask as the reference, bit for bit (the comparisons are on the same fp32
 // weights).
@@ -16,7 +16,7 @@
 
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/device_tensor.h"
-#include "ops/moe_variants/capacity.h"
+#include "ops/capacity/capacity.h"
 
 namespace moewb::engine::cuda {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/moe_variants/capacity.h"
+#include "ops/capacity/capacity.h"
 
 namespace moewb::engine {
 

@@ -1,4 +1,4 @@
-// Dense GLU FFN (the shared experts, ops/moe_variants/dense_ffn.h) on the GPU, built on the
+// Dense GLU FFN (the shared experts, ops/dense_ffn/dense_ffn.h) on the GPU, built on the
 // linear wrappers (ops/linear/linear_cuda.h) and the GLU launchers
 // (ops/experts/glu_activation_cuda.h):
 //   forward:  g = x Wg^T, u = x Wu^T, h = a(g) c(u), y += h Wd^T

@@ -1,11 +1,11 @@
 // Host side of the GPU capacity mask: checks, the unmasked plan and allocation (see
 // capacity_cuda.h); the kernels are in capacity_cuda.cu.
-#include "ops/moe_variants/capacity_cuda.h"
+#include "ops/capacity/capacity_cuda.h"
 
 #include <string>
 #include <utility>
 
-#include "ops/moe_variants/capacity_cuda_kernels.h"
+#include "ops/capacity/capacity_cuda_kernels.h"
 #include "ops/permute/permute_cuda.h"
 
 namespace moewb::engine::cuda {

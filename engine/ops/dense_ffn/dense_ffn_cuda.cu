@@ -1,6 +1,6 @@
 // The dense FFN's one own kernel: adding the fp32 dx workspace into the bf16 dx.
 #include "runtime/cuda/cuda_check.h"
-#include "ops/moe_variants/dense_ffn_cuda_kernels.h"
+#include "ops/dense_ffn/dense_ffn_cuda_kernels.h"
 
 namespace moewb::engine::cuda {
 namespace {

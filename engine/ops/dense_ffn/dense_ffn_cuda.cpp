@@ -1,10 +1,10 @@
 // Dense GLU FFN on the GPU: five cuBLAS GEMMs and the GLU kernels (see dense_ffn_cuda.h).
-#include "ops/moe_variants/dense_ffn_cuda.h"
+#include "ops/dense_ffn/dense_ffn_cuda.h"
 
 #include "runtime/cuda/gemm.h"
 #include "ops/experts/glu_activation_cuda.h"
 #include "ops/linear/linear_cuda.h"
-#include "ops/moe_variants/dense_ffn_cuda_kernels.h"
+#include "ops/dense_ffn/dense_ffn_cuda_kernels.h"
 
 namespace moewb::engine::cuda {
 
