@@ -38,7 +38,7 @@ std::vector<OpImplementation> buildTable() {
       {"kda", B::kReference, "ops/kda/kda_ref.cpp", "fp64/fp32 recurrence", ""},
       {"kda", B::kCpu, "ops/kda/kda_cpu.cpp", "fp32 chunked WY/UT form", ""},
       {"linear", B::kReference, "ops/linear/linear_ref.cpp", "fp32 (BLAS)", ""},
-      {"lora", B::kReference, "model/cpu/lora.cpp", "fp32", ""},
+      {"lora", B::kReference, "ops/lora/lora_ref.cpp", "fp32", ""},
       {"capacity", B::kReference, "ops/capacity/capacity_ref.cpp", "fp32", ""},
       {"dense_ffn", B::kReference, "ops/dense_ffn/dense_ffn_ref.cpp", "fp32", ""},
       {"patchify", B::kReference, "ops/patchify/patchify_ref.cpp", "fp32", ""},

@@ -3,7 +3,7 @@
 // frozen weights carry no moments; the merged export reproduces the LoRA model's loss in a
 // LoRA-off model; loading pretrained weights then LoRA training lowers the loss; validation;
 // bit-exact resume.
-#include "model/cpu/lora.h"
+#include "ops/lora/lora.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

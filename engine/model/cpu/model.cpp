@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "model/cpu/lora.h"
+#include "ops/lora/lora.h"
 #include "model/parallel/collective_error.h"
 #include "model/parallel/global_router_stats.h"
 #include "ops/embedding/embedding.h"

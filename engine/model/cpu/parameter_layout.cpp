@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "model/cpu/lora.h"
+#include "ops/lora/lora.h"
 #include "model/cpu/mixer.h"
 #include "moewb/engine/model_parameters.h"
 

@@ -1,4 +1,4 @@
-// LoRA adapters on the GPU (ENGINE-MATH §5.10; CPU reference engine/model/cpu/lora.h): the
+// LoRA adapters on the GPU (ENGINE-MATH §5.10; CPU reference ops/lora/lora.h): the
 // per-step materialisation of the effective weight W' = W + s B A into the bf16 compute copy
 // that the ops read, and the conversion of the gradient dW' (which the ops leave in the frozen
 // base weight's fp32 gradient) into the adapters' gradients, dB += s dW' A^T, dA += s B^T dW'.

@@ -1,4 +1,4 @@
-// loraMergeCuda / loraBackwardCuda against the reference engine/model/cpu/lora.h (double): the
+// loraMergeCuda / loraBackwardCuda against the reference ops/lora/lora.h (double): the
 // merged bf16 weight (rank-2 and per-expert rank-3 weights, with the merge workspace forced into
 // several expert chunks) and the adapter gradients (added into), on awkward shapes.
 #include "ops/lora/lora_cuda.h"
@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
-#include "model/cpu/lora.h"
+#include "ops/lora/lora.h"
 
 namespace moewb::engine::cuda {
 namespace {

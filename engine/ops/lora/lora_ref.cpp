@@ -1,6 +1,6 @@
 // LoRA merge and gradient conversion (see lora.h). Every output element is summed by one thread
 // in a fixed order, so results do not depend on the thread count.
-#include "model/cpu/lora.h"
+#include "ops/lora/lora.h"
 
 #include "moewb/base/check.h"
 
