@@ -66,18 +66,6 @@ StepRow stepFromColumns(const Statement& s) {
   return row;
 }
 
-ExpertLoadRow expertLoadFromColumns(const Statement& s) {
-  ExpertLoadRow row;
-  row.step = s.columnInt(0);
-  row.layer = s.columnInt32(1);
-  row.expert = s.columnInt32(2);
-  row.rank = s.columnInt32(3);
-  row.tokens = s.columnInt(4);
-  row.dropped = s.columnInt(5);
-  row.bias = s.columnDouble(6);
-  return row;
-}
-
 ConfigChangeRow configChangeFromColumns(const Statement& s) {
   ConfigChangeRow row;
   row.step = s.columnInt(0);
@@ -129,6 +117,18 @@ int64_t saturatingSub(int64_t a, int64_t b, int64_t* clamped) {
   if (!__builtin_sub_overflow(a, b, &out)) return out;
   if (clamped) ++*clamped;
   return b > 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+}
+
+ExpertLoadRow expertLoadFromColumns(const Statement& s) {
+  ExpertLoadRow row;
+  row.step = s.columnInt(0);
+  row.layer = s.columnInt32(1);
+  row.expert = s.columnInt32(2);
+  row.rank = s.columnInt32(3);
+  row.tokens = s.columnInt(4);
+  row.dropped = s.columnInt(5);
+  row.bias = s.columnDouble(6);
+  return row;
 }
 
 SliceRow sliceFromColumns(const Statement& s) {

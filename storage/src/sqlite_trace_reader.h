@@ -28,6 +28,9 @@ namespace moewb::storage::detail {
 SliceRow sliceFromColumns(const Statement& s);
 // The row of a statement selecting "id, name, kind, rank, thread_id" from track, in that order.
 TrackRow trackFromColumns(const Statement& s);
+// The row of a statement selecting "step, layer, expert, rank, tokens, dropped, bias" from
+// expert_load, in that order.
+ExpertLoadRow expertLoadFromColumns(const Statement& s);
 
 // ?1 = lowest start to scan (window.start - max slice duration), ?2 = window end (exclusive),
 // ?3 = window start; with the track variant, ?4 = track.

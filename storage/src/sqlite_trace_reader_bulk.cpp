@@ -7,6 +7,7 @@
 #include <vector>
 #include <unordered_map>
 
+#include "sqlite_trace_reader.h"
 #include "sqlite_util.h"
 #include "trace_open.h"
 
@@ -31,13 +32,7 @@ constexpr const char* kStringSql = "SELECT text FROM string WHERE id = ?1";
 constexpr const char* kMaxSliceIdSql = "SELECT coalesce(max(id), 0) FROM slice";
 
 void readExpertLoad(const detail::Statement& q, ExpertLoadRow& row) {
-  row.step = q.columnInt(0);
-  row.layer = q.columnInt32(1);
-  row.expert = q.columnInt32(2);
-  row.rank = q.columnInt32(3);
-  row.tokens = q.columnInt(4);
-  row.dropped = q.columnInt(5);
-  row.bias = q.columnDouble(6);
+  row = detail::expertLoadFromColumns(q);
 }
 
 // Steps a bound `query` to its end, reading each row with readRow(query, row) into batches of
