@@ -260,20 +260,20 @@ bool SwapController::timesDue(int64_t step) const {
   return m_settings.mode == SwapMode::kAuto && target > 0 && reached && now->peakBytes > target;
 }
 
-bool SwapController::swaps(int32_t layer, SwapOp op) const {
+SwapAction SwapController::actionAt(int32_t layer, SwapOp op) const {
   if (!m_plan || m_settings.mode == SwapMode::kOff || layer < 0 || op >= SwapOp::kCount) {
-    return false;
+    return SwapAction::kKeep;
   }
   const size_t i = size_t(layer) * size_t(kOps) + size_t(op);
-  return i < m_actions.size() && m_actions[i] == uint8_t(SwapAction::kSwap);
+  return i < m_actions.size() ? SwapAction(m_actions[i]) : SwapAction::kKeep;
+}
+
+bool SwapController::swaps(int32_t layer, SwapOp op) const {
+  return actionAt(layer, op) == SwapAction::kSwap;
 }
 
 bool SwapController::recomputes(int32_t layer, SwapOp op) const {
-  if (!m_plan || m_settings.mode == SwapMode::kOff || layer < 0 || op >= SwapOp::kCount) {
-    return false;
-  }
-  const size_t i = size_t(layer) * size_t(kOps) + size_t(op);
-  return i < m_actions.size() && m_actions[i] == uint8_t(SwapAction::kRecompute);
+  return actionAt(layer, op) == SwapAction::kRecompute;
 }
 
 void SwapController::recordStepTimes(const std::vector<double>& layerForwardMs,

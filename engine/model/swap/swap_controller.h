@@ -90,6 +90,8 @@ class SwapController {
                        const std::vector<double>& layerRecomputeMs = {});
 
  private:
+  // This step's action for (layer, op): kKeep while measuring, with mode off or out of range.
+  SwapAction actionAt(int32_t layer, SwapOp op) const;
   // Whether the latest times and resident bytes make the current plan due again (see above).
   bool timesDue(int64_t step) const;
 
