@@ -461,7 +461,7 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
       MOEWB_ASSIGN_OR_RETURN(dh, m_attnRes->takeEmbeddingGrad(m_context));
       m_attnRes.reset();
     }
-    MOEWB_RETURN_IF_ERROR(embeddingBackwardCuda(m_context.stream(), m_inputs.data(), n, dh.data(),
+    MOEWB_RETURN_IF_ERROR(embeddingBackwardCuda(m_context, m_inputs.data(), n, dh.data(),
                                                 m_dims.vocabSize, d, gradOf("embedding")));
     if (m_dims.imagePatches > 0) {
       MOEWB_RETURN_IF_ERROR(patchEmbedBackwardCuda(

@@ -1,5 +1,6 @@
 // embeddingForwardCuda / embeddingBackwardCuda against ops/embedding (double): repeated tokens,
-// negative ids (image positions), D a multiple of 8 (vector path) and not (scalar path).
+// negative ids (image positions), D a multiple of 8 (vector path) and not (scalar path); and the
+// backward bitwise equal to the CPU reference's order (fp32 adds in position order) run to run.
 #include "ops/embedding/embedding_cuda.h"
 
 #include <gtest/gtest.h>
@@ -36,7 +37,7 @@ TEST_F(EmbeddingCudaTest, GatherAndScatterAddMatchReference) {
     MOEWB_ASSERT_OK(embeddingForwardCuda(stream(), dTok.data(), s.n, dTab.data(), s.vocab, s.d,
                                          dOutGot.data()));
     MOEWB_ASSERT_OK(
-        embeddingBackwardCuda(stream(), dTok.data(), s.n, dDo.data(), s.vocab, s.d, dDt.data()));
+        embeddingBackwardCuda(context(), dTok.data(), s.n, dDo.data(), s.vocab, s.d, dDt.data()));
 
     Tensor<double> want = embeddingForward<double>(pool, tokens, toDouble(table));
     Tensor<double> dTableWant = toDouble(dTable0);
@@ -46,6 +47,36 @@ TEST_F(EmbeddingCudaTest, GatherAndScatterAddMatchReference) {
     MOEWB_ASSIGN_OR_FAIL(Tensor<float> dTableGot, toHost(context(), dDt));
     EXPECT_EQ(relativeError(got, toFloat(want)), 0.0) << s.n;
     EXPECT_LT(relativeError(dTableGot, toFloat(dTableWant)), 1e-6) << s.n;
+  }
+}
+
+
+// Many repeats of few tokens (runs longer than the kernel's lookahead, ids out of range, D across
+// two column slabs): the backward is the sequential fp32 sum in position order, bitwise, and two
+// calls from the same start give the same bits.
+TEST_F(EmbeddingCudaTest, BackwardIsTheSequentialSumBitwiseRunToRun) {
+  const int64_t n = 5000, vocab = 9, d = 300;
+  Tensor<int32_t> tokens({n});
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = int32_t((i * i + 3 * i) % 11) - 1;  // -1 (image position), 0..8, 9 (>= vocab)
+  }
+  Tensor<float> dOut = roundedToBf16(randomTensor({n, d}, 77));
+  Tensor<float> dTable0 = randomTensor({vocab, d}, 78);
+  Tensor<float> want = dTable0.clone();
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) continue;
+    for (int64_t j = 0; j < d; ++j) want.row(tokens[i])[j] += dOut.row(i)[j];
+  }
+  MOEWB_ASSIGN_OR_FAIL(auto dTok, toDevice(context(), tokens, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_FAIL(auto dDo, toDeviceBf16(context(), dOut, MemoryCategory::kActivations));
+  for (int call = 0; call < 2; ++call) {
+    MOEWB_ASSIGN_OR_FAIL(auto dDt, toDevice(context(), dTable0, MemoryCategory::kGrads));
+    MOEWB_ASSERT_OK(
+        embeddingBackwardCuda(context(), dTok.data(), n, dDo.data(), vocab, d, dDt.data()));
+    MOEWB_ASSIGN_OR_FAIL(Tensor<float> got, toHost(context(), dDt));
+    for (int64_t i = 0; i < vocab * d; ++i) {
+      ASSERT_EQ(got.data()[i], want.data()[i]) << "call " << call << ", element " << i;
+    }
   }
 }
 
