@@ -140,12 +140,13 @@ double moeBlockBytes(const engine::RunConfig& c, const Dims& m) {
 }
 
 // Outside the layers: the embedding output and the residual stream [N, D] with their [N] rows,
-// the final norm's output and rstd, and the loss head: the fp32 [N, V] logits buffer that
-// lossForwardCuda allocates for every loss.kind (only the dense head writes it), lse, per-token
-// loss and the kind's own [N] lse; the chunk loss also keeps dh [N, D] bf16 and dW [V, D] fp32
-// from its forward (it computes the gradients there).
+// the final norm's output and rstd, and the loss head's [N] lse. The dense head adds its fp32
+// [N, V] logits, lse and per-token loss (cce and chunk allocate neither since 2026-12-02); the
+// chunk loss keeps dh [N, D] bf16 and dW [V, D] fp32 from its forward (it computes the gradients
+// there).
 double outsideLayersBytes(const engine::RunConfig& c, const Dims& m) {
-  double bytes = 3 * block(m.n * m.d * 2) + 5 * block(m.n * 4) + block(m.n * m.v * 4);
+  double bytes = 3 * block(m.n * m.d * 2) + 3 * block(m.n * 4);
+  if (c.loss.kind == "dense") bytes += block(m.n * m.v * 4) + 2 * block(m.n * 4);
   if (c.loss.kind == "chunk") bytes += block(m.n * m.d * 2) + block(m.v * m.d * 4);
   return bytes;
 }

@@ -16,7 +16,7 @@ namespace moewb::engine::cuda {
 struct LossSavedCuda {
   CceSavedCuda cce;                  // loss.kind = "cce"
   ChunkLossSavedCuda chunk;          // loss.kind = "chunk"
-  DeviceTensor<float> logits;        // [N, V] fp32 (dense)
+  DeviceTensor<float> logits;        // [N, V] fp32 (dense only, as the three below)
   DeviceTensor<float> lse;           // [N]
   DeviceTensor<float> tokenLoss;     // [N]
   DeviceTensor<int32_t> validCount;  // [1]
@@ -56,11 +56,6 @@ Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const Device
   const int64_t n = h.dim(0), d = h.dim(1), v = dims.vocabSize;
   state.saved = std::make_unique<LossSavedCuda>();
   LossSavedCuda& s = *state.saved;
-  MOEWB_ASSIGN_OR_RETURN(s.logits, context.newTensor<float>({n, v}, MemoryCategory::kActivations));
-  MOEWB_ASSIGN_OR_RETURN(s.lse, context.newTensor<float>({n}, MemoryCategory::kActivations));
-  MOEWB_ASSIGN_OR_RETURN(s.tokenLoss, context.newTensor<float>({n}, MemoryCategory::kActivations));
-  MOEWB_ASSIGN_OR_RETURN(s.validCount,
-                         context.newTensor<int32_t>({1}, MemoryCategory::kActivations));
   MOEWB_ASSIGN_OR_RETURN(state.loss, context.newTensor<float>({1}, MemoryCategory::kActivations));
   if (dims.loss.kind == "cce") {
     return cceForwardCuda(context, h.data(), lmHead, targets.data(), n, d, v, cceOptions(dims),
@@ -70,6 +65,13 @@ Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const Device
     return chunkLossForwardCuda(context, h.data(), lmHead, targets.data(), n, d, v,
                                 chunkOptions(dims), s.chunk, state.loss.data(), nullptr);
   }
+  // Dense only: the [N, V] fp32 logits and the per-token buffers (cce and chunk never hold
+  // the logits of all tokens: that is what they are for).
+  MOEWB_ASSIGN_OR_RETURN(s.logits, context.newTensor<float>({n, v}, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_RETURN(s.lse, context.newTensor<float>({n}, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_RETURN(s.tokenLoss, context.newTensor<float>({n}, MemoryCategory::kActivations));
+  MOEWB_ASSIGN_OR_RETURN(s.validCount,
+                         context.newTensor<int32_t>({1}, MemoryCategory::kActivations));
   MOEWB_RETURN_IF_ERROR(gemm(context, n, v, d, 1.0f, GemmOperand{h.data(), DType::kBf16, d, false},
                              GemmOperand{lmHead, DType::kBf16, d, true}, 0.0f,
                              GemmOutput{s.logits.data(), DType::kF32, v}));
