@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "ops/experts/glu_activation_cuda.cuh"
+#include "runtime/cuda/warp_mma.cuh"
 
 namespace moewb::engine::cuda::grouped {
 
@@ -58,45 +59,7 @@ constexpr int kMi = kWarpM / 16;  // m16 fragments per warp
 constexpr int kNi = kWarpN / 8;   // n8 fragments per warp
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers.
-__device__ __forceinline__ uint32_t smemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void cpAsync16(void* dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)), "l"(src),
-               "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a b (m16n8k16, bf16 in, fp32 accumulate).
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// PTX wrappers (cp.async, ldmatrix, mma.sync): runtime/cuda/warp_mma.cuh.
 
 // ---------------------------------------------------------------------------------------------
 // Operand loaders.
@@ -210,11 +173,11 @@ __device__ __forceinline__ void loadFragA(uint32_t (&r)[4], const bf16_t* tile, 
   const int lane = int(threadIdx.x) % 32;
   if constexpr (!LoadA::kKMajor) {  // tile [M][K]
     const int row = m0 + lane % 16, col = kk + (lane / 16) * 8;
-    ldmatrixX4(r, smemAddr(tile + row * LoadA::kLd + col));
+    ldsm4(r, smemAddr(tile + row * LoadA::kLd + col));
   } else {  // tile [K][M]: matrices (m0, k), (m0 + 8, k), (m0, k + 8), (m0 + 8, k + 8)
     const int j = lane / 8, i = lane % 8;
     const int k = kk + i + (j / 2) * 8, m = m0 + (j % 2) * 8;
-    ldmatrixX4Trans(r, smemAddr(tile + k * LoadA::kLd + m));
+    ldsm4t(r, smemAddr(tile + k * LoadA::kLd + m));
   }
 }
 
@@ -225,10 +188,10 @@ __device__ __forceinline__ void loadFragB(uint32_t (&r)[4], const bf16_t* tile, 
   const int j = lane / 8, i = lane % 8;
   if constexpr (!LoadB::kKMajor) {  // tile [N][K]
     const int n = n0 + i + (j / 2) * 8, k = kk + (j % 2) * 8;
-    ldmatrixX4(r, smemAddr(tile + n * LoadB::kLd + k));
+    ldsm4(r, smemAddr(tile + n * LoadB::kLd + k));
   } else {  // tile [K][N]
     const int k = kk + i + (j % 2) * 8, n = n0 + (j / 2) * 8;
-    ldmatrixX4Trans(r, smemAddr(tile + k * LoadB::kLd + n));
+    ldsm4t(r, smemAddr(tile + k * LoadB::kLd + n));
   }
 }
 

@@ -173,11 +173,11 @@ __device__ __forceinline__ void loadFragA(uint32_t (&r)[4], uint32_t tile, int m
   const int lane = int(threadIdx.x) % 32;
   if constexpr (!LoadA::kKMajor) {  // tile [M][K]
     const int row = m0 + lane % 16, chunk = kk / 8 + lane / 16;
-    ldmatrixX4(r, tile + swizzled<LoadA::kRowBytes>(row, chunk));
+    ldsm4(r, tile + swizzled<LoadA::kRowBytes>(row, chunk));
   } else {  // tile [K][M]: matrices (m0, k), (m0 + 8, k), (m0, k + 8), (m0 + 8, k + 8)
     const int j = lane / 8, i = lane % 8;
     const int k = kk + i + (j / 2) * 8, m = m0 + (j % 2) * 8;
-    ldmatrixX4Trans(r, tile + swizzled<LoadA::kRowBytes>(k, m / 8));
+    ldsm4t(r, tile + swizzled<LoadA::kRowBytes>(k, m / 8));
   }
 }
 
@@ -188,10 +188,10 @@ __device__ __forceinline__ void loadFragB(uint32_t (&r)[4], uint32_t tile, int n
   const int j = lane / 8, i = lane % 8;
   if constexpr (!LoadB::kKMajor) {  // tile [N][K]
     const int n = n0 + i + (j / 2) * 8, k = kk + (j % 2) * 8;
-    ldmatrixX4(r, tile + swizzled<LoadB::kRowBytes>(n, k / 8));
+    ldsm4(r, tile + swizzled<LoadB::kRowBytes>(n, k / 8));
   } else {  // tile [K][N]
     const int k = kk + i + (j % 2) * 8, n = n0 + (j / 2) * 8;
-    ldmatrixX4Trans(r, tile + swizzled<LoadB::kRowBytes>(k, n / 8));
+    ldsm4t(r, tile + swizzled<LoadB::kRowBytes>(k, n / 8));
   }
 }
 

@@ -52,6 +52,7 @@
 #endif
 
 #include "ops/experts/grouped_gemm_wgmma_cuda.cuh"
+#include "runtime/cuda/warp_mma.cuh"
 
 namespace moewb::engine::cuda::grouped::ws {
 
@@ -421,11 +422,6 @@ __device__ __forceinline__ void tmaLoad3d(uint32_t dst, const CUtensorMap* map, 
 #endif
 
 // 16 bytes global -> shared at a 32-bit shared address; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void cpAsync16s(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
 
 // One tile as the producer sees it (MOEWB_WS_PRODUCER 1): this thread's 8 A source rows (-1:
 // outside the expert), the tile's rows and output column base.
@@ -491,7 +487,7 @@ __device__ __forceinline__ void copyStep(const Params& p, const Geometry<kS>& g,
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       const bool ok = kOk && pt.aRow[q] >= 0;
-      cpAsync16s(a + rowOff + uint32_t(q * 2048), ok ? base + int64_t(pt.aRow[q]) * kExtent : p.a1,
+      cpAsync16Fenced(a + rowOff + uint32_t(q * 2048), ok ? base + int64_t(pt.aRow[q]) * kExtent : p.a1,
                  ok);
     }
   }
@@ -531,7 +527,7 @@ __device__ __forceinline__ void copyStep(const Params& p, const Geometry<kS>& g,
       const int qn = kS == Stage::kGateUp ? q % 8 : q;
       const bool ok = kOk && 16 * qn < nLim;
       const bf16_t* src = (kS == Stage::kGateUp && q >= 8 ? src2 : src1) + qn * stride;
-      cpAsync16s(b + rowOff + uint32_t(q * 2048), ok ? src : p.b1, ok);
+      cpAsync16Fenced(b + rowOff + uint32_t(q * 2048), ok ? src : p.b1, ok);
     }
   } else {
     // MN-major: K row r = t / 32 + 4 q, 8-column chunk j = t % 32 (atom j / 8).
@@ -546,7 +542,7 @@ __device__ __forceinline__ void copyStep(const Params& p, const Geometry<kS>& g,
     for (int q = 0; q < 16; ++q) {
       const bool ok = colOk && 4 * q < kLim;
       const uint32_t chunk = uint32_t(((j & 7) ^ (r0 + 4 * (q & 1))) << 4);
-      cpAsync16s(atom + uint32_t(q * 512) + chunk, ok ? src0 + q * stride : p.b1, ok);
+      cpAsync16Fenced(atom + uint32_t(q * 512) + chunk, ok ? src0 + q * stride : p.b1, ok);
     }
   }
 #endif

@@ -304,7 +304,7 @@ inline constexpr float kDiagMmaMaxDecay = 40.f;
 __device__ __forceinline__ void mma4(float (&d)[4], const uint32_t (&ah)[4],
                                      const uint32_t (&al)[4], const uint32_t (&bh)[2],
                                      const uint32_t (&bl)[2]) {
-  mmaBf16(d, al, bl);
+  mma16816(d, al, bl);
   mma3(d, ah, al, bh, bl);
 }
 

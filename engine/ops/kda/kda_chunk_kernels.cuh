@@ -32,6 +32,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "runtime/cuda/warp_mma.cuh"
+
 namespace moewb::engine::cuda::kda_detail {
 
 using bf16 = __nv_bfloat16;
@@ -223,14 +225,6 @@ __global__ void kda_intra_fwd_kernel(CoreArgs a, const bf16* q, const bf16* k, c
 // ---- Tensor-core helpers, the backward products' shape ------------------------------------------
 
 // d += a b (m16n8k16, bf16 operands, fp32 accumulators; fragment layouts of the PTX ISA).
-__device__ __forceinline__ void mmaBf16(float (&d)[4], const uint32_t (&a)[4],
-                                        const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Splits two fp32 values into packed bf16 hi = bf16(x) and lo = bf16(x - hi) (low half = x.x).
 __device__ __forceinline__ void splitBf16(float2 x, uint32_t& hi, uint32_t& lo) {

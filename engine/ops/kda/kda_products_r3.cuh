@@ -134,9 +134,9 @@ __global__ void __launch_bounds__(kProdThreads, 1)
         const int y0 = (nt * 8 + gid) * ldp + k0 / 2 + tig;
         const uint32_t bh[2] = {yh[y0], yh[y0 + 4]};
         const uint32_t bl[2] = {yl[y0], yl[y0 + 4]};
-        mmaBf16(acc[j], al, bh);
-        mmaBf16(acc[j], ah, bl);
-        mmaBf16(acc[j], ah, bh);
+        mma16816(acc[j], al, bh);
+        mma16816(acc[j], ah, bl);
+        mma16816(acc[j], ah, bh);
       }
     }
   }

@@ -20,20 +20,6 @@ constexpr int kRecC = 64;   // chunk padded
 // 132 = 4 mod 32), kLdC / kLdCCol the same for [C, C] buffers.
 constexpr int kLdRow = kRecK + 8, kLdCol = kRecK + 4, kLdC = kRecC + 8, kLdCCol = kRecC + 4;
 
-__device__ __forceinline__ void cpAsync4(float* sdst, const float* gsrc) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(sdst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gsrc));
-}
-__device__ __forceinline__ void cpAsync16(float* sdst, const float* gsrc) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(sdst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gsrc));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Queues the copy of a row-major global block [rows, cols] (contiguous) into shared rows of
 // stride ld (a multiple of 4 floats, 16-byte aligned rows): 16-byte copies when cols % 4 == 0 and
 // the source is 16-byte aligned, else 4-byte copies. One warp per row.
@@ -75,9 +61,9 @@ __device__ __forceinline__ void loadBColsSplit(const float* base, int ld, int la
 __device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ah)[4],
                                      const uint32_t (&al)[4], const uint32_t (&bh)[2],
                                      const uint32_t (&bl)[2]) {
-  mmaBf16(d, al, bh);
-  mmaBf16(d, ah, bl);
-  mmaBf16(d, ah, bh);
+  mma16816(d, al, bh);
+  mma16816(d, ah, bl);
+  mma16816(d, ah, bh);
 }
 
 }  // namespace moewb::engine::cuda::kda_detail

@@ -25,6 +25,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "runtime/cuda/warp_mma.cuh"
+
 namespace moewb::engine::cuda::sparse_detail {
 
 constexpr int kKeyTiledRows = 128;  // (query, head) rows per query tile
@@ -41,12 +43,6 @@ inline bool indexerKeyBwdTiledSupported(int64_t heads, int64_t di, const void* q
 // Dynamic shared bytes of one CTA: C [128][KM + pad] and Q [128][DI], fp32.
 constexpr size_t keyTiledSmemBytes(int km, int di) {
   return (size_t(kKeyTiledRows) * size_t(km + kKeyTiledPad) + size_t(kKeyTiledRows) * di) * 4;
-}
-
-__device__ __forceinline__ void keyTiledCpAsync16(float* dst, const float* src, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
-               "r"(valid ? 16 : 0));
 }
 
 struct KeyTiledArgs {
@@ -145,7 +141,7 @@ __device__ void keyTiledOneTile(const KeyTiledArgs& a, int seqBase, int tile, fl
     const int64_t base = int64_t(query0) * HI * DI, limit = int64_t(a.n) * HI * DI;
     for (int i = tid; i < kKeyTiledRows * DI / 4; i += kThreads) {
       const bool ok = base + int64_t(i) * 4 < limit;  // rows past N are zero-filled
-      keyTiledCpAsync16(qS + i * 4, ok ? a.q + base + int64_t(i) * 4 : a.q, ok);
+      cpAsync16(qS + i * 4, ok ? a.q + base + int64_t(i) * 4 : a.q, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     for (int i = tid; i < kKeyTiledRows * kLd / 4; i += kThreads) {

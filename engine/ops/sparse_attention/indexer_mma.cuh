@@ -95,9 +95,9 @@ __device__ __forceinline__ void idxPreact(const unsigned (&aHi)[DI / 16][4],
   for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < DI / 16; ++ks) {
-    mmaBf16(acc, aLo[ks], bHi[ks][0], bHi[ks][1]);
-    mmaBf16(acc, aHi[ks], bLo[ks][0], bLo[ks][1]);
-    mmaBf16(acc, aHi[ks], bHi[ks][0], bHi[ks][1]);
+    mma16816(acc, aLo[ks], bHi[ks][0], bHi[ks][1]);
+    mma16816(acc, aHi[ks], bLo[ks][0], bLo[ks][1]);
+    mma16816(acc, aHi[ks], bHi[ks][0], bHi[ks][1]);
   }
 }
 
@@ -289,9 +289,9 @@ __global__ void __launch_bounds__(kIdxThreads)
         const int d = mt * 16 + g + (i & 1) * 8, sl = 2 * q4 + (i >> 1) * 8;
         splitBf16(sK[warp][sl][d], sK[warp][sl + 1][d], kHi[i], kLo[i]);
       }
-      mmaBf16(dqAcc[mt], kLo, cHi[0], cHi[1]);
-      mmaBf16(dqAcc[mt], kHi, cLo[0], cLo[1]);
-      mmaBf16(dqAcc[mt], kHi, cHi[0], cHi[1]);
+      mma16816(dqAcc[mt], kLo, cHi[0], cHi[1]);
+      mma16816(dqAcc[mt], kHi, cLo[0], cLo[1]);
+      mma16816(dqAcc[mt], kHi, cHi[0], cHi[1]);
     }
     __syncwarp();  // sK, sC are refilled by the next group
   }

@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(kIdxThreads)
         unsigned bHi0, bLo0, bHi1, bLo1;
         splitBf16(x0.x, x0.y, bHi0, bLo0);
         splitBf16(x1.x, x1.y, bHi1, bLo1);
-        mmaBf16(acc, aLo[ks], bHi0, bHi1);
-        mmaBf16(acc, aHi[ks], bLo0, bLo1);
-        mmaBf16(acc, aHi[ks], bHi0, bHi1);
+        mma16816(acc, aLo[ks], bHi0, bHi1);
+        mma16816(acc, aHi[ks], bLo0, bLo1);
+        mma16816(acc, aHi[ks], bHi0, bHi1);
       }
       const float2 wv = __ldg(reinterpret_cast<const float2*>(w + (base + t) * kHeads + 2 * q4));
       float r0 = wv.x * fmaxf(acc[0], 0.0f) + wv.y * fmaxf(acc[1], 0.0f);  // key row g

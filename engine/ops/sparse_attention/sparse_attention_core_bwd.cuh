@@ -183,7 +183,6 @@ __global__ void sparse_attention_sink_bwd_kernel(const float* sinkTerms, int64_t
   if (threadIdx.x == 0) dSink[h] += partial[0];
 }
 
-
 // Phase 1 on tensor cores. Grid (N, Hkv * tilesPerGroup) as the forward, kMmaThreads threads,
 // mmaFwdSmemBytes<HD>() dynamic shared memory.
 template <int HD>
@@ -293,8 +292,8 @@ __global__ void __launch_bounds__(kMmaThreads, HD == 128 ? 2 : 3)
     for (int ks = 0; ks < kSteps; ++ks) {
       unsigned bv[4];
       ldsm4(bv, cV + swizzled<HD>(rowB, 2 * ks + (lane / 8) % 2));
-      mmaBf16(dp[0], oa[ks], bv[0], bv[1]);
-      mmaBf16(dp[1], oa[ks], bv[2], bv[3]);
+      mma16816(dp[0], oa[ks], bv[0], bv[1]);
+      mma16816(dp[1], oa[ks], bv[2], bv[3]);
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -313,8 +312,8 @@ __global__ void __launch_bounds__(kMmaThreads, HD == 128 ? 2 : 3)
     for (int u = 0; u < kTiles / 2; ++u) {
       unsigned bk[4];
       ldsm4t(bk, cK + swizzled<HD>(kRowT, 2 * u + lane / 16));
-      mmaBf16(acc[2 * u], za, bk[0], bk[1]);
-      mmaBf16(acc[2 * u + 1], za, bk[2], bk[3]);
+      mma16816(acc[2 * u], za, bk[0], bk[1]);
+      mma16816(acc[2 * u + 1], za, bk[2], bk[3]);
     }
     __syncthreads();
   }
@@ -498,10 +497,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
             unsigned bq[4], bo[4];
             ldsm4t(bq, sQ + qi * kHeadTile + swizzled<HD>(bRow, 2 * u + lane / 16));
             ldsm4t(bo, sO + qi * kHeadTile + swizzled<HD>(bRow, 2 * u + lane / 16));
-            mmaBf16(dkAcc[2 * u], az, bq[0], bq[1]);
-            mmaBf16(dkAcc[2 * u + 1], az, bq[2], bq[3]);
-            mmaBf16(dvAcc[2 * u], ap, bo[0], bo[1]);
-            mmaBf16(dvAcc[2 * u + 1], ap, bo[2], bo[3]);
+            mma16816(dkAcc[2 * u], az, bq[0], bq[1]);
+            mma16816(dkAcc[2 * u + 1], az, bq[2], bq[3]);
+            mma16816(dvAcc[2 * u], ap, bo[0], bo[1]);
+            mma16816(dvAcc[2 * u + 1], ap, bo[2], bo[3]);
           }
         }
         __syncthreads();  // the batch buffers are refilled next

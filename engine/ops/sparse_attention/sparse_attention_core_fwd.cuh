@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "ops/sparse_attention/sparse_attention_cuda_util.cuh"
+#include "runtime/cuda/warp_mma.cuh"
 
 namespace moewb::engine::cuda::sparse_detail {
 
@@ -157,42 +158,7 @@ constexpr int kMmaWarps = 4;     // each owns 16 keys of a block
 constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaRows = 16;     // query heads per CTA (one m16 tile)
 
-__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void* p) {
-  const unsigned a = unsigned(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void ldsm4t(unsigned (&r)[4], const void* p) {
-  const unsigned a = unsigned(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
 // c += a (16x16, row) * b (16x8, col), bf16 operands, fp32 accumulators.
-__device__ __forceinline__ void mmaBf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                        unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ unsigned packBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -316,8 +282,8 @@ __global__ void __launch_bounds__(kMmaThreads, HD == 128 ? 2 : 3)
     for (int ks = 0; ks < kSteps; ++ks) {
       unsigned bk[4];
       ldsm4(bk, cK + swizzled<HD>(kRowB, 2 * ks + (lane / 8) % 2));
-      mmaBf16(sc[0], qa[ks], bk[0], bk[1]);
-      mmaBf16(sc[1], qa[ks], bk[2], bk[3]);
+      mma16816(sc[0], qa[ks], bk[0], bk[1]);
+      mma16816(sc[1], qa[ks], bk[2], bk[3]);
     }
     const int slot0 = j * kMmaKeys + warp * 16;
 #pragma unroll
@@ -358,8 +324,8 @@ __global__ void __launch_bounds__(kMmaThreads, HD == 128 ? 2 : 3)
     for (int u = 0; u < kTiles / 2; ++u) {
       unsigned bv[4];
       ldsm4t(bv, cV + swizzled<HD>(vRow, 2 * u + lane / 16));
-      mmaBf16(o[2 * u], pa, bv[0], bv[1]);
-      mmaBf16(o[2 * u + 1], pa, bv[2], bv[3]);
+      mma16816(o[2 * u], pa, bv[0], bv[1]);
+      mma16816(o[2 * u + 1], pa, bv[2], bv[3]);
     }
     __syncthreads();  // the stage is refilled by the next iteration
   }

@@ -187,10 +187,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
             unsigned bq[4], bo[4];
             ldsm4t(bq, sQ + qi * kHeadTile + swizzled<HD>(bRow, 2 * u + lane / 16));
             ldsm4t(bo, sO + qi * kHeadTile + swizzled<HD>(bRow, 2 * u + lane / 16));
-            mmaBf16(dkAcc[2 * u], az, bq[0], bq[1]);
-            mmaBf16(dkAcc[2 * u + 1], az, bq[2], bq[3]);
-            mmaBf16(dvAcc[2 * u], ap, bo[0], bo[1]);
-            mmaBf16(dvAcc[2 * u + 1], ap, bo[2], bo[3]);
+            mma16816(dkAcc[2 * u], az, bq[0], bq[1]);
+            mma16816(dkAcc[2 * u + 1], az, bq[2], bq[3]);
+            mma16816(dvAcc[2 * u], ap, bo[0], bo[1]);
+            mma16816(dvAcc[2 * u + 1], ap, bo[2], bo[3]);
           }
         }
         __syncthreads();  // the batch buffers are refilled next
