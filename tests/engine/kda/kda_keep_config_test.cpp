@@ -1,7 +1,7 @@
 // kda.keep_intermediates (issue 15): the config key (declared, typed, refused with the accepted
 // values, not live-patchable), what it changes in the estimates (the kept device bytes; nothing
 // on the CPU backend, whose KDA backward always recomputes) and the bitwise CPU equality. The
-// GPU side (same bits, more activation bytes) is tests/engine_cuda/kda/kda_keep_cuda_test.cpp.
+// GPU side (same bits, more activation bytes) is tests/engine_cuda/model/layers/kda_keep_cuda_test.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
