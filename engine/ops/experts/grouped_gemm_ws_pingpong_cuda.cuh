@@ -201,7 +201,7 @@ __device__ __forceinline__ void copyStep(const Params& p, const ProducerTile& pt
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
     const bool ok = kOk && pt.aRow[q] >= 0;
-    ws::cpAsync16Fenced(a + rowOff + uint32_t(q * 2048), ok ? base + int64_t(pt.aRow[q]) * p.d : p.a,
+    cpAsync16Fenced(a + rowOff + uint32_t(q * 2048), ok ? base + int64_t(pt.aRow[q]) * p.d : p.a,
                    ok);
   }
   if (t == 0) {

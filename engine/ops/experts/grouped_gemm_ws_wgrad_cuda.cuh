@@ -308,7 +308,7 @@ __device__ __forceinline__ void copyA(const WgradParams& p, const WTile& t, int 
     const int r = warp + 4 * q;
     const bool ok = mOk && r < kLeft;
     const uint32_t dst = atom + uint32_t(r * 128 + (((lane % 8) ^ (r % 8)) << 4));
-    ws::cpAsync16Fenced(dst, ok ? src + q * stride : p.a, ok);
+    cpAsync16Fenced(dst, ok ? src + q * stride : p.a, ok);
   }
 }
 
@@ -326,7 +326,7 @@ __device__ __forceinline__ void copyB(const WgradParams& p, const WTile& t, int 
   for (int q = 0; q < 8; ++q) {
     const int32_t src = __shfl_sync(0xffffffffu, bRow, (r0 % 2) + 2 * q);
     const bool ok = nOk && r0 + 8 * q < kLeft;
-    ws::cpAsync16Fenced(dst + uint32_t(q * 1024), ok ? col + int64_t(src) * p.nSize : p.b, ok);
+    cpAsync16Fenced(dst + uint32_t(q * 1024), ok ? col + int64_t(src) * p.nSize : p.b, ok);
   }
 }
 
