@@ -272,10 +272,17 @@ QVariant TunerStudyModel::display(const TunerTrialRow& row, int column) const {
       return ran ? QVariant(qint64(t.steps)) : QVariant(QString("-"));
     case kStepTime:
       return ran ? QString::number(t.stepTimeMs, 'f', 2) : QString("-");
+    case kPredictedStepTime:
+      return t.predictedStepTimeMs > 0 ? QString::number(t.predictedStepTimeMs, 'f', 2)
+                                       : QString("-");
     case kTokens:
       return ran ? QString::number(t.tokensPerSecond, 'f', 0) : QString("-");
     case kPeak:
       return ran ? QString::number(double(t.peakBytes) / (1 << 20), 'f', 2) : QString("-");
+    case kPredictedPeak:
+      return t.predictedPeakBytes > 0
+                 ? QString::number(double(t.predictedPeakBytes) / (1 << 20), 'f', 2)
+                 : QString("-");
     case kReason:
       return QString::fromStdString(t.message);
   }
@@ -291,10 +298,14 @@ QVariant TunerStudyModel::sortValue(const TunerTrialRow& row, int column) const 
       return qint64(t.steps);
     case kStepTime:
       return t.stepTimeMs;
+    case kPredictedStepTime:
+      return t.predictedStepTimeMs;
     case kTokens:
       return t.tokensPerSecond;
     case kPeak:
       return qint64(t.peakBytes);
+    case kPredictedPeak:
+      return qint64(t.predictedPeakBytes);
     default:
       return display(row, column);
   }
@@ -323,7 +334,7 @@ QVariant TunerStudyModel::data(const QModelIndex& index, int role) const {
       }
       return {};
     case Qt::TextAlignmentRole:
-      if (index.column() >= kSteps && index.column() <= kPeak) {
+      if (index.column() >= kSteps && index.column() <= kPredictedPeak) {
         return int(Qt::AlignRight | Qt::AlignVCenter);
       }
       return {};
@@ -333,10 +344,10 @@ QVariant TunerStudyModel::data(const QModelIndex& index, int role) const {
 
 QVariant TunerStudyModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* const kNames[kColumnCount] = {"Trial",          "Settings (change from base)",
-                                                   "Verdict",        "Steps",
-                                                   "Step time (ms)", "Tokens/s",
-                                                   "Peak (MiB)",     "Reason"};
+  static const char* const kNames[kColumnCount] = {
+      "Trial",          "Settings (change from base)", "Verdict",    "Steps",
+      "Step time (ms)", "Predicted (ms)",              "Tokens/s",   "Peak (MiB)",
+      "Predicted (MiB)", "Reason"};
   return section >= 0 && section < kColumnCount ? QString(kNames[section]) : QVariant();
 }
 

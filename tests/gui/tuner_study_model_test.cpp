@@ -56,6 +56,8 @@ TEST(TunerStudyModel, RowsAreTheStudysTrialsWithTheBaseAndThePickMarked) {
             << kv.toStdString();
       }
     }
+    EXPECT_EQ(cell(TunerStudyModel::kPredictedStepTime),
+              t.predictedStepTimeMs > 0 ? QString::number(t.predictedStepTimeMs, 'f', 2) : "-");
     if (t.verdict == tuner::Verdict::kOk) {
       EXPECT_EQ(cell(TunerStudyModel::kStepTime), QString::number(t.stepTimeMs, 'f', 2));
       EXPECT_EQ(cell(TunerStudyModel::kPeak), QString::number(t.peakBytes / 1048576.0, 'f', 2));
@@ -176,6 +178,45 @@ TEST(TunerStudyModel, HalvingStudyPlotsEachCandidatesFurthestRungAndExplainsTheP
   }
   EXPECT_TRUE(sawEarlier);
   EXPECT_TRUE(sawPruned);
+}
+
+// The predicted columns: the cost model's step time and peak where the trial has them, "-" where
+// it has none (an exhaustive study without a calibration trace), numbers for sorting.
+TEST(TunerStudyModel, PredictedColumnsShowTheCostModelsFigures) {
+  TunerStudy study;
+  TunerTrialRow predicted;
+  predicted.trial.id = 1;
+  predicted.trial.verdict = tuner::Verdict::kOk;
+  predicted.trial.steps = 3;
+  predicted.trial.stepTimeMs = 10.0;
+  predicted.trial.peakBytes = int64_t(2) << 20;
+  predicted.trial.predictedStepTimeMs = 9.5;
+  predicted.trial.predictedPeakBytes = int64_t(3) << 20;
+  TunerTrialRow without = predicted;
+  without.trial.id = 2;
+  without.trial.predictedStepTimeMs = 0;
+  without.trial.predictedPeakBytes = 0;
+  study.rows = {predicted, without};
+  TunerStudyModel model;
+  testing::ModelCheck check(&model);
+  model.setStudy(std::move(study));
+  EXPECT_TRUE(check.failures().isEmpty()) << check.failures().join("\n").toStdString();
+  auto cell = [&](int row, int column, int role = Qt::DisplayRole) {
+    return model.index(row, column).data(role);
+  };
+  EXPECT_EQ(cell(0, TunerStudyModel::kPredictedStepTime).toString(), "9.50");
+  EXPECT_EQ(cell(0, TunerStudyModel::kPredictedPeak).toString(), "3.00");
+  EXPECT_EQ(cell(0, TunerStudyModel::kStepTime).toString(), "10.00");
+  EXPECT_EQ(cell(1, TunerStudyModel::kPredictedStepTime).toString(), "-");
+  EXPECT_EQ(cell(1, TunerStudyModel::kPredictedPeak).toString(), "-");
+  EXPECT_DOUBLE_EQ(cell(0, TunerStudyModel::kPredictedStepTime, TunerStudyModel::kSortRole)
+                       .toDouble(), 9.5);
+  EXPECT_EQ(cell(0, TunerStudyModel::kPredictedPeak, TunerStudyModel::kSortRole).toLongLong(),
+            int64_t(3) << 20);
+  EXPECT_EQ(model.headerData(TunerStudyModel::kPredictedStepTime, Qt::Horizontal).toString(),
+            "Predicted (ms)");
+  EXPECT_EQ(model.headerData(TunerStudyModel::kPredictedPeak, Qt::Horizontal).toString(),
+            "Predicted (MiB)");
 }
 
 TEST(TunerParetoFront, KeepsUndominatedPointsAndTies) {

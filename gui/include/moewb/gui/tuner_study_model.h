@@ -93,8 +93,10 @@ class TunerStudyModel : public QAbstractTableModel {
     kVerdict,
     kSteps,
     kStepTime,
+    kPredictedStepTime,  // the cost model's step time for the trial's settings ("-": none)
     kTokens,
     kPeak,
+    kPredictedPeak,      // the cost model's peak per rank
     kReason,
     kColumnCount
   };
