@@ -3,6 +3,8 @@
 
 #include <QElapsedTimer>
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <set>
 
 namespace moewb::gui {
@@ -11,6 +13,12 @@ namespace {
 
 Status invalid(const std::string& what) {
   return Status(StatusCode::kInvalidArgument, "swap plan: " + what);
+}
+
+std::string commaList(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
 }
 
 Result<engine::SwapMode> parseMode(const std::string& mode) {
@@ -26,10 +34,13 @@ bool storesFilters(const storage::SwapPlanRow& plan) {
   return !(plan.freeLagLayers == 1 && plan.ops.empty() && plan.minBytes == 0);
 }
 
-// [swap] ops as stored: a comma list ("" = all). Errors: a name not in swapOpNames().
-Result<std::vector<std::string>> parseOps(const std::string& text) {
-  const auto& all = engine::swapOpNames();
-  if (text.empty()) return all;
+// A stored comma list of names from `all` ("" = `ifEmpty`). Errors: a name not in `all`, named
+// `what`.
+Result<std::vector<std::string>> parseOpList(const std::string& text,
+                                             const std::vector<std::string>& all,
+                                             const std::vector<std::string>& ifEmpty,
+                                             const std::string& what) {
+  if (text.empty()) return ifEmpty;
   std::vector<std::string> ops;
   size_t from = 0;
   while (from <= text.size()) {
@@ -38,12 +49,56 @@ Result<std::vector<std::string>> parseOps(const std::string& text) {
     name.erase(0, name.find_first_not_of(' '));
     name.erase(name.find_last_not_of(' ') + 1);
     if (std::find(all.begin(), all.end(), name) == all.end()) {
-      return invalid("ops names '" + name + "', not one of the swap ops");
+      return invalid(what + " names '" + name + "', not one of " + commaList(all));
     }
     ops.push_back(name);
     from = comma + 1;
   }
   return ops;
+}
+
+// [swap] ops as stored: a comma list ("" = all). Errors: a name not in swapOpNames().
+Result<std::vector<std::string>> parseOps(const std::string& text) {
+  const auto& all = engine::swapOpNames();
+  return parseOpList(text, all, all, "ops");
+}
+
+// swap.recompute_ops as stored ("" = none). Errors: a name not in swapRecomputeOpNames().
+Result<std::vector<std::string>> parseRecomputeOps(const std::string& text) {
+  return parseOpList(text, engine::swapRecomputeOpNames(), {}, "recompute_ops");
+}
+
+// Whether the plan's decisions show recompute (a recomputed tensor, or a reason that weighed it).
+bool showsRecompute(const storage::SwapPlanRow& plan) {
+  return std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const auto& t) {
+    return t.recomputed || t.reason.find("recompute") != std::string::npos;
+  });
+}
+
+// The recompute ops and per-layer times of `plan` into `in` (see the header). Errors: a bad
+// recompute_ops name, a time vector of another length than the layers, a negative or
+// non-finite time.
+Status convertRecompute(const storage::SwapPlanRow& plan, SwapWhatIfInput& in) {
+  const size_t layers = plan.layerForwardMs.size();
+  if (plan.layerRecomputeMs.empty()) {
+    in.settings.recomputeOps.clear();
+    if (showsRecompute(plan)) {
+      in.note = "this trace does not store the recompute times (written before they were), so "
+                "the what-if plans without recompute";
+    }
+    return Status::ok();
+  }
+  if (plan.layerRecomputeMs.size() != layers) {
+    return invalid("recompute times for " + std::to_string(plan.layerRecomputeMs.size()) +
+                   " layers, the profile has " + std::to_string(layers));
+  }
+  for (double v : plan.layerRecomputeMs) {
+    if (!(v >= 0) || !std::isfinite(v)) return invalid("a negative or non-finite recompute time");
+  }
+  MOEWB_ASSIGN_OR_RETURN(in.settings.recomputeOps, parseRecomputeOps(plan.recomputeOps));
+  in.profile.layerRecomputeMs = plan.layerRecomputeMs;
+  in.recomputeMsSource = plan.recomputeMsSource;
+  return Status::ok();
 }
 
 // [swap] ops and min_bytes as the decisions show them (see the header).
@@ -99,6 +154,7 @@ Result<SwapWhatIfInput> swapWhatIfInput(const storage::SwapPlanRow& plan) {
   in.profile.layerOtherBytes = plan.layerOtherBytes;
   in.profile.turnMs = plan.turnMs;
   in.profile.fixedBytes = plan.fixedBytes;
+  MOEWB_RETURN_IF_ERROR(convertRecompute(plan, in));
   for (const auto& t : plan.tensors) {
     if (t.layer < 0 || size_t(t.layer) >= layers) {
       return invalid("tensor " + t.op + " names layer " + std::to_string(t.layer) + " of " +
@@ -117,11 +173,32 @@ void SwapDecisionModel::setDecisions(const engine::SwapProfile& profile,
   beginResetModel();
   m_rows.clear();
   const size_t n = std::min(profile.tensors.size(), prediction.decisions.size());
+  std::vector<double> stallMs(n, 0.0);
+  for (const auto& move : prediction.moves) {
+    if (move.tensor >= 0 && size_t(move.tensor) < n) stallMs[size_t(move.tensor)] += move.stallMs;
+  }
+  std::map<int32_t, QString> recomputeCharged;  // layer -> the op its re-run is charged to
   for (size_t i = 0; i < n; ++i) {
     const auto& t = profile.tensors[i];
     const auto& d = prediction.decisions[i];
-    m_rows.push_back({t.layer, QString::fromStdString(t.op), t.bytes,
-                      d.action, QString::fromStdString(d.reason)});
+    Row row{t.layer, QString::fromStdString(t.op), t.bytes, d.action,
+            QString::fromStdString(d.reason), 0.0, {}};
+    if (d.action == engine::SwapAction::kSwap) {
+      row.costMs = stallMs[i];
+      row.costNote = tr("exposed copy time: this tensor's reload stall and offload wait");
+    } else if (d.action == engine::SwapAction::kRecompute) {
+      const auto charged = recomputeCharged.find(t.layer);
+      if (charged == recomputeCharged.end()) {
+        const size_t l = size_t(t.layer);
+        row.costMs = l < profile.layerRecomputeMs.size() ? profile.layerRecomputeMs[l] : 0.0;
+        row.costNote = tr("layer %1's recompute: one re-run writes every recomputed tensor of "
+                          "the layer").arg(t.layer);
+        recomputeCharged.emplace(t.layer, row.op);
+      } else {
+        row.costNote = tr("recomputed by the re-run counted on %1").arg(charged->second);
+      }
+    }
+    m_rows.push_back(std::move(row));
   }
   endResetModel();
 }
@@ -143,6 +220,7 @@ QVariant SwapDecisionModel::rawValue(const Row& row, int column) const {
       return row.action == engine::SwapAction::kSwap        ? tr("swap")
              : row.action == engine::SwapAction::kRecompute ? tr("recompute")
                                                             : tr("keep");
+    case kCostMs: return row.costMs;
     case kReason: return row.reason;
     default: return {};
   }
@@ -156,9 +234,16 @@ QVariant SwapDecisionModel::data(const QModelIndex& index, int role) const {
   if (role == kSortRole) return rawValue(row, index.column());
   if (role == Qt::DisplayRole) {
     if (index.column() == kMb) return QString::number(double(row.bytes) / 1e6, 'f', 1);
+    if (index.column() == kCostMs) {
+      return row.action == engine::SwapAction::kKeep ? QString()
+                                                     : QString::number(row.costMs, 'f', 2);
+    }
     return rawValue(row, index.column());
   }
   if (role == Qt::ToolTipRole && index.column() == kReason) return row.reason;
+  if (role == Qt::ToolTipRole && index.column() == kCostMs && !row.costNote.isEmpty()) {
+    return row.costNote;
+  }
   return {};
 }
 
@@ -170,6 +255,7 @@ QVariant SwapDecisionModel::headerData(int section, Qt::Orientation orientation,
     case kOp: return tr("Op");
     case kMb: return tr("MB");
     case kAction: return tr("Decision");
+    case kCostMs: return tr("Cost ms");
     case kReason: return tr("Reason");
     default: return {};
   }

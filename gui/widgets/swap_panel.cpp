@@ -238,16 +238,38 @@ void SwapPanel::syncWhatIf() {
   m_whatIfLabel->setText(
       tr("Predicted peak <b>%1</b> vs budget %2%3 (without swap %4)<br>"
          "swapped %5 · exposed (reload stalls + offload waits) <b>%6 ms</b> of %7 ms copy · "
-         "late reloads <b>%8</b><br>"
-         "<span style='color:gray'>%9 · planned in %10 ms</span>")
+         "late reloads <b>%8</b><br>%9"
+         "<span style='color:gray'>%10 · planned in %11 ms</span>")
           .arg(gb(double(p.peakBytes) / 1e9), gb(double(w->hbmTargetBytes()) / 1e9),
                over ? tr(" <span style='color:#e15759'>(over)</span>") : QString(),
                gb(double(p.peakNoSwapBytes) / 1e9), gb(double(p.swappedBytes) / 1e9))
           .arg(p.exposedMs, 0, 'f', 2)
           .arg(p.copyMs, 0, 'f', 2)
           .arg(p.lateReloads)
+          .arg(recomputeLine(*w))
           .arg(QString::fromStdString(p.summary).toHtmlEscaped())
           .arg(w->lastPlanMs(), 0, 'f', 2));
+}
+
+QString SwapPanel::recomputeLine(const SwapWhatIf& w) {
+  const engine::SwapPrediction& p = w.prediction();
+  const SwapWhatIfInput& in = w.input();
+  if (!in.note.empty()) {
+    return tr("<span style='color:#e15759'>%1</span><br>")
+        .arg(QString::fromStdString(in.note).toHtmlEscaped());
+  }
+  if (in.settings.recomputeOps.empty()) return {};
+  const QString source = in.recomputeMsSource == "measured"
+                             ? tr("measured")
+                             : tr("estimated from FLOPs");
+  return tr("recomputed %1 · recompute <b>%2 ms</b> (%3 ms a layer, %4) · "
+            "added step time (exposed + recompute) <b>%5 ms</b><br>")
+      .arg(gb(double(p.recomputedBytes) / 1e9))
+      .arg(p.recomputeMs, 0, 'f', 2)
+      .arg(in.profile.layerRecomputeMs.empty() ? 0.0 : in.profile.layerRecomputeMs.front(), 0,
+           'f', 2)
+      .arg(source)
+      .arg(p.exposedMs + p.recomputeMs, 0, 'f', 2);
 }
 
 QString SwapPanel::whatIfText() const { return m_whatIfLabel->text(); }

@@ -6,8 +6,10 @@
 //   What-if  the newest plan's profile re-planned on every change of the HBM budget (slider and
 //            spin box, GB), the prefetch distance or the free lag (layers): the predicted peak
 //            against the budget, the exposed time (reload stalls + offload waits) and late
-//            reloads, the planner's time, and the
-//            per-tensor decisions (SwapDecisionModel), sortable.
+//            reloads, with recompute (a plan that stores recompute_ops and recompute times)
+//            the recomputed bytes, the recompute time and the added step time (exposed +
+//            recompute), the planner's time, and the per-tensor decisions with their cost in ms
+//            (SwapDecisionModel), sortable.
 // The panel re-syncs on SwapModel::changed and SwapWhatIf::changed. GUI thread only.
 #pragma once
 
@@ -24,6 +26,7 @@ namespace moewb::gui {
 
 class ChartView;
 class SwapModel;
+class SwapWhatIf;
 
 class SwapPanel : public QWidget {
   Q_OBJECT
@@ -43,7 +46,8 @@ class SwapPanel : public QWidget {
   QDoubleSpinBox* budgetSpin() const { return m_budgetSpin; }
   QSpinBox* prefetchSpin() const { return m_prefetchSpin; }
   QSpinBox* freeLagSpin() const { return m_freeLagSpin; }
-  // The what-if's summary line (predicted peak, budget, exposed ms, late reloads, plan time).
+  // The what-if's summary text (predicted peak, budget, exposed ms, late reloads, recompute
+  // and added step time when the plan recomputes, plan time).
   QString whatIfText() const;
 
  signals:
@@ -57,6 +61,8 @@ class SwapPanel : public QWidget {
   void syncFromModel();
   void syncWhatIf();
   void replan();
+  // The what-if label's recompute line ("" without recompute ops; the input's note if any).
+  static QString recomputeLine(const SwapWhatIf& w);
 
   SwapModel* m_model = nullptr;
   QTabWidget* m_tabs = nullptr;

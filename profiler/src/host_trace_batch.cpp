@@ -70,6 +70,7 @@ storage::SwapPlanRow planRow(const engine::SwapPlanEvent& e) {
   row.freeLagLayers = e.freeLagLayers;
   row.ops = e.ops;
   row.minBytes = e.minBytes;
+  row.recomputeOps = e.recomputeOps;
   row.d2hGbps = e.d2hGbps;
   row.h2dGbps = e.h2dGbps;
   row.bidirGbps = e.bidirGbps;
@@ -78,6 +79,10 @@ storage::SwapPlanRow planRow(const engine::SwapPlanEvent& e) {
   row.layerForwardMs = e.layerForwardMs;
   row.layerBackwardMs = e.layerBackwardMs;
   row.layerOtherBytes = e.layerOtherBytes;
+  row.layerRecomputeMs = e.layerRecomputeMs;
+  if (!e.layerRecomputeMs.empty()) {
+    row.recomputeMsSource = e.recomputeMsMeasured ? "measured" : "estimate";
+  }
   const size_t tensors = std::max({e.tensorLayer.size(), e.tensorOp.size(), e.tensorBytes.size(),
                                    e.tensorSwapped.size(), e.tensorReason.size()});
   row.tensors.resize(tensors);

@@ -163,7 +163,11 @@ CREATE TABLE swap_plan (
   summary TEXT NOT NULL,
   free_lag_layers INTEGER NOT NULL DEFAULT 1,  -- swap.free_lag_layers (1: files before it)
   ops TEXT NOT NULL DEFAULT '',                -- swap.ops, comma list; '' = all ops
-  min_bytes INTEGER NOT NULL DEFAULT 0         -- swap.min_bytes (0 with the two above: unknown)
+  min_bytes INTEGER NOT NULL DEFAULT 0,        -- swap.min_bytes (0 with the two above: unknown)
+  recompute_ops TEXT NOT NULL DEFAULT '',      -- swap.recompute_ops, comma list; '' = none
+  recompute_ms_source TEXT NOT NULL DEFAULT '' -- swap_plan_layer.recompute_ms: 'measured' (mean
+                                               -- of the layers' measured times) or 'estimate'
+                                               -- (FLOPs); '': unknown (files before them)
 );
 CREATE TABLE swap_plan_layer (
   plan INTEGER NOT NULL,         -- swap_plan.id
@@ -171,6 +175,7 @@ CREATE TABLE swap_plan_layer (
   forward_ms REAL NOT NULL,
   backward_ms REAL NOT NULL,
   other_bytes INTEGER NOT NULL,  -- saved bytes of the layer that are no candidate
+  recompute_ms REAL NOT NULL DEFAULT 0,  -- cost of recomputing the layer (see recompute_ms_source)
   PRIMARY KEY (plan, layer)
 ) WITHOUT ROWID;
 CREATE TABLE swap_plan_tensor (
@@ -179,7 +184,7 @@ CREATE TABLE swap_plan_tensor (
   layer INTEGER NOT NULL,
   op TEXT NOT NULL,              -- attn_norm, mixer_input, moe_norm, moe_input, expert_fc1, ...
   bytes INTEGER NOT NULL,
-  swapped INTEGER NOT NULL,      -- 1: the plan swaps it
+  swapped INTEGER NOT NULL,      -- 1: the plan swaps it, 2: recomputes it, 0: keeps it
   reason TEXT NOT NULL,
   PRIMARY KEY (plan, idx)
 ) WITHOUT ROWID;

@@ -71,9 +71,14 @@ inline constexpr const char* kMemoryNextSeriesSql =
 // input such as "src") exists with every column this build reads. Cost: one pragma_table_info.
 Result<bool> swapTableReadable(Database& db, const std::string& table,
                                const std::string& schema = "main");
-// Whether swap_plan of `schema` has the columns added after it (free_lag_layers, ops,
-// min_bytes). Cost: one pragma_table_info.
-Result<bool> swapPlanHasSettings(Database& db, const std::string& schema = "main");
+// Columns added to the swap plan tables after them (files from before read their defaults).
+enum class SwapAddedColumns {
+  kPlanSettings,  // swap_plan: free_lag_layers, ops, min_bytes
+  kRecompute,     // swap_plan: recompute_ops, recompute_ms_source; swap_plan_layer: recompute_ms
+};
+// Whether `schema` has every column of `columns`. Cost: one pragma_table_info per table.
+Result<bool> swapHasAddedColumns(Database& db, SwapAddedColumns columns,
+                                 const std::string& schema = "main");
 
 class SqliteTraceReader final : public TraceReader {
  public:
@@ -153,7 +158,9 @@ class SqliteTraceReader final : public TraceReader {
   Result<int64_t> maxSwapDurNs();
   Result<std::vector<SwapEventRow>> swapEventsInSnapshot(TimeWindow window,
                                                          std::optional<int32_t> rank);
-  Result<std::vector<SwapPlanRow>> swapPlansInSnapshot(bool settings);
+  // `settings`, `recompute`: the file has the kPlanSettings, the kRecompute columns (else
+  // their defaults are read).
+  Result<std::vector<SwapPlanRow>> swapPlansInSnapshot(bool settings, bool recompute);
   // Repairs one read swap copy in place (reversed times, negative bytes or stalls), counting
   // each repair in the reader's stats.
   void repairSwapEvent(SwapEventRow& row);

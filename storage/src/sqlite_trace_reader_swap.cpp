@@ -31,6 +31,8 @@ enum SwapTable : int {
   kSwapStepTable = 2,
   kSwapPlanTables = 4,  // swap_plan, swap_plan_layer and swap_plan_tensor together
   kSwapPlanSettings = 8,  // swap_plan has free_lag_layers, ops and min_bytes
+  kSwapPlanRecompute = 16,  // swap_plan has recompute_ops and recompute_ms_source, and
+                            // swap_plan_layer recompute_ms
 };
 
 struct TableColumns {
@@ -59,6 +61,10 @@ constexpr TableColumns kSwapPlanColumns = {
 // Added to swap_plan later; files without them read 1, '' and 0 (see SwapPlanRow).
 constexpr TableColumns kSwapPlanSettingsColumns = {
     "swap_plan", "'free_lag_layers', 'ops', 'min_bytes'", 3};
+// Added later still, together; files without them read '' and no recompute times (unknown).
+constexpr TableColumns kSwapPlanRecomputeColumns = {
+    "swap_plan", "'recompute_ops', 'recompute_ms_source'", 2};
+constexpr TableColumns kSwapPlanLayerRecomputeColumns = {"swap_plan_layer", "'recompute_ms'", 1};
 constexpr TableColumns kSwapPlanLayerColumns = {
     "swap_plan_layer", "'plan', 'layer', 'forward_ms', 'backward_ms', 'other_bytes'", 5};
 constexpr TableColumns kSwapPlanTensorColumns = {
@@ -129,8 +135,8 @@ SwapStepRow swapStepFromColumns(const Statement& s, int64_t* negative) {
   return row;
 }
 
-// A swap_plan row as swapPlansInSnapshot selects it (the settings columns last), without its
-// layers and tensors.
+// A swap_plan row as swapPlansInSnapshot selects it (the settings, then the recompute columns
+// last), without its layers and tensors.
 SwapPlanRow swapPlanFromColumns(const Statement& s) {
   SwapPlanRow p;
   p.id = s.columnInt(0);
@@ -152,6 +158,8 @@ SwapPlanRow swapPlanFromColumns(const Statement& s) {
   p.freeLagLayers = s.columnInt32(16);
   p.ops = s.columnText(17);
   p.minBytes = s.columnInt(18);
+  p.recomputeOps = s.columnText(19);
+  p.recomputeMsSource = s.columnText(20);
   return p;
 }
 
@@ -177,8 +185,17 @@ Result<bool> swapTableReadable(Database& db, const std::string& table,
   return false;
 }
 
-Result<bool> swapPlanHasSettings(Database& db, const std::string& schema) {
-  return hasColumns(db, kSwapPlanSettingsColumns, schema);
+Result<bool> swapHasAddedColumns(Database& db, SwapAddedColumns columns,
+                                 const std::string& schema) {
+  switch (columns) {
+    case SwapAddedColumns::kPlanSettings: return hasColumns(db, kSwapPlanSettingsColumns, schema);
+    case SwapAddedColumns::kRecompute: {
+      MOEWB_ASSIGN_OR_RETURN(const bool plan, hasColumns(db, kSwapPlanRecomputeColumns, schema));
+      if (!plan) return false;
+      return hasColumns(db, kSwapPlanLayerRecomputeColumns, schema);
+    }
+  }
+  return false;
 }
 
 Result<int> SqliteTraceReader::swapTables() {
@@ -193,8 +210,14 @@ Result<int> SqliteTraceReader::swapTables() {
   if (steps) tables |= kSwapStepTable;
   if (plans && layers && tensors) tables |= kSwapPlanTables;
   if (plans) {
-    MOEWB_ASSIGN_OR_RETURN(const bool settings, swapPlanHasSettings(m_db));
+    MOEWB_ASSIGN_OR_RETURN(const bool settings,
+                           swapHasAddedColumns(m_db, SwapAddedColumns::kPlanSettings));
     if (settings) tables |= kSwapPlanSettings;
+  }
+  if (plans && layers) {
+    MOEWB_ASSIGN_OR_RETURN(const bool recompute,
+                           swapHasAddedColumns(m_db, SwapAddedColumns::kRecompute));
+    if (recompute) tables |= kSwapPlanRecompute;
   }
   m_swapTables = tables;
   return tables;
@@ -281,26 +304,30 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlans() {
   MOEWB_ASSIGN_OR_RETURN(const int tables, swapTables());
   if ((tables & kSwapPlanTables) == 0) return std::vector<SwapPlanRow>{};
   const bool settings = (tables & kSwapPlanSettings) != 0;
+  const bool recompute = (tables & kSwapPlanRecompute) != 0;
   return inReadTransaction<std::vector<SwapPlanRow>>(
-      [&] { return swapPlansInSnapshot(settings); });
+      [&] { return swapPlansInSnapshot(settings, recompute); });
 }
 
-Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool settings) {
-  // Files from before free_lag_layers, ops and min_bytes read them as 1, '' and 0 (unknown).
+Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool settings,
+                                                                       bool recompute) {
+  // Files from before free_lag_layers, ops and min_bytes read them as 1, '' and 0 (unknown);
+  // files from before the recompute columns read '' and no recompute times (unknown).
   MOEWB_ASSIGN_OR_RETURN(
       Statement plans,
       Statement::prepare(
           m_db, fmt::format("SELECT id, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
                             "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
                             "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, "
-                            "predicted_exposed_ms, summary, {} FROM swap_plan "
+                            "predicted_exposed_ms, summary, {}, {} FROM swap_plan "
                             "ORDER BY step, rank, id",
-                            settings ? "free_lag_layers, ops, min_bytes" : "1, '', 0")));
+                            settings ? "free_lag_layers, ops, min_bytes" : "1, '', 0",
+                            recompute ? "recompute_ops, recompute_ms_source" : "'', ''")));
   MOEWB_ASSIGN_OR_RETURN(
       Statement layers,
-      Statement::prepare(m_db,
-                         "SELECT layer, forward_ms, backward_ms, other_bytes FROM swap_plan_layer "
-                         "WHERE plan = ?1 ORDER BY layer"));
+      Statement::prepare(m_db, fmt::format("SELECT layer, forward_ms, backward_ms, other_bytes, "
+                                           "{} FROM swap_plan_layer WHERE plan = ?1 ORDER BY layer",
+                                           recompute ? "recompute_ms" : "0")));
   MOEWB_ASSIGN_OR_RETURN(
       Statement tensors,
       Statement::prepare(m_db,
@@ -310,6 +337,8 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool set
   int64_t gaps = 0;
   MOEWB_RETURN_IF_ERROR(forEachRow(plans, [&](const Statement& s) -> Status {
     SwapPlanRow p = swapPlanFromColumns(s);
+    // Recompute times are known with their source only (the writer stores both or neither).
+    const bool recomputeKnown = !p.recomputeMsSource.empty();
     MOEWB_RETURN_IF_ERROR(layers.bindInt(1, p.id));
     MOEWB_RETURN_IF_ERROR(forEachRow(layers, [&](const Statement& layer) {
       // Layers are stored 0 .. L-1; a file with gaps is read in layer order and counted.
@@ -317,6 +346,7 @@ Result<std::vector<SwapPlanRow>> SqliteTraceReader::swapPlansInSnapshot(bool set
       p.layerForwardMs.push_back(layer.columnDouble(1));
       p.layerBackwardMs.push_back(layer.columnDouble(2));
       p.layerOtherBytes.push_back(layer.columnInt(3));
+      if (recomputeKnown) p.layerRecomputeMs.push_back(layer.columnDouble(4));
     }));
     MOEWB_RETURN_IF_ERROR(tensors.bindInt(1, p.id));
     MOEWB_ASSIGN_OR_RETURN(p.tensors, collectRows(tensors, [](const Statement& tensor) {

@@ -6,6 +6,7 @@
 // Cost per row on the writer thread: one prepared-statement execution (a plan: 1 + L + tensors).
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "schema.h"
 #include "sqlite_trace_writer.h"
@@ -21,12 +22,12 @@ Status SqliteTraceWriter::prepareSwapStatements() {
        "INSERT INTO swap_plan(run, step, rank, mode, hbm_target_bytes, pinned_budget_bytes, "
        "prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, turn_ms, "
        "predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, summary, "
-       "free_lag_layers, ops, min_bytes) "
+       "free_lag_layers, ops, min_bytes, recompute_ops, recompute_ms_source) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-       "?19)"},
+       "?19, ?20, ?21)"},
       {&m_stmts.insertSwapPlanLayer,
-       "INSERT OR REPLACE INTO swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes) "
-       "VALUES (?1, ?2, ?3, ?4, ?5)"},
+       "INSERT OR REPLACE INTO swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes, "
+       "recompute_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
       {&m_stmts.insertSwapPlanTensor,
        "INSERT OR REPLACE INTO swap_plan_tensor(plan, idx, layer, op, bytes, swapped, reason) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
@@ -77,21 +78,27 @@ Status SqliteTraceWriter::applyRow(const SwapEventOp& op) {
 
 Status SqliteTraceWriter::applyRow(const SwapPlanOp& op) {
   const SwapPlanRow& p = op.row;
+  // Recompute times are stored with their source, or neither (source '', times 0: unknown).
+  const bool recomputeKnown = !p.layerRecomputeMs.empty() && !p.recomputeMsSource.empty();
+  const std::string recomputeSource = recomputeKnown ? p.recomputeMsSource : "";
   MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlan.bindAll(
       op.run.value, p.step, p.rank, p.mode, p.hbmTargetBytes, p.pinnedBudgetBytes,
       p.prefetchLayers, p.d2hGbps, p.h2dGbps, p.bidirGbps, p.fixedBytes, p.turnMs,
       p.predictedPeakBytes, p.predictedPeakNoSwapBytes, p.predictedExposedMs, p.summary,
-      p.freeLagLayers, p.ops, p.minBytes));
+      p.freeLagLayers, p.ops, p.minBytes, p.recomputeOps, recomputeSource));
   MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlan.run());
   const int64_t planId = sqlite3_last_insert_rowid(m_db.handle());
-  const size_t layers = std::max({p.layerForwardMs.size(), p.layerBackwardMs.size(),
-                                  p.layerOtherBytes.size()});
+  const size_t layers =
+      std::max({p.layerForwardMs.size(), p.layerBackwardMs.size(), p.layerOtherBytes.size(),
+                recomputeKnown ? p.layerRecomputeMs.size() : 0});
   for (size_t l = 0; l < layers; ++l) {
     const double forwardMs = l < p.layerForwardMs.size() ? p.layerForwardMs[l] : 0.0;
     const double backwardMs = l < p.layerBackwardMs.size() ? p.layerBackwardMs[l] : 0.0;
     const int64_t otherBytes = l < p.layerOtherBytes.size() ? p.layerOtherBytes[l] : 0;
+    const double recomputeMs =
+        recomputeKnown && l < p.layerRecomputeMs.size() ? p.layerRecomputeMs[l] : 0.0;
     MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlanLayer.bindAll(planId, int64_t(l), forwardMs,
-                                                              backwardMs, otherBytes));
+                                                              backwardMs, otherBytes, recomputeMs));
     MOEWB_RETURN_IF_ERROR(m_stmts.insertSwapPlanLayer.run());
   }
   for (size_t i = 0; i < p.tensors.size(); ++i) {

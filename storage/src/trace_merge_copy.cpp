@@ -4,7 +4,8 @@
 // temp.merge_string_map (old id -> id in main), run ids -> :run, nonzero GPU correlation ids
 // + :corr, swap plan ids + :plan; every other column is copied as is. Rows keep their order
 // (ORDER BY id / rowid). The swap tables are copied only from inputs that have them with the
-// columns this build reads (older inputs have no swap rows).
+// columns this build reads (older inputs have no swap rows); the swap plan columns added later
+// get their defaults from inputs without them.
 // Cost: one pass over every input table plus an index probe per string column value.
 #include <fmt/format.h>
 
@@ -16,6 +17,13 @@ namespace moewb::storage::detail {
 
 namespace {
 
+// Columns added to a table after it: read from inputs that have them, else their defaults.
+struct AddedColumns {
+  SwapAddedColumns which;
+  const char* fromInput;  // the SELECT expressions, e.g. "t.free_lag_layers, t.ops, t.min_bytes"
+  const char* defaults;   // the values of inputs from before them, e.g. "1, '', 0"
+};
+
 struct TableCopy {
   std::string table;
   std::string sql;
@@ -23,24 +31,41 @@ struct TableCopy {
   // to schema v1 later: inputs from before them, or with the early placeholder swap_event, have
   // no rows of it to copy).
   bool optional = false;
-  // When set: the copy for inputs whose table lacks the columns added later (swap_plan's
-  // free_lag_layers, ops and min_bytes).
-  std::string legacySql;
+  // Tables with columns added later (swap_plan, swap_plan_layer): `sql` is empty and the copy is
+  // sqlFor(the SELECT expressions of each group of `added`, in order) for the input at hand.
+  std::vector<AddedColumns> added;
+  std::string (*sqlFor)(const std::vector<std::string>& selects) = nullptr;
 };
 
-// The swap_plan copy, reading `settings` for free_lag_layers, ops and min_bytes.
-std::string swapPlanCopySql(const char* settings) {
+// The swap_plan copy: selects[0] free_lag_layers, ops, min_bytes; selects[1] recompute_ops,
+// recompute_ms_source.
+std::string swapPlanCopySql(const std::vector<std::string>& selects) {
   return fmt::format(
       "INSERT INTO main.swap_plan(id, run, step, rank, mode, hbm_target_bytes, "
       "pinned_budget_bytes, prefetch_layers, d2h_gbps, h2d_gbps, bidir_gbps, fixed_bytes, "
       "turn_ms, predicted_peak_bytes, predicted_peak_no_swap_bytes, predicted_exposed_ms, "
-      "summary, free_lag_layers, ops, min_bytes) SELECT t.id + :plan, :run, t.step, t.rank, "
+      "summary, free_lag_layers, ops, min_bytes, recompute_ops, recompute_ms_source) "
+      "SELECT t.id + :plan, :run, t.step, t.rank, "
       "t.mode, t.hbm_target_bytes, t.pinned_budget_bytes, t.prefetch_layers, t.d2h_gbps, "
       "t.h2d_gbps, t.bidir_gbps, t.fixed_bytes, t.turn_ms, t.predicted_peak_bytes, "
-      "t.predicted_peak_no_swap_bytes, t.predicted_exposed_ms, t.summary, {} "
+      "t.predicted_peak_no_swap_bytes, t.predicted_exposed_ms, t.summary, {}, {} "
       "FROM src.swap_plan t ORDER BY t.id",
-      settings);
+      selects.at(0), selects.at(1));
 }
+
+// The swap_plan_layer copy: selects[0] recompute_ms.
+std::string swapPlanLayerCopySql(const std::vector<std::string>& selects) {
+  return fmt::format(
+      "INSERT INTO main.swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes, "
+      "recompute_ms) SELECT t.plan + :plan, t.layer, t.forward_ms, t.backward_ms, "
+      "t.other_bytes, {} FROM src.swap_plan_layer t ORDER BY t.plan, t.layer",
+      selects.at(0));
+}
+
+constexpr AddedColumns kRecomputeColumns[] = {
+    {SwapAddedColumns::kRecompute, "t.recompute_ops, t.recompute_ms_source", "'', ''"},
+    {SwapAddedColumns::kRecompute, "t.recompute_ms", "0"},
+};
 
 // The new id of string column `column` of the row `t`.
 std::string str(const char* column) {
@@ -109,14 +134,13 @@ std::vector<TableCopy> buildTableCopies() {
        "FROM src.collective t ORDER BY t.id"},
       // Swap rows: plan ids + :plan (the layer and tensor rows follow their plan); needed_ns is
       // a time for reloads and for offloads that compute waited for, else 0 and stays 0. Plans
-      // of inputs from before free_lag_layers, ops and min_bytes get 1, '' and 0 (unknown).
-      {"swap_plan", swapPlanCopySql("t.free_lag_layers, t.ops, t.min_bytes"), true,
-       swapPlanCopySql("1, '', 0")},
-      {"swap_plan_layer",
-       "INSERT INTO main.swap_plan_layer(plan, layer, forward_ms, backward_ms, other_bytes) "
-       "SELECT t.plan + :plan, t.layer, t.forward_ms, t.backward_ms, t.other_bytes "
-       "FROM src.swap_plan_layer t ORDER BY t.plan, t.layer",
-       true},
+      // of inputs from before free_lag_layers, ops and min_bytes get 1, '' and 0 (unknown);
+      // from before the recompute columns, '' and recompute times 0 with source '' (unknown).
+      {"swap_plan", "", true,
+       {{SwapAddedColumns::kPlanSettings, "t.free_lag_layers, t.ops, t.min_bytes", "1, '', 0"},
+        kRecomputeColumns[0]},
+       swapPlanCopySql},
+      {"swap_plan_layer", "", true, {kRecomputeColumns[1]}, swapPlanLayerCopySql},
       {"swap_plan_tensor",
        "INSERT INTO main.swap_plan_tensor(plan, idx, layer, op, bytes, swapped, reason) "
        "SELECT t.plan + :plan, t.idx, t.layer, t.op, t.bytes, t.swapped, t.reason "
@@ -286,12 +310,16 @@ Result<std::vector<int64_t>> copyMergeSource(Database& out, const std::string& s
           return Status::ok();
         }
       }
-      const std::string* sql = &copy.sql;
-      if (!copy.legacySql.empty()) {
-        MOEWB_ASSIGN_OR_RETURN(const bool current, swapPlanHasSettings(out, "src"));
-        if (!current) sql = &copy.legacySql;
+      std::string sql = copy.sql;
+      if (copy.sqlFor != nullptr) {
+        std::vector<std::string> selects;
+        for (const AddedColumns& group : copy.added) {
+          MOEWB_ASSIGN_OR_RETURN(const bool present, swapHasAddedColumns(out, group.which, "src"));
+          selects.emplace_back(present ? group.fromInput : group.defaults);
+        }
+        sql = copy.sqlFor(selects);
       }
-      MOEWB_ASSIGN_OR_RETURN(Statement insert, Statement::prepare(out, *sql));
+      MOEWB_ASSIGN_OR_RETURN(Statement insert, Statement::prepare(out, sql));
       MOEWB_RETURN_IF_ERROR(bindShift(insert, shift));
       MOEWB_RETURN_IF_ERROR(insert.run());
       rows.push_back(sqlite3_changes64(out.handle()));

@@ -202,7 +202,12 @@ TEST(SwapController, ManualRecomputeIsAnsweredAndItsMeasuredTimeLeavesTheBackwar
   s.ops = {"attn_norm"};
   s.recomputeOps = {"moe_act"};
   SwapController c(s, swapProfileFor(smallDims()), 0);
-  ASSERT_TRUE(c.beginStep(0, 1000).has_value());
+  const auto first = c.beginStep(0, 1000);
+  ASSERT_TRUE(first.has_value());
+  // The plan carries what a re-plan needs: the recompute ops and the per-layer estimate.
+  EXPECT_EQ(first->recomputeOps, "moe_act");
+  EXPECT_EQ(first->layerRecomputeMs, c.profile().layerRecomputeMs);
+  EXPECT_FALSE(first->recomputeMsMeasured);
   EXPECT_TRUE(c.recomputes(0, SwapOp::kMoeAct));
   EXPECT_FALSE(c.swaps(0, SwapOp::kMoeAct));
   EXPECT_TRUE(c.swaps(0, SwapOp::kAttnNorm));
@@ -221,6 +226,9 @@ TEST(SwapController, ManualRecomputeIsAnsweredAndItsMeasuredTimeLeavesTheBackwar
   for (double ms : c.profile().layerRecomputeMs) EXPECT_DOUBLE_EQ(ms, 1.5);
   auto again = c.beginStep(1, 1000);  // the measured times replace the estimate: plans again
   ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->recomputeOps, "moe_act");
+  EXPECT_EQ(again->layerRecomputeMs, std::vector<double>(layers, 1.5));
+  EXPECT_TRUE(again->recomputeMsMeasured);
   ASSERT_EQ(again->tensorRecomputed.size(), again->tensorOp.size());
   for (size_t i = 0; i < again->tensorOp.size(); ++i) {
     EXPECT_EQ(bool(again->tensorRecomputed[i]), again->tensorOp[i] == "moe_act") << i;

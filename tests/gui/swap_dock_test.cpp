@@ -1,7 +1,8 @@
 // Offscreen: the main window shows the Swap dock (tabbed on the right) for a trace with swap
 // rows and hides it for one without; the timeline gets two swap lanes under the GPU streams with
 // red late reloads; a click on the late reload selects the kernel that waited (GPU trace) or
-// outlines the phase (CPU trace); the what-if redraws when the budget changes.
+// outlines the phase (CPU trace); the what-if redraws when the budget changes and shows a
+// recompute run's recompute time and cost.
 #include <gtest/gtest.h>
 
 #include <QApplication>
@@ -181,6 +182,42 @@ TEST_F(SwapDockTest, WhatIfRedrawsOnABudgetChange) {
   panel->freeLagSpin()->setValue(3);
   EXPECT_EQ(m_window.swapModel()->whatIf()->freeLagLayers(), 3);
   EXPECT_EQ(m_window.swapModel()->whatIf()->prefetchLayers(), 2);
+}
+
+// The what-if of a recompute run's trace shows the recompute line (recomputed bytes, recompute
+// time, the added step time) and the decisions table's recompute rows with their cost.
+TEST_F(SwapDockTest, WhatIfShowsRecomputeAndItsCost) {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("recompute.sqlite"));
+  auto run = testing::writeRecomputeTrace(path.toStdString());
+  ASSERT_TRUE(run.isOk()) << run.status().toString();
+  SwapModel model;
+  ASSERT_TRUE(model.open(path).isOk());
+  SwapPanel panel;
+  panel.setModel(&model);
+  const QString text = panel.whatIfText();
+  EXPECT_TRUE(text.contains(QStringLiteral("recompute <b>"))) << text.toStdString();
+  EXPECT_TRUE(text.contains(QStringLiteral("added step time (exposed + recompute)")))
+      << text.toStdString();
+  EXPECT_TRUE(text.contains(QStringLiteral("measured"))) << text.toStdString();
+  QAbstractItemModel* table = panel.decisionTable()->model();
+  int recomputeRows = 0;
+  for (int r = 0; r < table->rowCount(); ++r) {
+    if (table->index(r, SwapDecisionModel::kAction).data().toString() != "recompute") continue;
+    ++recomputeRows;
+    bool number = false;
+    table->index(r, SwapDecisionModel::kCostMs).data().toString().toDouble(&number);
+    EXPECT_TRUE(number) << r;
+  }
+  EXPECT_GT(recomputeRows, 0);
+  // A plan without recompute says nothing about it.
+  QTemporaryDir plain;
+  SwapModel plainModel;
+  ASSERT_TRUE(plainModel.open(writeTrace(plain, "swap.sqlite", true, false)).isOk());
+  SwapPanel plainPanel;
+  plainPanel.setModel(&plainModel);
+  EXPECT_FALSE(plainPanel.whatIfText().isEmpty());
+  EXPECT_FALSE(plainPanel.whatIfText().contains(QStringLiteral("recompute <b>")));
 }
 
 }  // namespace

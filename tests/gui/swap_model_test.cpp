@@ -4,7 +4,9 @@
 // min_bytes used as stored; filters recovered from the decisions for plans without them) and
 // that a lower HBM budget swaps more bytes, an offload compute waited for drawn as a late bar,
 // and what a late copy selects (the first kernel on the compute stream after its needed time;
-// the phase on a CPU trace).
+// the phase on a CPU trace); the what-if of a recompute run (its stored recompute ops and times:
+// the run's own plan at its budget, recompute where it is cheaper than stalling copies at a
+// lower one, recompute rows and costs in the decisions table).
 #include <gtest/gtest.h>
 
 #include <QSignalSpy>
@@ -432,6 +434,136 @@ TEST(SwapModelTest, FollowsTheDocument) {
   EXPECT_GE(changed.count(), 1);
   document.close();
   EXPECT_FALSE(model.hasSwap());
+}
+
+// The total cost of `prediction`: what it adds to the step (exposed copies and recompute).
+double addedMs(const engine::SwapPrediction& prediction) {
+  return prediction.exposedMs + prediction.recomputeMs;
+}
+
+// Re-planning a recompute run's stored plan (engine policy -> plan event -> HostTracer -> trace
+// -> reader -> what-if) at the run's own budget gives the run's own plan: every decision and
+// reason, the peak, the exposed and the recompute time.
+// A trace of testing::recomputeRun() opened in a SwapModel.
+class SwapWhatIfRecompute : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const QString path = m_dir.filePath(QStringLiteral("recompute.sqlite"));
+    auto run = testing::writeRecomputeTrace(path.toStdString());
+    ASSERT_TRUE(run.isOk()) << run.status().toString();
+    m_run = std::move(run).value();
+    ASSERT_TRUE(m_model.open(path).isOk());
+    ASSERT_EQ(m_model.plans().size(), 1u);
+  }
+  QTemporaryDir m_dir;
+  testing::RecomputeRun m_run;
+  SwapModel m_model;
+};
+
+TEST_F(SwapWhatIfRecompute, ReplanAtTheRunsBudgetGivesTheRunsPlan) {
+  const engine::SwapPrediction& stored = m_run.plan;
+  ASSERT_GT(stored.recomputedBytes, 0) << stored.summary;  // a run that recomputes
+  const storage::SwapPlanRow& row = m_model.plans().front();
+  EXPECT_EQ(row.recomputeOps, "moe_act,expert_fc2");
+  EXPECT_EQ(row.recomputeMsSource, "measured");
+  EXPECT_EQ(row.layerRecomputeMs, m_run.profile.layerRecomputeMs);
+  SwapWhatIf* whatIf = m_model.whatIf();
+  ASSERT_TRUE(whatIf->hasPlan());
+  EXPECT_EQ(whatIf->input().settings.recomputeOps, engine::swapRecomputeOpNames());
+  EXPECT_EQ(whatIf->input().note, "");
+  EXPECT_EQ(whatIf->hbmTargetBytes(), m_run.settings.hbmTargetBytes);
+  const engine::SwapPrediction& replanned = whatIf->prediction();
+  ASSERT_EQ(replanned.decisions.size(), stored.decisions.size());
+  for (size_t i = 0; i < stored.decisions.size(); ++i) {
+    EXPECT_EQ(replanned.decisions[i].action, stored.decisions[i].action) << i;
+    EXPECT_EQ(replanned.decisions[i].reason, stored.decisions[i].reason) << i;
+  }
+  EXPECT_EQ(replanned.peakBytes, row.predictedPeakBytes);
+  EXPECT_EQ(replanned.peakNoSwapBytes, row.predictedPeakNoSwapBytes);
+  EXPECT_DOUBLE_EQ(replanned.exposedMs, row.predictedExposedMs);
+  EXPECT_DOUBLE_EQ(replanned.recomputeMs, stored.recomputeMs);
+  EXPECT_EQ(replanned.summary, row.summary);
+}
+
+// At a lower budget the what-if recomputes where recompute costs less than the exposed copy
+// time a swap would add: against the same plan re-planned without recompute (a file from before
+// the recompute times were stored, which the what-if says), it frees the same target with far
+// less added time. The decisions table shows the recompute rows with their cost, and the costs
+// add up to the exposed plus recompute time.
+TEST_F(SwapWhatIfRecompute, LowerBudgetRecomputesWhereCopiesWouldStall) {
+  SwapWhatIf* withRecompute = m_model.whatIf();
+  const engine::SwapPrediction atRun = withRecompute->prediction();
+  storage::SwapPlanRow old = m_model.plans().front();
+  old.layerRecomputeMs.clear();  // as the reader gives a file from before them
+  old.recomputeMsSource.clear();
+  old.recomputeOps.clear();
+  SwapWhatIf withoutRecompute;
+  ASSERT_TRUE(withoutRecompute.setPlan(old).isOk());
+  EXPECT_NE(withoutRecompute.input().note.find("recompute"), std::string::npos);
+  EXPECT_TRUE(withoutRecompute.input().settings.recomputeOps.empty());
+
+  const int64_t lower = atRun.peakNoSwapBytes - 3 * testing::kRecomputeRunFreeBytes;
+  ASSERT_TRUE(withRecompute->setBudget(lower, 1).isOk());
+  ASSERT_TRUE(withoutRecompute.setBudget(lower, 1).isOk());
+  const engine::SwapPrediction& recompute = withRecompute->prediction();
+  const engine::SwapPrediction& swapOnly = withoutRecompute.prediction();
+  EXPECT_LE(recompute.peakBytes, lower) << recompute.summary;
+  EXPECT_GT(recompute.recomputedBytes, atRun.recomputedBytes) << recompute.summary;
+  EXPECT_EQ(swapOnly.recomputedBytes, 0);
+  EXPECT_EQ(swapOnly.recomputeMs, 0.0);
+  // Each layer's recompute costs 1 ms; a 50 MB copy over the 1 GB/s link stalls for tens.
+  EXPECT_LT(addedMs(recompute), addedMs(swapOnly)) << recompute.summary << "\n"
+                                                   << swapOnly.summary;
+  EXPECT_GT(recompute.recomputeMs, 0.0);
+
+  SwapDecisionModel* table = withRecompute->decisionModel();
+  ASSERT_EQ(table->rowCount(), int(m_run.profile.tensors.size()));
+  EXPECT_EQ(table->headerData(SwapDecisionModel::kCostMs, Qt::Horizontal).toString(),
+            QStringLiteral("Cost ms"));
+  double costMs = 0;
+  int recomputeRows = 0;
+  for (int r = 0; r < table->rowCount(); ++r) {
+    const QString action = table->index(r, SwapDecisionModel::kAction).data().toString();
+    const QModelIndex cost = table->index(r, SwapDecisionModel::kCostMs);
+    costMs += cost.data(SwapDecisionModel::kSortRole).toDouble();
+    if (action == QStringLiteral("keep")) {
+      EXPECT_TRUE(cost.data().toString().isEmpty()) << r;
+    }
+    if (action != QStringLiteral("recompute")) continue;
+    ++recomputeRows;
+    EXPECT_FALSE(cost.data(Qt::ToolTipRole).toString().isEmpty()) << r;
+  }
+  EXPECT_EQ(recomputeRows, int(std::count_if(
+                               recompute.decisions.begin(), recompute.decisions.end(),
+                               [](const engine::SwapDecision& d) {
+                                 return d.action == engine::SwapAction::kRecompute;
+                               })));
+  EXPECT_NEAR(costMs, addedMs(recompute), 1e-9);
+}
+
+// A stored recompute_ops or recompute times the what-if cannot use are refused in plain words.
+TEST(SwapWhatIfRecomputeInput, BadRecomputeFieldsAreRefused) {
+  storage::SwapPlanRow plan = TestTrace::swapPlanRow(kLayers);
+  plan.recomputeOps = "moe_act, expert_fc2";
+  plan.layerRecomputeMs.assign(size_t(kLayers), 2.0);
+  plan.recomputeMsSource = "estimate";
+  auto in = swapWhatIfInput(plan);
+  ASSERT_TRUE(in.isOk()) << in.status().toString();
+  EXPECT_EQ(in->settings.recomputeOps, (std::vector<std::string>{"moe_act", "expert_fc2"}));
+  EXPECT_EQ(in->profile.layerRecomputeMs, std::vector<double>(size_t(kLayers), 2.0));
+  EXPECT_EQ(in->recomputeMsSource, "estimate");
+  storage::SwapPlanRow bad = plan;
+  bad.recomputeOps = "moe_norm";  // can be swapped, not recomputed
+  auto refused = swapWhatIfInput(bad);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("recompute_ops names 'moe_norm'"), std::string::npos)
+      << refused.status().message();
+  bad = plan;
+  bad.layerRecomputeMs.pop_back();
+  EXPECT_EQ(swapWhatIfInput(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = plan;
+  bad.layerRecomputeMs[1] = -1.0;
+  EXPECT_EQ(swapWhatIfInput(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

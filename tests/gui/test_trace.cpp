@@ -1,6 +1,8 @@
 // TestTrace: engine-shaped synthetic traces for the GUI tests.
 #include "test_trace.h"
 
+#include "moewb/profiler/host_tracer.h"
+
 namespace moewb::gui::testing {
 
 Result<std::unique_ptr<TestTrace>> TestTrace::create(const std::string& path, int layers,
@@ -300,6 +302,97 @@ void TestTrace::writeSwap(int64_t step, int64_t start) {
     m_writer->addSwapPlan(m_run, swapPlanRow(m_layers, step));
     m_swapPlanned = true;
   }
+}
+
+Result<RecomputeRun> recomputeRun() {
+  RecomputeRun run;
+  engine::SwapSettings& s = run.settings;
+  s.mode = engine::SwapMode::kAuto;
+  s.ops = engine::swapOpNames();
+  s.recomputeOps = engine::swapRecomputeOpNames();
+  s.minBytes = 1 << 20;
+  s.pinnedBudgetBytes = 10'000'000'000;
+  s.prefetchLayers = 1;
+  s.freeLagLayers = 1;
+  s.d2hBytesPerMs = s.h2dBytesPerMs = s.bidirBytesPerMs = 1e6;  // 1 GB/s
+  engine::SwapProfile& p = run.profile;
+  const size_t layers = size_t(kRecomputeLayers);
+  p.layerForwardMs.assign(layers, 10.0);
+  p.layerBackwardMs.assign(layers, 20.0);
+  p.layerOtherBytes.assign(layers, 100'000'000);
+  p.layerRecomputeMs.assign(layers, kRecomputeMs);
+  p.turnMs = 2.0;
+  p.fixedBytes = 1'000'000'000;
+  for (int32_t l = 0; l < kRecomputeLayers; ++l) {
+    for (const std::string& op : engine::swapOpNames()) {
+      p.tensors.push_back({l, op, op == "moe_act" ? 100'000'000 : 50'000'000});
+    }
+  }
+  engine::SwapSettings keep = s;
+  keep.mode = engine::SwapMode::kOff;
+  MOEWB_ASSIGN_OR_RETURN(const engine::SwapPrediction none, engine::planSwap(keep, p));
+  s.hbmTargetBytes = none.peakNoSwapBytes - kRecomputeRunFreeBytes;
+  MOEWB_ASSIGN_OR_RETURN(run.plan, engine::planSwap(s, p));
+  return run;
+}
+
+engine::SwapPlanEvent recomputePlanEvent(const RecomputeRun& run) {
+  const engine::SwapSettings& s = run.settings;
+  engine::SwapPlanEvent e;
+  e.mode = "auto";
+  e.hbmTargetBytes = s.hbmTargetBytes;
+  e.pinnedBudgetBytes = s.pinnedBudgetBytes;
+  e.prefetchLayers = s.prefetchLayers;
+  e.freeLagLayers = s.freeLagLayers;
+  e.ops = "";  // every op
+  e.minBytes = s.minBytes;
+  for (const std::string& op : s.recomputeOps) {
+    e.recomputeOps += (e.recomputeOps.empty() ? "" : ",") + op;
+  }
+  e.d2hGbps = s.d2hBytesPerMs / 1e6;
+  e.h2dGbps = s.h2dBytesPerMs / 1e6;
+  e.bidirGbps = s.bidirBytesPerMs / 1e6;
+  e.fixedBytes = run.profile.fixedBytes;
+  e.turnMs = run.profile.turnMs;
+  e.layerForwardMs = run.profile.layerForwardMs;
+  e.layerBackwardMs = run.profile.layerBackwardMs;
+  e.layerOtherBytes = run.profile.layerOtherBytes;
+  e.layerRecomputeMs = run.profile.layerRecomputeMs;
+  e.recomputeMsMeasured = true;
+  for (size_t i = 0; i < run.profile.tensors.size(); ++i) {
+    const engine::SwapTensor& t = run.profile.tensors[i];
+    const engine::SwapDecision& d = run.plan.decisions[i];
+    e.tensorLayer.push_back(t.layer);
+    e.tensorOp.push_back(t.op);
+    e.tensorBytes.push_back(t.bytes);
+    e.tensorSwapped.push_back(d.action == engine::SwapAction::kSwap);
+    e.tensorRecomputed.push_back(d.action == engine::SwapAction::kRecompute);
+    e.tensorReason.push_back(d.reason);
+  }
+  e.predictedPeakBytes = run.plan.peakBytes;
+  e.predictedPeakNoSwapBytes = run.plan.peakNoSwapBytes;
+  e.predictedExposedMs = run.plan.exposedMs;
+  e.summary = run.plan.summary;
+  return e;
+}
+
+Result<RecomputeRun> writeRecomputeTrace(const std::string& path) {
+  MOEWB_ASSIGN_OR_RETURN(RecomputeRun run, recomputeRun());
+  storage::WriterOptions options;
+  options.overwrite = true;
+  MOEWB_ASSIGN_OR_RETURN(auto writer, storage::TraceWriter::create(path, options));
+  {
+    profiler::HostTracer tracer(writer.get());
+    tracer.onRunStart({.name = "recompute", .backend = "cuda", .worldSize = 1,
+                       .startNs = TestTrace::kOriginNs});
+    tracer.onSwapPlan(recomputePlanEvent(run));
+    tracer.onStep({.step = 0, .rank = 0, .startNs = TestTrace::kOriginNs,
+                   .endNs = TestTrace::kOriginNs + TestTrace::kStepNs});
+    tracer.onRunEnd({.outcome = engine::RunOutcome::kCompleted,
+                     .endNs = TestTrace::kOriginNs + TestTrace::kStepNs, .stepsDone = 1});
+  }
+  MOEWB_RETURN_IF_ERROR(writer->close());
+  return run;
 }
 
 }  // namespace moewb::gui::testing

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "moewb/base/status.h"
+#include "moewb/engine/event_sink.h"
+#include "moewb/engine/swap.h"
 #include "moewb/storage/trace_writer.h"
 
 namespace moewb::gui::testing {
@@ -108,5 +110,26 @@ class TestTrace {
   int m_layers = 0;
   int m_experts = 0;
 };
+
+// A recompute run for the what-if tests: the engine's auto policy (planSwap) with
+// swap.recompute_ops = moe_act, expert_fc2 on kRecomputeLayers layers of 10 ms forward and 20 ms
+// backward whose copies cannot hide (a 1 GB/s link: a 50 MB copy takes 50 ms) and whose
+// recompute is cheap (kRecomputeMs a layer, measured), at a target kRecomputeRunFreeBytes under
+// the peak without swap, so the run's plan recomputes some layers. Per layer the seven swap ops
+// of 50 MB (moe_act 100 MB), 100 MB other saved bytes; 1 GB fixed; pinned budget 10 GB.
+struct RecomputeRun {
+  engine::SwapSettings settings;
+  engine::SwapProfile profile;
+  engine::SwapPrediction plan;
+};
+inline constexpr int kRecomputeLayers = 6;
+inline constexpr double kRecomputeMs = 1.0;
+inline constexpr int64_t kRecomputeRunFreeBytes = 250'000'000;
+Result<RecomputeRun> recomputeRun();
+// The plan event of `run` at step 0, field by field as engine::SwapController emits it.
+engine::SwapPlanEvent recomputePlanEvent(const RecomputeRun& run);
+// Writes a trace at `path` (overwritten) of one step with recomputeRun()'s plan, through
+// profiler::HostTracer as a run writes it; returns the run.
+Result<RecomputeRun> writeRecomputeTrace(const std::string& path);
 
 }  // namespace moewb::gui::testing

@@ -1,5 +1,7 @@
 // Swap rows in the trace store: writer -> reader round trip of every field of plans (with the
-// free lag, ops and min_bytes; plans of files from before those columns read 1, "" and 0),
+// free lag, ops and min_bytes; plans of files from before those columns read 1, "" and 0; the
+// recompute ops and per-layer recompute times with their source, unknown in files from before
+// them or when written without a source),
 // copies and step rows; swapLayerSummary (stalls of both directions: reload stalls and offload
 // waits) and swapEvents(window) on a golden tiny trace; files without swap tables (a committed
 // fuzz-corpus trace from before swap, and one with only the early placeholder table) read as "no
@@ -47,9 +49,13 @@ SwapPlanRow goldenPlan() {
   p.layerForwardMs = {1.5, 2.5};
   p.layerBackwardMs = {3.5, 4.5};
   p.layerOtherBytes = {100, 200};
+  p.recomputeOps = "moe_act,expert_fc2";
+  p.layerRecomputeMs = {0.25, 0.375};
+  p.recomputeMsSource = "measured";
   p.tensors = {{0, "expert_fc1", 1000, true, "picked"},
                {1, "moe_act", 2000, true, "picked"},
-               {1, "moe_norm", 10, false, "below swap.min_bytes"}};
+               {1, "moe_norm", 10, false, "below swap.min_bytes"},
+               {1, "expert_fc2", 1000, false, "listed in swap.recompute_ops", true}};
   p.predictedPeakBytes = 10'000;
   p.predictedPeakNoSwapBytes = 13'000;
   p.predictedExposedMs = 0.5;
@@ -164,14 +170,25 @@ TEST_F(SwapTrace, EveryFieldRoundTrips) {
   EXPECT_EQ(p.layerForwardMs, want.layerForwardMs);
   EXPECT_EQ(p.layerBackwardMs, want.layerBackwardMs);
   EXPECT_EQ(p.layerOtherBytes, want.layerOtherBytes);
+  EXPECT_EQ(p.recomputeOps, "moe_act,expert_fc2");
+  EXPECT_EQ(p.layerRecomputeMs, (std::vector<double>{0.25, 0.375}));
+  EXPECT_EQ(p.recomputeMsSource, "measured");
   ASSERT_EQ(p.tensors.size(), want.tensors.size());
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     EXPECT_EQ(p.tensors[i].layer, want.tensors[i].layer) << i;
     EXPECT_EQ(p.tensors[i].op, want.tensors[i].op) << i;
     EXPECT_EQ(p.tensors[i].bytes, want.tensors[i].bytes) << i;
     EXPECT_EQ(p.tensors[i].swapped, want.tensors[i].swapped) << i;
+    EXPECT_EQ(p.tensors[i].recomputed, want.tensors[i].recomputed) << i;
     EXPECT_EQ(p.tensors[i].reason, want.tensors[i].reason) << i;
   }
+  // As stored (docs/TRACE-FORMAT.md): the recompute columns and swapped = 2 for a recompute.
+  EXPECT_EQ(testing::queryCsv(m_path, "SELECT recompute_ops, recompute_ms_source FROM swap_plan"),
+            (std::vector<std::string>{"moe_act,expert_fc2,measured"}));
+  EXPECT_EQ(testing::queryCsv(m_path, "SELECT layer, recompute_ms FROM swap_plan_layer"),
+            (std::vector<std::string>{"0,0.25", "1,0.375"}));
+  EXPECT_EQ(testing::queryCsv(m_path, "SELECT idx, swapped FROM swap_plan_tensor"),
+            (std::vector<std::string>{"0,1", "1,1", "2,0", "3,2"}));
   EXPECT_EQ(p.predictedPeakBytes, want.predictedPeakBytes);
   EXPECT_EQ(p.predictedPeakNoSwapBytes, want.predictedPeakNoSwapBytes);
   EXPECT_EQ(p.predictedExposedMs, want.predictedExposedMs);
@@ -312,6 +329,46 @@ TEST(SwapTraceOlderFiles, PlanWithoutSettingsReadsDefaults) {
   EXPECT_EQ(p.tensors.size(), goldenPlan().tensors.size());
 }
 
+// A plan of a file from before recompute_ops, recompute_ms_source and recompute_ms reads "" and
+// no recompute times (unknown), with every other field; so does a plan written with times but
+// no source (the writer stores times only with their source).
+TEST(SwapTraceOlderFiles, PlanWithoutRecomputeReadsUnknown) {
+  TempDir dir;
+  const std::string path = dir.path("old_recompute.sqlite");
+  writeGolden(path);
+  execSql(path,
+          "ALTER TABLE swap_plan DROP COLUMN recompute_ops; "
+          "ALTER TABLE swap_plan DROP COLUMN recompute_ms_source; "
+          "ALTER TABLE swap_plan_layer DROP COLUMN recompute_ms;");
+  const std::string noSource = dir.path("no_source.sqlite");
+  {
+    auto created = TraceWriter::create(noSource);
+    ASSERT_TRUE(created.isOk()) << created.status().toString();
+    SwapPlanRow plan = goldenPlan();
+    plan.recomputeMsSource = "";
+    (*created)->addSwapPlan((*created)->addRun(RunRow{}), plan);
+    ASSERT_TRUE((*created)->close().isOk());
+  }
+  EXPECT_EQ(testing::queryCsv(noSource, "SELECT recompute_ms FROM swap_plan_layer"),
+            (std::vector<std::string>{"0", "0"}));
+  for (const std::string& file : {path, noSource}) {
+    SCOPED_TRACE(file);
+    auto reader = openOrFail(file);
+    ASSERT_TRUE(reader);
+    auto plans = reader->swapPlans();
+    ASSERT_TRUE(plans.isOk()) << plans.status().toString();
+    ASSERT_EQ(plans->size(), 1u);
+    const SwapPlanRow& p = plans->front();
+    EXPECT_EQ(p.recomputeOps, file == path ? "" : goldenPlan().recomputeOps);
+    EXPECT_TRUE(p.layerRecomputeMs.empty());
+    EXPECT_EQ(p.recomputeMsSource, "");
+    EXPECT_EQ(p.freeLagLayers, goldenPlan().freeLagLayers);
+    EXPECT_EQ(p.layerBackwardMs, goldenPlan().layerBackwardMs);
+    ASSERT_EQ(p.tensors.size(), goldenPlan().tensors.size());
+    EXPECT_TRUE(p.tensors.back().recomputed);
+  }
+}
+
 // A trace from before swap (committed fuzz seed; its swap_event is the early placeholder with
 // other columns) and one with no swap tables at all: every swap query is empty, no error.
 TEST(SwapTraceOlderFiles, ReadAsNoSwap) {
@@ -370,7 +427,7 @@ TEST(SwapTraceCorrupt, BadValuesAreClampedAndCounted) {
           "(1, 2, 0, 9, 'moe_act', " + big + ", 1, 9100, 9200, 0, 0, 0),"
           "(1, 2, 0, 9, 'moe_act', " + big + ", 1, 9300, 9400, 0, 0, 0);"
           "INSERT INTO swap_step VALUES (1, 2, 0, -1, 5, 5, 5, -2, 1, 0, 7, -1.5, 0.5, 0);"
-          "INSERT INTO swap_plan_layer VALUES (1, 1000000000, 1.0, 1.0, 1);");
+          "INSERT INTO swap_plan_layer VALUES (1, 1000000000, 1.0, 1.0, 1, 0.5);");
   auto reader = openOrFail(path);
   ASSERT_TRUE(reader);
   auto events = reader->swapEvents({8000, 10'000});

@@ -253,9 +253,31 @@ TEST_F(TraceGolden, SchemaV1TablesIndexesAndViews) {
                   "view,CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
                   "view,NVTX_EVENTS",
                   "view,StringIds"}));
+  // Columns added to existing tables keep version 1 (docs/TRACE-FORMAT.md, Versioning).
   EXPECT_EQ(queryCsv(m_path, "PRAGMA user_version"), (Rows{"1"}));
   // A finished trace leaves WAL mode so that no -wal/-shm sit beside it (issue 19 item 5).
   EXPECT_EQ(queryCsv(m_path, "PRAGMA journal_mode"), (Rows{"delete"}));
+}
+
+// The swap plan tables' columns, in order, with their defaults (the what-if re-plans from them;
+// readers of files from before the later ones read these defaults).
+TEST_F(TraceGolden, SwapPlanColumns) {
+  const std::string columns =
+      "SELECT name || ' ' || type || coalesce(' = ' || dflt_value, '') FROM pragma_table_info";
+  EXPECT_EQ(queryCsv(m_path, columns + "('swap_plan')"),
+            (Rows{"id INTEGER", "run INTEGER", "step INTEGER", "rank INTEGER", "mode TEXT",
+                  "hbm_target_bytes INTEGER", "pinned_budget_bytes INTEGER",
+                  "prefetch_layers INTEGER", "d2h_gbps REAL", "h2d_gbps REAL", "bidir_gbps REAL",
+                  "fixed_bytes INTEGER", "turn_ms REAL", "predicted_peak_bytes INTEGER",
+                  "predicted_peak_no_swap_bytes INTEGER", "predicted_exposed_ms REAL",
+                  "summary TEXT", "free_lag_layers INTEGER = 1", "ops TEXT = ''",
+                  "min_bytes INTEGER = 0", "recompute_ops TEXT = ''",
+                  "recompute_ms_source TEXT = ''"}));
+  EXPECT_EQ(queryCsv(m_path, columns + "('swap_plan_layer')"),
+            (Rows{"plan INTEGER", "layer INTEGER", "forward_ms REAL", "backward_ms REAL",
+                  "other_bytes INTEGER", "recompute_ms REAL = 0"}));
+  EXPECT_EQ(queryCsv(m_path, "SELECT name FROM pragma_table_info('swap_plan_tensor')"),
+            (Rows{"plan", "idx", "layer", "op", "bytes", "swapped", "reason"}));
 }
 
 }  // namespace

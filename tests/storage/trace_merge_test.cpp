@@ -99,7 +99,8 @@ class RankWriter {
                  64, 1000.0, 1 << 20, 1.0, 1e-3});
   }
 
-  // Swap: a plan at step 0 (layers 0 and 1, two tensors; free lag 2, ops, min_bytes), per step
+  // Swap: a plan at step 0 (layers 0 and 1, two tensors; free lag 2, ops, min_bytes, recompute
+  // ops and per-layer recompute times of 0.5 + rank ms, estimated), per step
   // one offload (compute waited 200 us for it from +2.8 ms in odd steps) and one late reload of
   // layer `rank` % 2, and the step's watermarks.
   void writeSwap(int s, int64_t start) {
@@ -117,6 +118,9 @@ class RankWriter {
       plan.freeLagLayers = 2;
       plan.ops = "expert_fc1";
       plan.minBytes = 256 + m_rank;
+      plan.recomputeOps = "moe_act";
+      plan.layerRecomputeMs = {0.5 + m_rank, 0.5 + m_rank};
+      plan.recomputeMsSource = "estimate";
       m_w.addSwapPlan(m_run, plan);
     }
     const int64_t bytes = 512 + m_rank;
@@ -449,8 +453,9 @@ std::vector<std::string> contents(const std::string& path) {
       "SELECT step, ts_ns, key FROM config_change ORDER BY ts_ns",
       "SELECT * FROM swap_event ORDER BY rank, start_ns",
       "SELECT * FROM swap_step ORDER BY rank, step",
-      "SELECT p.rank, p.mode, p.summary, l.layer, l.forward_ms, l.other_bytes FROM swap_plan p "
-      "JOIN swap_plan_layer l ON l.plan = p.id ORDER BY 1, 4",
+      "SELECT p.rank, p.mode, p.summary, p.recompute_ops, p.recompute_ms_source, l.layer, "
+      "l.forward_ms, l.other_bytes, l.recompute_ms FROM swap_plan p "
+      "JOIN swap_plan_layer l ON l.plan = p.id ORDER BY 1, 6",
       "SELECT p.rank, t.idx, t.layer, t.op, t.bytes, t.swapped FROM swap_plan p "
       "JOIN swap_plan_tensor t ON t.plan = p.id ORDER BY 1, 2",
       "SELECT name, world_size, start_ns, end_ns, status FROM run",
@@ -514,6 +519,9 @@ TEST(TraceMerge, KeepsEveryRanksSwapRows) {
     EXPECT_EQ(plan.freeLagLayers, 2);
     EXPECT_EQ(plan.ops, "expert_fc1");
     EXPECT_EQ(plan.minBytes, 256 + r);
+    EXPECT_EQ(plan.recomputeOps, "moe_act");
+    EXPECT_EQ(plan.layerRecomputeMs, (std::vector<double>{0.5 + r, 0.5 + r}));
+    EXPECT_EQ(plan.recomputeMsSource, "estimate");
   }
   for (int32_t r = 0; r < kWorldSize; ++r) {
     auto copies = (*reader)->swapEvents(TimeWindow::all(), r);
@@ -562,14 +570,23 @@ TEST(TraceMerge, InputsWithoutSwapTablesMerge) {
   EXPECT_EQ(count(out, "swap_plan_tensor"), 2 * (kWorldSize - 1));
 }
 
-// An input whose swap_plan is from before free_lag_layers, ops and min_bytes merges; its plan
-// reads 1, "" and 0 (unknown), the others keep theirs.
-TEST(TraceMerge, InputPlansWithoutSettingsMerge) {
+// Inputs whose plans are from before the columns added to swap_plan later merge with current
+// ones: rank 1's lacks free_lag_layers, ops and min_bytes (read 1, "" and 0: unknown), rank 2's
+// the recompute columns (no recompute ops or times: unknown), rank 3's both; rank 0 keeps all.
+TEST(TraceMerge, InputPlansWithoutLaterColumnsMerge) {
   TempDir dir;
   std::vector<std::string> inputs = writeRankFiles(dir, RunSpec{}, kShifts, 0);
-  execSql(inputs[1],
-          "ALTER TABLE swap_plan DROP COLUMN free_lag_layers; "
-          "ALTER TABLE swap_plan DROP COLUMN ops; ALTER TABLE swap_plan DROP COLUMN min_bytes;");
+  for (size_t i : {size_t(1), size_t(3)}) {
+    execSql(inputs[i],
+            "ALTER TABLE swap_plan DROP COLUMN free_lag_layers; "
+            "ALTER TABLE swap_plan DROP COLUMN ops; ALTER TABLE swap_plan DROP COLUMN min_bytes;");
+  }
+  for (size_t i : {size_t(2), size_t(3)}) {
+    execSql(inputs[i],
+            "ALTER TABLE swap_plan DROP COLUMN recompute_ops; "
+            "ALTER TABLE swap_plan DROP COLUMN recompute_ms_source; "
+            "ALTER TABLE swap_plan_layer DROP COLUMN recompute_ms;");
+  }
   const std::string out = dir.path("merged.db");
   auto merged = mergeTraces(inputs, out);
   ASSERT_TRUE(merged.isOk()) << merged.status().toString();
@@ -580,9 +597,16 @@ TEST(TraceMerge, InputPlansWithoutSettingsMerge) {
   ASSERT_EQ(plans->size(), size_t(kWorldSize));
   for (const SwapPlanRow& plan : *plans) {
     SCOPED_TRACE(plan.rank);
-    EXPECT_EQ(plan.freeLagLayers, plan.rank == 1 ? 1 : 2);
-    EXPECT_EQ(plan.ops, plan.rank == 1 ? "" : "expert_fc1");
-    EXPECT_EQ(plan.minBytes, plan.rank == 1 ? 0 : 256 + plan.rank);
+    const bool noSettings = plan.rank == 1 || plan.rank == 3;
+    const bool noRecompute = plan.rank == 2 || plan.rank == 3;
+    EXPECT_EQ(plan.freeLagLayers, noSettings ? 1 : 2);
+    EXPECT_EQ(plan.ops, noSettings ? "" : "expert_fc1");
+    EXPECT_EQ(plan.minBytes, noSettings ? 0 : 256 + plan.rank);
+    EXPECT_EQ(plan.recomputeOps, noRecompute ? "" : "moe_act");
+    EXPECT_EQ(plan.recomputeMsSource, noRecompute ? "" : "estimate");
+    EXPECT_EQ(plan.layerRecomputeMs, noRecompute ? std::vector<double>{}
+                                                 : std::vector<double>(2, 0.5 + plan.rank));
+    EXPECT_EQ(plan.layerForwardMs, (std::vector<double>{1.0, 1.5}));
   }
 }
 

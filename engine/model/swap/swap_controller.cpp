@@ -52,21 +52,27 @@ bool timesMoved(const std::vector<double>& planned, const std::vector<double>& n
   return false;
 }
 
+// A comma list of `ops` ("" when empty).
+std::string commaList(const std::vector<std::string>& ops) {
+  std::string text;
+  for (const std::string& op : ops) text += (text.empty() ? "" : ",") + op;
+  return text;
+}
+
 // swap.ops as text: "" when every op is allowed (as the key's "" means), else a comma list.
 std::string opsText(const std::vector<std::string>& ops) {
   const auto& all = swapOpNames();
   const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& op) {
     return std::find(ops.begin(), ops.end(), op) != ops.end();
   });
-  if (every) return "";
-  std::string text;
-  for (const std::string& op : ops) text += (text.empty() ? "" : ",") + op;
-  return text;
+  return every ? "" : commaList(ops);
 }
 
-// The event of a plan made from `profile` under `settings`.
+// The event of a plan made from `profile` under `settings`; `recomputeMeasured`: the profile's
+// layerRecomputeMs is a measured mean (else the FLOPs estimate).
 SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile,
-                        const SwapPrediction& plan, int64_t step, int32_t rank) {
+                        const SwapPrediction& plan, int64_t step, int32_t rank,
+                        bool recomputeMeasured) {
   SwapPlanEvent e;
   e.step = step;
   e.rank = rank;
@@ -79,6 +85,7 @@ SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile
   e.freeLagLayers = settings.freeLagLayers;
   e.ops = opsText(settings.ops);
   e.minBytes = settings.minBytes;
+  e.recomputeOps = commaList(settings.recomputeOps);
   e.d2hGbps = settings.d2hBytesPerMs / 1e6;
   e.h2dGbps = settings.h2dBytesPerMs / 1e6;
   e.bidirGbps = settings.bidirBytesPerMs / 1e6;
@@ -87,6 +94,8 @@ SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile
   e.layerForwardMs = profile.layerForwardMs;
   e.layerBackwardMs = profile.layerBackwardMs;
   e.layerOtherBytes = profile.layerOtherBytes;
+  e.layerRecomputeMs = profile.layerRecomputeMs;
+  e.recomputeMsMeasured = recomputeMeasured && !profile.layerRecomputeMs.empty();
   for (size_t i = 0; i < profile.tensors.size(); ++i) {
     const SwapTensor& t = profile.tensors[i];
     e.tensorLayer.push_back(t.layer);
@@ -231,7 +240,7 @@ std::optional<SwapPlanEvent> SwapController::beginStep(int64_t step, int64_t fix
           uint8_t(m_plan->decisions[i].action);
     }
   }
-  SwapPlanEvent e = planEvent(m_settings, m_profile, *m_plan, step, m_rank);
+  SwapPlanEvent e = planEvent(m_settings, m_profile, *m_plan, step, m_rank, m_recomputeMeasured);
   if (off) m_plan.reset();  // the "off" plan is emitted once; nothing swaps
   return e;
 }
@@ -294,7 +303,10 @@ void SwapController::recordStepTimes(const std::vector<double>& layerForwardMs,
       sum += layerRecomputeMs[l];
       ++count;
     }
-    if (count > 0) m_profile.layerRecomputeMs.assign(layerBackwardMs.size(), sum / count);
+    if (count > 0) {
+      m_profile.layerRecomputeMs.assign(layerBackwardMs.size(), sum / count);
+      m_recomputeMeasured = true;
+    }
   }
   m_profile.turnMs = std::max(0.0, turnMs);
   m_measured = true;

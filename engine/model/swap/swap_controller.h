@@ -84,7 +84,8 @@ class SwapController {
   // After a step: its measured per-layer forward and backward times and the turn, ms, and
   // (CUDA) each layer's measured recompute time ([L], 0 where none; empty: none measured). A
   // layer's recompute is taken out of its backward time (the plan adds it back where it
-  // recomputes); the mean over the layers that recomputed becomes every layer's recompute cost.
+  // recomputes); the mean over the layers that recomputed becomes every layer's recompute cost
+  // (plans made from then on carry it with recomputeMsMeasured set; before, the estimate).
   void recordStepTimes(const std::vector<double>& layerForwardMs,
                        const std::vector<double>& layerBackwardMs, double turnMs,
                        const std::vector<double>& layerRecomputeMs = {});
@@ -107,6 +108,7 @@ class SwapController {
   int64_t m_plannedFixedBytes = 0;
   int64_t m_plannedStep = 0;
   bool m_plannedWithTimes = false;        // the current plan was made from measured times
+  bool m_recomputeMeasured = false;       // m_profile.layerRecomputeMs is a measured mean
   std::optional<SwapPrediction> m_plan;
   std::vector<uint8_t> m_actions;          // [layers * SwapOp::kCount] SwapAction of this step
 };

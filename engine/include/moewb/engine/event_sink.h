@@ -154,12 +154,16 @@ struct SwapPlanEvent {
   int32_t freeLagLayers = 1;      // swap.free_lag_layers
   std::string ops;                // swap.ops as a comma list; "" = all of swapOpNames()
   int64_t minBytes = 0;           // swap.min_bytes
+  std::string recomputeOps;       // swap.recompute_ops as a comma list; "" = none
   double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
   int64_t fixedBytes = 0;
   double turnMs = 0;
   std::vector<double> layerForwardMs;    // [L]
   std::vector<double> layerBackwardMs;   // [L]
   std::vector<int64_t> layerOtherBytes;  // [L]
+  std::vector<double> layerRecomputeMs;  // [L] recompute cost the plan used (empty: none known)
+  bool recomputeMsMeasured = false;      // layerRecomputeMs: the measured mean of the layers
+                                         //   that recomputed (true) or the FLOPs estimate
   std::vector<int32_t> tensorLayer;      // [tensors] the profile's candidates
   std::vector<std::string> tensorOp;     // [tensors]
   std::vector<int64_t> tensorBytes;      // [tensors]

@@ -10,18 +10,24 @@
 // min_bytes are recovered from the decisions: the allowed ops are those of every candidate not
 // refused with "op not in swap.ops", and min_bytes is one more than the largest candidate
 // refused "below swap.min_bytes" (else 0), which filters the candidates exactly as the run did.
-// Bandwidths of 0 (unknown) keep SwapSettings' defaults.
+// Bandwidths of 0 (unknown) keep SwapSettings' defaults. Recompute: the plan's recompute_ops
+// and per-layer recompute times (measured or estimated, as the run planned with them) are used
+// as stored, so the what-if weighs recompute against swap as the run's policy did and, at the
+// run's own budget, gives the run's own auto plan. Plans of files from before those were
+// stored have no recompute times: the what-if then plans without recompute and says so (note).
 //
 // SwapWhatIf holds one converted plan and re-plans it with the auto policy (the only one a budget
 // steers) on each setBudget, timing the planner; SwapDecisionModel shows the per-tensor decisions.
 // A 64-layer H200-shaped profile (448 candidates) re-plans in 15-33 ms median, 19-61 ms worst
-// over 102 budgets on this 2-core host (tests/gui/swap_whatif_bench.cpp), inside the dock's
-// 200 ms redraw target. GUI thread only.
+// over 102 budgets on this 2-core host (tests/gui/swap_whatif_bench.cpp; with recompute allowed,
+// 22 ms median and 44 ms worst in one run), inside the dock's 200 ms redraw target. GUI thread
+// only.
 #pragma once
 
 #include <QAbstractTableModel>
 #include <QObject>
 #include <optional>
+#include <string>
 
 #include "moewb/base/status.h"
 #include "moewb/engine/swap.h"
@@ -31,22 +37,30 @@ namespace moewb::gui {
 
 // The planner's inputs recovered from a stored plan.
 struct SwapWhatIfInput {
-  engine::SwapSettings settings;  // the plan's mode, budgets, prefetch, bandwidths, filters
-  engine::SwapProfile profile;
+  engine::SwapSettings settings;  // the plan's mode, budgets, prefetch, bandwidths, filters,
+                                  //   recompute ops
+  engine::SwapProfile profile;    // with layerRecomputeMs when the plan stores them
+  std::string recomputeMsSource;  // "measured", "estimate", "" (no recompute times stored)
+  std::string note;               // what the what-if cannot model for this plan, or ""
 };
 
 // Converts `plan` (see the file comment). Errors: kInvalidArgument when the per-layer vectors
 // have different lengths, a tensor names a layer outside them, a mode is not off/manual/auto, a
-// size, time or distance is negative, or ops names an op that is not one of swapOpNames().
+// size, time or distance is negative, ops names an op that is not one of swapOpNames(), or
+// recompute_ops one that is not one of swapRecomputeOpNames().
 Result<SwapWhatIfInput> swapWhatIfInput(const storage::SwapPlanRow& plan);
 
-// Per-tensor decisions of a prediction: layer, op, bytes (MB), keep/swap, reason.
+// Per-tensor decisions of a prediction: layer, op, bytes (MB), keep/swap/recompute, the time it
+// costs (ms) and the reason. Cost: a swap's exposed copy time (the stalls charged to its moves:
+// reload stall + offload wait); a recompute's layer recompute time, counted on the layer's first
+// recomputed tensor (one re-run writes all of them; the others show 0 and say so in their
+// tooltip); empty for a keep. The costs add up to the prediction's exposedMs + recomputeMs.
 class SwapDecisionModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { kLayer, kOp, kMb, kAction, kReason, kColumnCount };
-  // Raw value of a cell: int layer, QString op/action/reason, double MB (1e6 bytes).
+  enum Column { kLayer, kOp, kMb, kAction, kCostMs, kReason, kColumnCount };
+  // Raw value of a cell: int layer, QString op/action/reason, double MB (1e6 bytes) and cost ms.
   static constexpr int kSortRole = Qt::UserRole + 1;
 
   explicit SwapDecisionModel(QObject* parent = nullptr);
@@ -67,6 +81,8 @@ class SwapDecisionModel : public QAbstractTableModel {
     int64_t bytes = 0;
     engine::SwapAction action = engine::SwapAction::kKeep;
     QString reason;
+    double costMs = 0;  // see the class comment
+    QString costNote;   // the cost cell's tooltip
   };
   QVariant rawValue(const Row& row, int column) const;
   std::vector<Row> m_rows;

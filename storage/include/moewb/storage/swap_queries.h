@@ -72,12 +72,21 @@ struct SwapPlanRow {
   int32_t freeLagLayers = 1;
   std::string ops;
   int64_t minBytes = 0;
+  // swap.recompute_ops as a comma list ("" = none; files from before it read "").
+  std::string recomputeOps;
   double d2hGbps = 0, h2dGbps = 0, bidirGbps = 0;
   int64_t fixedBytes = 0;
   double turnMs = 0;
   std::vector<double> layerForwardMs;    // [L], layer order
   std::vector<double> layerBackwardMs;   // [L]
   std::vector<int64_t> layerOtherBytes;  // [L]
+  // [L] the cost of recomputing each layer's recomputable tensors (one re-run per layer) the
+  // plan was made with, and where it came from: "measured" (the mean of the layers' measured
+  // recompute times, every layer the same) or "estimate" (from FLOPs, before any was measured).
+  // Empty and "" when unknown: files from before these were stored, or a plan written without
+  // them (the writer stores times only together with a source).
+  std::vector<double> layerRecomputeMs;
+  std::string recomputeMsSource;
   std::vector<SwapPlanTensorRow> tensors;  // forward order
   int64_t predictedPeakBytes = 0;
   int64_t predictedPeakNoSwapBytes = 0;

@@ -74,8 +74,9 @@ class TraceWriter {
   // Swap (tables swap_plan, swap_plan_layer, swap_plan_tensor, swap_event, swap_step; row types
   // in swap_queries.h), each row of run `run`; the rows' id fields are ignored (the file assigns
   // them). addSwapPlan writes the plan with its per-layer profile (layerForwardMs,
-  // layerBackwardMs and layerOtherBytes: one swap_plan_layer row per index of the longest, 0
-  // where a shorter one ends) and its tensors (one swap_plan_tensor row each, idx = position);
+  // layerBackwardMs, layerOtherBytes and layerRecomputeMs: one swap_plan_layer row per index of
+  // the longest, 0 where a shorter one ends; layerRecomputeMs only with a recomputeMsSource,
+  // else stored as unknown) and its tensors (one swap_plan_tensor row each, idx = position);
   // addSwapEvent one copy; addSwapStep a step's watermarks (same run, step and rank replace the
   // earlier row). As cheap as addSlice for events; plans cost a row copy of their vectors.
   virtual void addSwapPlan(RunId run, const SwapPlanRow& plan) = 0;
