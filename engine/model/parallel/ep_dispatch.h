@@ -1,41 +1,68 @@
-// Expert-parallel experts stage (ENGINE-MATH §5.9): the routed rows of this rank, already permuted
-// expert-major by global expert id (so grouped by destination rank, then by local expert), travel
-// to the ranks that own their experts and come back computed.
+// The CPU side of the expert-parallel dispatcher (model/moe/ep_dispatcher.h, ENGINE-MATH §5.9):
+// CpuEpMover moves fp32 rows (Tensor<float>) with the host communicator's all-to-all-v and sorts
+// them with row copies; epExpertsForward / epExpertsBackward are the experts stage of the CPU
+// MoE layer over EP: the dispatcher's round trip with the local grouped experts (ops/experts) in
+// the middle, always in one chunk (nothing to overlap on the host).
 //
-// Forward:  count exchange (all-to-all of [EP, E/EP] row counts) -> all-to-all-v of the rows ->
-//           chunk sort [source rank][local expert] -> [local expert][source rank] -> grouped
-//           experts -> inverse chunk sort -> all-to-all-v back (splits swapped).
+// Forward:  count exchange -> all-to-all-v of the rows -> sort [source rank][local expert] ->
+//           [local expert][source rank] -> grouped experts -> inverse sort -> all-to-all-v back.
 // Backward: the mirror: the row gradients go to the expert owners the same way, the grouped
 //           experts' backward accumulates the local experts' weight gradients, and the input-row
 //           gradients come back.
 // A rank may send or receive no rows for any expert or peer (empty groups are fine).
 // Collectives run on `comm` (the EP group, group rank = expert shard); failures throw
-// CollectiveError. `tag` (may be null) gets the phase of each all-to-all for the trace:
-// "dispatch" / "combine" forward, "combine.bwd" (gradients to the experts) / "dispatch.bwd" back.
-// Costs: 2 all-to-all-v of R x Dx floats each way plus one small count exchange; the chunk sorts
-// copy each row once. Not thread-safe per EpSaved; deterministic.
+// CollectiveError (the model's stages return no Status). `tag` (may be null) gets the phase of
+// each all-to-all for the trace (see ep_dispatcher.h). Costs: 2 all-to-all-v of R x Dx floats
+// each way plus one small count exchange; the sorts copy each row once. Not thread-safe per
+// EpSaved; deterministic.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "model/cpu/model_parallel.h"
+#include "model/moe/ep_dispatcher.h"
 #include "ops/experts/experts.h"
 #include "runtime/thread_pool.h"
 #include "runtime/tensor/tensor.h"
 
 namespace moewb::engine {
 
-// What the forward keeps for the backward.
-struct EpSaved {
-  std::vector<int64_t> recvCounts;  // [EP * El] rows from source s for local expert e, s-major
-  std::vector<int64_t> sendRows;    // [EP] rows sent to each EP rank
-  std::vector<int64_t> recvRows;    // [EP] rows received from each EP rank
-  Tensor<int32_t> localOffsets;     // [El + 1] first local row of each local expert
-  Tensor<float> xLocal;             // [Rl, Dx] received rows, sorted by local expert
-  ExpertsSaved<float> experts;      // [Rl, F] x3
+// The dispatcher's data mover on the host (see EpMover in ep_dispatcher.h): every call is
+// synchronous, the stream orderings are no-ops. Not thread-safe; one per round trip.
+class CpuEpMover {
+ public:
+  using Rows = Tensor<float>;             // [rows, width]
+  using Index = Tensor<int32_t>;          // [n]
+  using ExpertsSaved = engine::ExpertsSaved<float>;
+
+  explicit CpuEpMover(Communicator& comm) : m_comm(comm) {}
+
+  // The plan's vector as a tensor [values.size()].
+  Result<Index> upload(const std::vector<int32_t>& values);
+  // Zeros [rows, width].
+  Result<Rows> newRows(int64_t rows, int64_t width, EpRowsUse use);
+  static int64_t rowCount(const Rows& rows) { return rows.dim(0); }
+  static int64_t rowWidth(const Rows& rows) { return rows.dim(1); }
+  // All-to-all-v of rows on the host communicator (collective). Errors: the communicator's.
+  Status exchange(const Rows& from, std::span<const int64_t> fromRows,
+                  std::span<const int64_t> fromFirst, Rows& to, std::span<const int64_t> toRows,
+                  std::span<const int64_t> toFirst);
+  // out[r] = in[index[r]] / out[index[r]] = in[r] for r < rows.
+  Status gather(const Rows& in, const Index& index, Rows& out, int64_t rows);
+  Status scatter(const Rows& in, const Index& index, Rows& out, int64_t rows);
+  Status startRoundTrip(size_t /*chunks*/) { return Status::ok(); }
+  Status exchangeAfterCompute() { return Status::ok(); }
+  Status computeAfterExchange() { return Status::ok(); }
+
+ private:
+  Communicator& m_comm;
 };
+
+// What the forward keeps for the backward: the plan and each chunk's rows and activations.
+using EpSaved = EpDispatchSaved<CpuEpMover>;
 
 // yPerm[R, Dx] of this rank's rows xPerm[R, Dx] (expert-major by global expert; `offsets` [E + 1]
 // of the global dispatch plan). `weights` hold the El = E / EP local experts of group rank
