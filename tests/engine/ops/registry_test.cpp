@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
-#include "../source_dir.h"
+#include "../../source_dir.h"
 
 namespace moewb::engine {
 namespace {

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "../source_dir.h"
+#include "../../source_dir.h"
 #include "model/cpu/mixer.h"
 #include "model/cpu/model.h"
 #include "model/moe/moe_options.h"

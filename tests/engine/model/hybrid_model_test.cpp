@@ -12,7 +12,7 @@
 #include "hybrid_dims.h"
 #include "model/cpu/model.h"
 #include "moewb/engine/trainer.h"
-#include "../source_dir.h"
+#include "../../source_dir.h"
 
 namespace moewb::engine {
 namespace {

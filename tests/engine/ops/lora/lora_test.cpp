@@ -19,7 +19,7 @@
 #include "model/cpu/model.h"
 #include "hybrid_dims.h"
 #include "moewb/engine/trainer.h"
-#include "../source_dir.h"
+#include "../../../source_dir.h"
 
 namespace moewb::engine {
 namespace {

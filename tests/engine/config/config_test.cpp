@@ -13,7 +13,7 @@
 #include <set>
 #include <vector>
 
-#include "../source_dir.h"
+#include "../../source_dir.h"
 
 namespace moewb::engine {
 namespace {

@@ -2,7 +2,7 @@
 // the sink, the CPU model's numerics untouched, and live patches of [swap].
 #include <gtest/gtest.h>
 
-#include "../source_dir.h"
+#include "../../source_dir.h"
 #include "moewb/engine/trainer.h"
 #include "recording_sink.h"
 
