@@ -85,8 +85,11 @@ class StepRunner {
   virtual Result<std::vector<RankStepOutcome>> step(const StepRequest& request) = 0;
   // Collective: true on every rank when any rank passes true (the stop agreed at a boundary).
   virtual Result<bool> agreeOnStop(bool stop) = 0;
-  // At a step boundary: the live-patchable settings of `config` on every rank.
+  // At a step boundary: the live-patchable settings of `config` on every rank; on a runner that
+  // reshardsLive(), also a new parallel layout (the state re-sharded into it).
   virtual Status applyLiveConfig(const ValidConfig& config) = 0;
+  // True when applyLiveConfig takes a new parallel layout (in-process rank groups).
+  virtual bool reshardsLive() const { return false; }
   // After the last step or a failure (joins rank threads, leaves the rendezvous). Idempotent.
   virtual Status finish() = 0;
   // A failed step after which later steps may still run (out of device memory on one GPU).

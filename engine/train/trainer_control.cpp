@@ -23,6 +23,22 @@ const std::vector<std::string> kLiveKeys = {
     "swap.hbm_target_gb", "swap.prefetch_layers", "swap.free_lag_layers",
 };
 
+// The parallel layout within the same ranks: live on in-process rank groups, which re-shard
+// their state into the new layout at the step boundary (parallel/rank_group_runner.h).
+const std::vector<std::string> kLayoutKeys = {
+    "parallel.ep", "parallel.fsdp", "parallel.replicate", "parallel.a2a_chunks",
+};
+
+bool isLayoutKey(const std::string& key) {
+  return std::find(kLayoutKeys.begin(), kLayoutKeys.end(), key) != kLayoutKeys.end();
+}
+
+std::string joined(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
 // "key=value" -> key (the text before the first '=').
 std::string keyOf(const std::string& assignment) {
   return assignment.substr(0, assignment.find('='));
@@ -37,6 +53,15 @@ std::string valueOf(const RunConfig& config, const std::string& key) {
 }  // namespace
 
 const std::vector<std::string>& Trainer::liveKeys() { return kLiveKeys; }
+const std::vector<std::string>& Trainer::layoutKeys() { return kLayoutKeys; }
+
+std::vector<std::string> Trainer::liveKeysFor(const RunConfig& config) {
+  std::vector<std::string> keys = kLiveKeys;
+  if (config.parallel.worldSize > 1) {
+    keys.insert(keys.end(), kLayoutKeys.begin(), kLayoutKeys.end());
+  }
+  return keys;
+}
 
 std::future<Status> Trainer::post(TrainerCommand command) {
   QueuedCommand queued{std::move(command), {}};
@@ -50,22 +75,33 @@ std::future<Status> Trainer::post(TrainerCommand command) {
 }
 
 Status Trainer::applyPatch(const TrainerCommand& command) {
-  if (!m_liveRefusal.empty()) return failedPrecondition(m_liveRefusal);
+  if (!m_liveRefusal.empty()) {
+    for (const auto& assignment : command.assignments) {
+      const std::string key = keyOf(assignment);
+      if (!isLayoutKey(key)) continue;
+      return failedPrecondition(key + " cannot change on a multi-process run: re-sharding the "
+                                "parallel layout live needs in-process ranks (moewb run --ranks "
+                                "N); stop the run and start it with the new layout");
+    }
+    return failedPrecondition(m_liveRefusal);
+  }
+  const bool reshards = m_runner->reshardsLive();
   RunConfig patched = m_config;
   for (const auto& assignment : command.assignments) {
     MOEWB_RETURN_IF_ERROR(applyOverride(patched, assignment));
     const std::string key = keyOf(assignment);
-    if (std::find(kLiveKeys.begin(), kLiveKeys.end(), key) == kLiveKeys.end()) {
-      std::string live;
-      for (const auto& k : kLiveKeys) live += (live.empty() ? "" : ", ") + k;
+    const bool live = std::find(kLiveKeys.begin(), kLiveKeys.end(), key) != kLiveKeys.end();
+    if (!live && !(reshards && isLayoutKey(key))) {
+      const std::string keys = joined(kLiveKeys) + (reshards ? ", " + joined(kLayoutKeys) : "");
       return failedPrecondition(key + " cannot change while the run goes on: it sets the shape of "
                                 "weights, buffers or the data layout; start a new run or resume a "
-                                "checkpoint with the new config. Live keys: " + live);
+                                "checkpoint with the new config. Live keys: " + keys);
     }
   }
   MOEWB_ASSIGN_OR_RETURN(const ValidConfig valid, ValidConfig::validate(patched));
   // Every rank takes the patch at this step boundary (the runner applies it to each rank's model,
-  // device copy and data source) before the config of record changes.
+  // device copy and data source, or re-shards the group into a new layout) before the config of
+  // record changes.
   MOEWB_RETURN_IF_ERROR(m_runner->applyLiveConfig(valid));
   const RunConfig before = m_config;
   m_config = patched;

@@ -16,8 +16,10 @@
 // the settings that differ from the run's current config (its start config with the trace's
 // config_change rows applied) and that the engine lists as live are sent (tuner_live_plan.h);
 // the others are listed in the window as needing a restart ("needs a restart: parallel.ep = 2
-// (the run has 1)") and stay exportable. The trainer's refusal of the patch (naming the key and
-// what is accepted) is shown in the window; a refused patch changes nothing. The button is
+// (the run has 1)") and stay exportable. On a run of several in-process ranks the parallel
+// layout (parallel.ep, .fsdp, .replicate, .a2a_chunks) is live: sent, and re-sharded by the run.
+// The trainer's refusal of the patch (naming the key and what is accepted) is shown in the
+// window; a refused patch changes nothing. The button is
 // enabled only while a run is in progress and a trial can be applied; its tooltip says why not.
 // The reply is polled from a 20 ms timer, so the window never blocks.
 // A file that is not a study, a damaged study or a study of a newer schema is refused by the

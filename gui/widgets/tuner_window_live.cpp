@@ -76,7 +76,8 @@ Result<LiveRetunePlan> TunerWindow::livePlan() const {
                          reader->configChanges());
   MOEWB_ASSIGN_OR_RETURN(const engine::RunConfig now,
                          configAfterChanges(m_runner->startConfig(), changes));
-  return planLiveRetune(now, row.trial.settings, engine::Trainer::liveKeys());
+  // The run is in this process: on several ranks the layout keys are live too (re-sharded).
+  return planLiveRetune(now, row.trial.settings, engine::Trainer::liveKeysFor(now));
 }
 
 Status TunerWindow::applyLive() {

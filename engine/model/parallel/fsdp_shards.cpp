@@ -7,11 +7,6 @@
 #include "model/parallel/collective_error.h"
 
 namespace moewb::engine {
-namespace {
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 FsdpShards::FsdpShards(Model<float>& model, const FsdpGroups& groups)
     : m_model(model), m_groups(groups) {
@@ -22,7 +17,7 @@ FsdpShards::FsdpShards(Model<float>& model, const FsdpGroups& groups)
     if (!p.trainable) continue;
     const bool dense = !model.isExpertSharded(i);
     Communicator* group = dense ? groups.denseShard : groups.expertShard;
-    const int64_t g = group->worldSize(), chunk = ceilDiv(p.value.numel(), g);
+    const int64_t g = group->worldSize(), chunk = fsdpChunkElements(p.value.numel(), g);
     const int64_t first = group->rank() * chunk;
     Parameter<float> shard;
     shard.name = p.name;

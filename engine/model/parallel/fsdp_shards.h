@@ -26,6 +26,13 @@
 
 namespace moewb::engine {
 
+// Elements per chunk when a flat tensor of `numel` elements is cut over `groupSize` ranks:
+// ceil(numel / groupSize). Chunk g covers [g * chunk, min((g + 1) * chunk, numel)), the rest of
+// it is zero padding. The one rule of the CPU shards, the GPU shards and the re-shard.
+inline int64_t fsdpChunkElements(int64_t numel, int64_t groupSize) {
+  return (numel + groupSize - 1) / groupSize;
+}
+
 struct FsdpGroups {
   Communicator* denseShard = nullptr;      // parallel.fsdp ranks sharding dense parameters
   Communicator* denseReplicate = nullptr;  // parallel.replicate ranks holding the same shard

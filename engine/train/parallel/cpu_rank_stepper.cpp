@@ -121,6 +121,56 @@ void CpuRankStepper::applyLiveConfig(const RunConfig& config) {
   m_model->applyLiveDims(ModelDims::fromConfig(config));
 }
 
+Result<RankShards> CpuRankStepper::exportShards() {
+  RankShards out;
+  try {
+    for (const Parameter<float>& s : m_shards->shards()) {
+      Parameter<float> copy;
+      copy.name = s.name;
+      copy.decay = s.decay;
+      copy.value = s.value.clone();
+      copy.grad = s.grad.clone();
+      copy.adamM = s.adamM.clone();
+      copy.adamV = s.adamV.clone();
+      out.shards.push_back(std::move(copy));
+    }
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("rank " + std::to_string(m_world.rank()) +
+                             ": out of memory while copying its shards for a re-shard");
+  }
+  out.expertBiases = m_model->expertBiases();
+  out.stepsDone = m_stepsDone;
+  return out;
+}
+
+Status CpuRankStepper::importShards(const RankShards& in) {
+  std::vector<Parameter<float>>& shards = m_shards->shards();
+  const std::string rank = "rank " + std::to_string(m_world.rank());
+  if (in.shards.size() != shards.size() ||
+      in.expertBiases.size() != m_model->expertBiases().size()) {
+    m_failure = internalError(rank + ": the imported state has " +
+                              std::to_string(in.shards.size()) + " shards, this rank " +
+                              std::to_string(shards.size()));
+    return m_failure;
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    Parameter<float>& mine = shards[i];
+    const Parameter<float>& from = in.shards[i];
+    if (from.name != mine.name || from.value.numel() != mine.value.numel()) {
+      m_failure = internalError(rank + ": the imported shard " + from.name + " does not fit " +
+                                mine.name + " [" + std::to_string(mine.value.numel()) + "]");
+      return m_failure;
+    }
+    mine.value = from.value.clone();
+    mine.grad = from.grad.clone();
+    mine.adamM = from.adamM.clone();
+    mine.adamV = from.adamV.clone();
+  }
+  m_model->expertBiases() = in.expertBiases;
+  m_stepsDone = in.stepsDone;
+  return Status::ok();
+}
+
 Result<RankStepOutcome> CpuRankStepper::step() {
   if (!m_failure.isOk()) {
     return failedPrecondition("training already failed: " + m_failure.toString());

@@ -47,6 +47,10 @@ class CpuRankStepper final : public RankStepper {
   void applyLiveConfig(const RunConfig& config) override;
   // Collective: true on every rank when any rank passes true (a stop agreed at a step boundary).
   Result<bool> agree(bool stop) override;
+  // This rank's shards (copies), expert biases and step count (rank_common.h).
+  Result<RankShards> exportShards() override;
+  // Replaces them (the model's full parameters are gathered from the shards before each use).
+  Status importShards(const RankShards& shards) override;
 
   // Collective: the full tensor of every model parameter (full expert count), in model order:
   // the gradients of the last step as the optimizer saw them (summed over ranks, before

@@ -8,6 +8,7 @@
 #include "train/cuda/cuda_optimizer.h"
 #include "moewb/base/units.h"
 #include "model/parallel/collective_error.h"
+#include "runtime/cuda/transfer.h"
 #include "train/parallel/cpu_rank_stepper.h"
 
 namespace moewb::engine::cuda {
@@ -85,6 +86,67 @@ void CudaRankStepper::applyLiveConfig(const RunConfig& config) {
   ModelDims dims = ModelDims::fromConfig(config);
   m_host->applyLiveDims(dims);
   m_model->applyLiveDims(dims);
+}
+
+CudaParameter& CudaRankStepper::shardOf(size_t index) {
+  // The shard sets keep model order within each kind (CudaFsdpShards::create).
+  size_t dense = 0, expert = 0;
+  for (size_t i = 0; i < index; ++i) (m_host->isExpertSharded(i) ? expert : dense) += 1;
+  return m_host->isExpertSharded(index) ? m_shards->expertShards().all()[expert]
+                                        : m_shards->denseShards().all()[dense];
+}
+
+Result<RankShards> CudaRankStepper::exportShards() {
+  RankShards out;
+  MOEWB_RETURN_IF_ERROR(m_context->synchronize());
+  const size_t params = m_host->parameters().size();
+  for (size_t i = 0; i < params; ++i) {
+    const CudaParameter& d = shardOf(i);
+    Parameter<float> shard;
+    shard.name = d.name;
+    shard.decay = d.decay;
+    MOEWB_ASSIGN_OR_RETURN(shard.value, toHost(*m_context, d.master));
+    MOEWB_ASSIGN_OR_RETURN(shard.grad, toHost(*m_context, d.grad));
+    MOEWB_ASSIGN_OR_RETURN(shard.adamM, toHost(*m_context, d.adamM));
+    MOEWB_ASSIGN_OR_RETURN(shard.adamV, toHost(*m_context, d.adamV));
+    out.shards.push_back(std::move(shard));
+  }
+  out.expertBiases = m_host->expertBiases();
+  out.stepsDone = m_stepsDone;
+  return out;
+}
+
+Status CudaRankStepper::importShards(const RankShards& shards) {
+  Status status = importShardsOnce(shards);
+  if (!status.isOk()) m_failure = status;
+  return status;
+}
+
+Status CudaRankStepper::importShardsOnce(const RankShards& in) {
+  const std::string rank = "rank " + std::to_string(m_world.rank());
+  const size_t params = m_host->parameters().size();
+  if (in.shards.size() != params || in.expertBiases.size() != m_host->expertBiases().size()) {
+    return internalError(rank + ": the imported state has " + std::to_string(in.shards.size()) +
+                         " shards, this rank " + std::to_string(params));
+  }
+  for (size_t i = 0; i < params; ++i) {
+    CudaParameter& d = shardOf(i);
+    const Parameter<float>& from = in.shards[i];
+    if (from.name != d.name || from.value.numel() != d.master.numel()) {
+      return internalError(rank + ": the imported shard " + from.name + " does not fit " + d.name +
+                           " [" + std::to_string(d.master.numel()) + "]");
+    }
+    MOEWB_RETURN_IF_ERROR(copyToDevice(*m_context, from.value, d.master));
+    MOEWB_RETURN_IF_ERROR(copyToDevice(*m_context, from.grad, d.grad));
+    MOEWB_RETURN_IF_ERROR(copyToDevice(*m_context, from.adamM, d.adamM));
+    MOEWB_RETURN_IF_ERROR(copyToDevice(*m_context, from.adamV, d.adamV));
+  }
+  for (CudaParameters* set : {&m_shards->denseShards(), &m_shards->expertShards()}) {
+    MOEWB_RETURN_IF_ERROR(set->refreshComputeCopies(*m_context));
+  }
+  m_host->expertBiases() = in.expertBiases;
+  m_stepsDone = in.stepsDone;
+  return m_context->synchronize();
 }
 
 Result<RankStepOutcome> CudaRankStepper::step() {

@@ -42,12 +42,20 @@ class CudaRankStepper final : public RankStepper {
   Result<bool> agree(bool stop) override;
   void applyLiveConfig(const RunConfig& config) override;
   int64_t stepsDone() const override { return m_stepsDone; }
+  // This rank's fp32 master shards, their gradients and moments copied to the host (waits for
+  // the stream), the expert biases and the step count (rank_common.h).
+  Result<RankShards> exportShards() override;
+  // Copies `shards` into the device shards (and their bf16 copies), waits for the stream.
+  Status importShards(const RankShards& shards) override;
 
  private:
   class Hooks;
   CudaRankStepper(const RunConfig& config, Communicator& world, EventSink* sink);
   Result<RankStepOutcome> trainStep();
   Result<OptimizerStepResult> optimizerStep(int64_t stepIndex);
+  // The device shard of trainable parameter `index` (model order): its dense or expert shard.
+  CudaParameter& shardOf(size_t index);
+  Status importShardsOnce(const RankShards& shards);
 
   RunConfig m_config;
   Communicator& m_world;

@@ -13,13 +13,15 @@
 namespace moewb::engine {
 
 Result<ParallelGroups> splitParallelGroups(Communicator& world, const ParallelSection& parallel) {
+  // Colours: the ranks of a group share the other index of their place, so each rank's group rank
+  // (ordered by world rank) is its place's index in that group.
   const int32_t r = world.rank();
-  const int32_t ep = parallel.ep, fsdp = parallel.fsdpDegree();
+  const ParallelPlace place = placeOf(parallel, r);
   ParallelGroups groups;
-  MOEWB_ASSIGN_OR_RETURN(groups.ep, world.split(r / ep, r));
-  MOEWB_ASSIGN_OR_RETURN(groups.expertDp, world.split(r % ep, r));
-  MOEWB_ASSIGN_OR_RETURN(groups.fsdp, world.split(r / fsdp, r));
-  MOEWB_ASSIGN_OR_RETURN(groups.replicate, world.split(r % fsdp, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.ep, world.split(place.expertDpRank, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.expertDp, world.split(place.expertShard, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.fsdp, world.split(place.replica, r));
+  MOEWB_ASSIGN_OR_RETURN(groups.replicate, world.split(place.fsdpRank, r));
   return groups;
 }
 

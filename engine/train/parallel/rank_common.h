@@ -16,12 +16,14 @@
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/event_sink.h"
+#include "train/parallel/shard_state.h"
 #include "train/step_runner.h"
 
 namespace moewb::engine {
 
-// The groups split from the world (consecutive ranks): ep = r / ep, expert_dp = r % ep,
-// fsdp = r / fsdp, replicate = r % fsdp.
+// The groups split from the world (consecutive ranks; placeOf in shard_state.h): ep = r / ep,
+// expert_dp = r % ep, fsdp = r / fsdp, replicate = r % fsdp (the group's colour; a rank's place
+// in each group is its placeOf).
 struct ParallelGroups {
   std::unique_ptr<Communicator> ep, expertDp, fsdp, replicate;
 };
@@ -76,6 +78,15 @@ class RankStepper {
   // when the data section changed), from the next step on. Not collective.
   virtual void applyLiveConfig(const RunConfig& config) = 0;
   virtual int64_t stepsDone() const = 0;
+  // At a step boundary: a copy of what this rank holds of the training state (its FSDP shards'
+  // values, gradients and moments, the expert biases, the step count; shard_state.h). Not
+  // collective. Errors: the device's (a GPU rank copies its shards to the host).
+  virtual Result<RankShards> exportShards() = 0;
+  // At a step boundary: replaces this rank's training state by `shards` (shardsOfRank of this
+  // rank in this stepper's layout), so the next step continues from it. Not collective. Errors:
+  // kInternal when a shard does not fit this rank's, the device's; a failed import leaves the
+  // stepper unusable (its next step fails).
+  virtual Status importShards(const RankShards& shards) = 0;
 };
 
 // A GPU rank (cuda_rank_stepper.h) on `deviceOrdinal`, with `world` supporting

@@ -6,8 +6,9 @@
 #include <chrono>
 
 #include "comm/in_process_comm.h"
-#include "train/parallel/rank_common.h"
 #include "train/parallel/cpu_rank_stepper.h"
+#include "train/parallel/rank_common.h"
+#include "train/parallel/shard_state.h"
 
 namespace moewb::engine {
 
@@ -79,6 +80,14 @@ Status RankGroupRunner::rankMain(Communicator& world) {
         break;
       }
       case TaskKind::kApply: stepper->applyLiveConfig(task.config); break;
+      case TaskKind::kExport: {
+        Result<RankShards> shards = stepper->exportShards();
+        result.status = shards.status();
+        if (shards.isOk()) result.shards = std::move(shards).value();
+        break;
+      }
+      case TaskKind::kImport: result.status = stepper->importShards((*task.imports)[size_t(rank)]);
+        break;
       case TaskKind::kQuit: stepper.reset(); break;
     }
     const Status status = result.status;
@@ -99,11 +108,27 @@ Status RankGroupRunner::rankMain(Communicator& world) {
 Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
   if (m_started) return Status::ok();
   m_started = true;
-  const int32_t world = m_config->parallel.worldSize;
   m_sinks = sinks;
-  m_sinks.resize(size_t(world), nullptr);
-  m_results.resize(size_t(world));
-  m_returned.assign(size_t(world), false);
+  m_sinks.resize(size_t(m_config->parallel.worldSize), nullptr);
+  return launch();
+}
+
+Status RankGroupRunner::launch() {
+  const int32_t world = m_config->parallel.worldSize;
+  if (m_driver.joinable()) m_driver.join();  // a group that has ended: its threads have returned
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_results.clear();
+    m_results.resize(size_t(world));
+    m_returned.assign(size_t(world), false);
+    m_pending = 0;
+    m_ready = 0;
+    m_failed = false;
+    m_abort = false;
+    m_groupEnded = false;
+    m_groupStatus = Status::ok();
+    m_firstError = Status::ok();
+  }
   m_driver = std::thread([this, world] {
     const auto body = [this](Communicator& comm) {
       struct Returned {  // also when rankMain throws
@@ -145,7 +170,8 @@ Result<std::vector<RankGroupRunner::RankResult>> RankGroupRunner::dispatch(Task 
   m_task = std::move(task);
   m_pending = m_config->parallel.worldSize;
   m_failed = false;
-  for (RankResult& result : m_results) result = RankResult{};
+  m_results.clear();
+  m_results.resize(size_t(m_config->parallel.worldSize));
   ++m_taskSeq;
   m_taskReady.notify_all();
   m_resultReady.wait(lock, [&] { return m_pending == 0 || m_failed || m_groupEnded; });
@@ -157,7 +183,7 @@ Result<std::vector<RankGroupRunner::RankResult>> RankGroupRunner::dispatch(Task 
     awaitGroupEnd(lock);
     return groupOver();
   }
-  return m_results;
+  return std::move(m_results);
 }
 
 std::chrono::milliseconds RankGroupRunner::stuckGrace() const {
@@ -201,9 +227,72 @@ Result<bool> RankGroupRunner::agreeOnStop(bool stop) {
 }
 
 Status RankGroupRunner::applyLiveConfig(const ValidConfig& config) {
+  if (config->parallel != m_config->parallel) return reshard(config);
   MOEWB_RETURN_IF_ERROR(dispatch({TaskKind::kApply, false, config}).status());
   m_config = config;
   return Status::ok();
+}
+
+Result<TrainingState> RankGroupRunner::gatherState() {
+  MOEWB_ASSIGN_OR_RETURN(std::vector<RankResult> results, dispatch({TaskKind::kExport}));
+  std::vector<RankShards> ranks;
+  ranks.reserve(results.size());
+  for (RankResult& result : results) ranks.push_back(std::move(result.shards));
+  return assembleTrainingState(m_config, ranks);
+}
+
+Status RankGroupRunner::scatterState(const TrainingState& state) {
+  auto imports = std::make_shared<std::vector<RankShards>>();
+  for (int32_t r = 0; r < m_config->parallel.worldSize; ++r) {
+    MOEWB_ASSIGN_OR_RETURN(RankShards shards, shardsOfRank(m_config, state, r));
+    imports->push_back(std::move(shards));
+  }
+  Task task{TaskKind::kImport};
+  task.imports = std::move(imports);
+  return dispatch(std::move(task)).status();
+}
+
+Status RankGroupRunner::quitGroup() {
+  MOEWB_RETURN_IF_ERROR(dispatch({TaskKind::kQuit}).status());
+  if (m_driver.joinable()) m_driver.join();
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_groupStatus;
+}
+
+Status RankGroupRunner::rebuild(const ValidConfig& config, const TrainingState& state) {
+  MOEWB_RETURN_IF_ERROR(quitGroup());
+  m_config = config;
+  MOEWB_RETURN_IF_ERROR(launch());
+  return scatterState(state);
+}
+
+Status RankGroupRunner::reshard(const ValidConfig& config) {
+  if (!m_started) {  // nothing runs yet: the ranks start in the new layout
+    m_config = config;
+    return Status::ok();
+  }
+  MOEWB_ASSIGN_OR_RETURN(const TrainingState state, gatherState());
+  // Checked before the old group goes (every rank's check is the same), so a state that does
+  // not fit the new layout changes nothing.
+  MOEWB_RETURN_IF_ERROR(shardsOfRank(config, state, 0).status());
+  const ValidConfig before = m_config;
+  const Status rebuilt = rebuild(config, state);
+  if (rebuilt.isOk()) return Status::ok();
+  // Back to the old layout from the same state: end the new group if it still runs.
+  bool running = false;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    running = !m_groupEnded;
+  }
+  if (running) (void)quitGroup();
+  m_config = before;
+  const Status restored = launch();
+  if (!restored.isOk()) {
+    return rebuilt.withContext("re-sharding failed and the old layout could not be rebuilt (" +
+                               restored.message() + ")");
+  }
+  MOEWB_RETURN_IF_ERROR(scatterState(state));
+  return rebuilt.withContext("re-sharding failed; the run goes on in its old layout");
 }
 
 Status RankGroupRunner::finish() {

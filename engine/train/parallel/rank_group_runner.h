@@ -4,6 +4,14 @@
 // collectives; CudaRankStepper). The rank threads live from start() to finish() and run the tasks
 // the trainer thread hands them one at a time (agree on a stop, step, apply live settings, quit);
 // each rank's phases and collectives go to its own sink from its own thread.
+// Re-shard: a live patch of the layout (parallel.ep, .fsdp, .replicate, .a2a_chunks; same
+// world_size and backend) gathers every rank's state into one TrainingState (shard_state.h), ends
+// the rank threads, starts a group in the new layout (new threads, communicators, models, FSDP
+// shards) and scatters the state into it, so the next step continues as a group started in the
+// new layout from that state would. Cost: a host copy of the whole state (4x the weights) plus
+// building the new ranks; on GPU ranks the state crosses PCIe twice. When the new group cannot be
+// built (memory, a CUDA error), the old layout is built again from the same state and the patch
+// is refused; when that fails too, the run is over.
 // Faults: a rank that fails, throws or stalls makes the others fail within parallel.timeout_ms;
 // the call then returns the first error in time, prefixed with the rank that reported it and
 // naming the rank that failed or did not arrive, and the group is over (later calls fail).
@@ -25,6 +33,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "train/parallel/shard_state.h"
 #include "train/step_runner.h"
 
 namespace moewb::engine {
@@ -44,21 +53,42 @@ class RankGroupRunner final : public StepRunner {
   Status start(const std::vector<EventSink*>& sinks) override;
   Result<std::vector<RankStepOutcome>> step(const StepRequest& request) override;
   Result<bool> agreeOnStop(bool stop) override;
+  // A change of the layout keys re-shards the group (above); other keys go to every rank.
   Status applyLiveConfig(const ValidConfig& config) override;
+  bool reshardsLive() const override { return true; }
   Status finish() override;
 
+  // At a step boundary, after start(): the group's training state in one-rank shapes (every
+  // rank's shards copied, then assembled). Errors: the ranks' (a GPU copy), kInternal when they
+  // disagree (assembleTrainingState); a rank's error ends the group.
+  Result<TrainingState> gatherState();
+  // At a step boundary, after start(): replaces every rank's state by its part of `state` (the
+  // next step continues from it). Errors: kInvalidArgument when `state` is not of this config's
+  // model (nothing changed); a rank's error ends the group.
+  Status scatterState(const TrainingState& state);
+
  private:
-  enum class TaskKind { kAgree, kStep, kApply, kQuit };
+  enum class TaskKind { kAgree, kStep, kApply, kExport, kImport, kQuit };
   struct Task {
     TaskKind kind = TaskKind::kQuit;
     bool stop = false;  // kAgree
     RunConfig config;   // kApply
+    std::shared_ptr<const std::vector<RankShards>> imports;  // kImport: [world_size]
   };
   struct RankResult {
     Status status;
     bool stop = false;        // kAgree
     RankStepOutcome outcome;  // kStep
+    RankShards shards;        // kExport
   };
+  // Starts the rank threads of m_config and waits until every rank's stepper exists.
+  Status launch();
+  // Ends the rank threads (kQuit) and waits for them; the group can be launched again.
+  Status quitGroup();
+  // Gathers the state, rebuilds the group in `config`'s layout and scatters the state into it.
+  Status reshard(const ValidConfig& config);
+  // quitGroup, then launch `config` and scatter `state`.
+  Status rebuild(const ValidConfig& config, const TrainingState& state);
   // The body of rank thread `world.rank()`: builds its stepper, then runs tasks until kQuit.
   Status rankMain(Communicator& world);
   // Hands `task` to every rank and waits for all results; on a rank's failure ends the group and

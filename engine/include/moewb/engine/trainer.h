@@ -181,14 +181,25 @@ class Trainer {
   // starts (run() also waits on commands while paused), on every rank of the run at once. The
   // future is ready once the command is handled: ok, or for kApplyPatch an error naming the key
   // when the patch is invalid (validateConfig) or changes a setting that needs new weights or
-  // buffers (liveKeys() lists what can change). A rejected patch changes nothing; an accepted one
+  // buffers (liveKeys() lists what can change; layoutKeys() too on in-process ranks, where the
+  // state is re-sharded into the new layout). A rejected patch changes nothing; an accepted one
   // is reported through rank 0's onConfigChange, one event per changed key. A multi-process
   // (launcher) rank refuses pause, step and patches (kFailedPrecondition): one process pausing
   // would stall the others' collectives.
   std::future<Status> post(TrainerCommand command);
 
-  // Keys a patch may change while the run goes on.
+  // Keys a patch may change while the run goes on, on every topology.
   static const std::vector<std::string>& liveKeys();
+  // The parallel layout within the same ranks: parallel.ep, .fsdp, .replicate, .a2a_chunks. A
+  // patch may change them on in-process ranks (CPU threads or virtual GPU ranks): the weights,
+  // gradients, AdamW moments, expert biases and step count are gathered and re-sharded into the
+  // new layout at the step boundary, and the following steps equal those of a run started in
+  // that layout from the same state. A one-rank run refuses them as it refuses other non-live
+  // keys; a multi-process (launcher) rank refuses them, naming the key.
+  static const std::vector<std::string>& layoutKeys();
+  // The keys a patch may change on an in-process run of `config`: liveKeys(), plus layoutKeys()
+  // when it has several ranks (parallel.world_size > 1).
+  static std::vector<std::string> liveKeysFor(const RunConfig& config);
 
   bool paused() const { return m_paused.load(); }
   // Thread-safe: completed steps (rank 0's).

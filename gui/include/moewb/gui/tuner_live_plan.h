@@ -5,8 +5,10 @@
 // A trial's settings are its override list (tuner_trial.settings, "key=value,..."). Each is
 // applied to a copy of the run's current config (engine::applyOverride) and compared with the
 // current value as TOML text (engine::toToml), so "0.5" and "5e-1" are the same value. A key that
-// differs is sent when the engine lists it as live (engine::Trainer::liveKeys(), passed in), and
-// listed as needing a restart otherwise (the parallel layout: parallel.ep, parallel.fsdp, ...;
+// differs is sent when the engine lists it as live (engine::Trainer::liveKeysFor(the run's
+// config), passed in: on a run of several in-process ranks that includes the parallel layout,
+// parallel.ep, .fsdp, .replicate and .a2a_chunks, which the run re-shards at the step boundary),
+// and listed as needing a restart otherwise (the layout of a one-rank run; parallel.world_size;
 // model shapes; anything that sets the shape of weights, buffers or the data). The engine's
 // validation at the step boundary stays the one judge of the patch as a whole.
 // The run's current config is its start config with the trace's config_change rows applied in
