@@ -1,6 +1,6 @@
 // checkLiveControlOnRanks: pause, single step, a live patch and resume on a run of several ranks
 // (in-process CPU ranks or virtual GPU ranks), each checked on every rank's events. Shared by the
-// CPU suite (tests/engine/trainer_control_ranks_test.cpp) and the GPU suite.
+// CPU suite (tests/engine/train/trainer_control_ranks_test.cpp) and the GPU suite.
 #pragma once
 
 #include <gtest/gtest.h>
