@@ -78,6 +78,36 @@ void printRange(const RangeTotals& t, const char* label) {
               formatBytes(t.pinnedPeakBytes).c_str(), formatBytes(t.pinnedCapacityBytes).c_str());
 }
 
+// The plan's recompute: the ops, the layers that re-run their experts' gate + up, and what that
+// costs a step (one re-run per layer at the plan's per-layer time, measured or estimated). Says
+// nothing when the plan recomputes nothing.
+void printRecompute(const storage::SwapPlanRow& plan) {
+  std::set<int32_t> layers;
+  int64_t bytes = 0;
+  for (const auto& t : plan.tensors) {
+    if (!t.recomputed) continue;
+    layers.insert(t.layer);
+    bytes += t.bytes;
+  }
+  if (layers.empty()) return;
+  double ms = 0;
+  for (int32_t layer : layers) {
+    if (layer >= 0 && size_t(layer) < plan.layerRecomputeMs.size()) {
+      ms += plan.layerRecomputeMs[size_t(layer)];
+    }
+  }
+  const std::string ops = plan.recomputeOps.empty() ? "?" : plan.recomputeOps;
+  if (plan.layerRecomputeMs.empty()) {
+    std::printf("  recompute %s: %zu layers, %s dropped after the forward (recompute time not "
+                "stored in this trace)\n",
+                ops.c_str(), layers.size(), formatBytes(bytes).c_str());
+    return;
+  }
+  std::printf("  recompute %s: %zu layers, %s dropped after the forward, %.2f ms a step (%s)\n",
+              ops.c_str(), layers.size(), formatBytes(bytes).c_str(), ms,
+              plan.recomputeMsSource == "measured" ? "measured" : "estimated from FLOPs");
+}
+
 void printPlan(const std::vector<storage::SwapPlanRow>& plans) {
   if (plans.empty()) {
     std::printf("\nswap     no plan recorded\n");
@@ -95,6 +125,7 @@ void printPlan(const std::vector<storage::SwapPlanRow>& plans) {
               (long long)last.step, last.rank, (long long)swapped, last.tensors.size(),
               recomputed > 0 ? (", " + std::to_string(recomputed) + " recomputed").c_str() : "");
   if (!last.summary.empty()) std::printf("  plan     %s\n", last.summary.c_str());
+  printRecompute(last);
 }
 
 void printSteps(const std::vector<storage::SwapStepRow>& steps) {

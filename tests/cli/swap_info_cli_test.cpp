@@ -32,8 +32,14 @@ void writeTrace(const std::string& path, bool swap) {
     storage::SwapPlanRow plan;
     plan.mode = "auto";
     plan.tensors = {{0, "expert_fc1", kGiB, true, "picked"},
-                    {1, "moe_act", kGiB, false, "not needed: target reached"}};
-    plan.summary = "swap 1 of 2 tensors, peak 12.0 GiB -> 10.0 GiB";
+                    {1, "moe_act", kGiB, false, "not needed: target reached"},
+                    {2, "moe_act", kGiB, false, "recompute: cheaper than its copy", true},
+                    {2, "expert_fc2", kGiB / 2, false, "recompute: cheaper than its copy", true},
+                    {3, "moe_act", kGiB, false, "recompute: cheaper than its copy", true}};
+    plan.recomputeOps = "moe_act,expert_fc2";
+    plan.layerRecomputeMs = {1.5, 1.5, 1.5, 1.5};
+    plan.recomputeMsSource = "measured";
+    plan.summary = "swap 1 of 5 tensors, peak 12.0 GiB -> 10.0 GiB";
     w.addSwapPlan(id, plan);
   }
   for (int64_t s = 0; s < 4; ++s) {
@@ -66,11 +72,16 @@ TEST(CliInfoSwap, PrintsTheSwapSection) {
   ProcessResult info = runMoewb("info --no-config " + trace, dir.path());
   ASSERT_EQ(info.exitCode, 0) << info.err;
   const std::string& out = info.out;
-  EXPECT_NE(out.find("\nswap     mode auto, 1 plan; last from step 0 (rank 0): 1 of 2 tensors "
-                     "swapped\n"),
+  EXPECT_NE(out.find("\nswap     mode auto, 1 plan; last from step 0 (rank 0): 1 of 5 tensors "
+                     "swapped, 3 recomputed\n"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("  plan     swap 1 of 2 tensors, peak 12.0 GiB -> 10.0 GiB\n"),
+  EXPECT_NE(out.find("  plan     swap 1 of 5 tensors, peak 12.0 GiB -> 10.0 GiB\n"),
+            std::string::npos)
+      << out;
+  // Layers 2 and 3 re-run their gate + up once each: 2 x 1.5 ms, 2.5 GiB dropped.
+  EXPECT_NE(out.find("  recompute moe_act,expert_fc2: 2 layers, 2.50 GiB dropped after the "
+                     "forward, 3.00 ms a step (measured)\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("simulated on the CPU backend"), std::string::npos) << out;
