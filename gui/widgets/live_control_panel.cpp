@@ -5,6 +5,7 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QStyle>
@@ -179,9 +180,18 @@ void LiveControlPanel::onRunStarted() {
   m_paused = false;
   const std::map<std::string, std::string> values =
       tomlKeyValues(engine::toToml(m_runner->startConfig()));
+  // The parallel layout changes live only on a run of several (in-process) ranks, which re-shards
+  // its state at the step boundary; on one rank there is nothing to re-shard.
+  const bool reshards = m_runner->startConfig().parallel.worldSize > 1;
   for (KeyEditor& e : m_editors) {
     auto it = values.find(e.key.toStdString());
     setCurrent(e, it == values.end() ? std::string() : it->second, true);
+    if (!e.layout) continue;
+    e.line->setEnabled(reshards);
+    e.line->setToolTip(reshards ? tr("Applying it re-shards the weights, gradients and optimizer "
+                                     "state into the new layout at the step boundary")
+                                : tr("Live only on a run of several in-process ranks "
+                                     "(parallel.world_size > 1); this run has one"));
   }
   setResult({}, false);
   m_stateTimer->start();

@@ -5,7 +5,9 @@
 // Pause / Resume / Step / Stop post engine::TrainerCommand kPause, kResume, kStep, kStop through
 // the RunController; their enabled state follows the trainer's paused() (polled every 100 ms) and
 // the commands still waiting for a reply. Below them, one editor per key of
-// run::TrainingRun::liveKeys() (built from that list, typed and ranged from
+// run::TrainingRun::liveKeys() and of the parallel layout (engine::Trainer::layoutKeys(): enabled
+// only for a run of several in-process ranks, which re-shards at the step boundary; built from
+// those lists, typed and ranged from
 // engine::configKeys(): a line edit whose validator takes integers, floats such as "1e-3", or any
 // string, with the key's choices offered as completions) shows the current value. An edited value
 // is tinted; one outside the key's typed bounds (engine::ConfigKeyInfo min / max, whole numbers,
@@ -114,6 +116,7 @@ class LiveControlPanel : public QWidget {
     QString acceptedText;  // as the engine words it
     bool flagged = false;  // edited and outside `bounds`
     QString description;
+    bool layout = false;   // a parallel layout key: live only on a run of several ranks
     QLabel* label = nullptr;
     QLineEdit* line = nullptr;
     QLabel* now = nullptr;

@@ -1,11 +1,13 @@
 // LiveControlPanel editors: one row per live key (label, line edit, current value), built from
-// run::TrainingRun::liveKeys() and described by engine::configKeys(), whose typed bounds flag an
+// run::TrainingRun::liveKeys() and engine::Trainer::layoutKeys() (the parallel layout, live on
+// runs of several ranks) and described by engine::configKeys(), whose typed bounds flag an
 // edited value outside them; edited / out-of-bounds tinting and the TOML text of edited values.
 #include <QCompleter>
 #include <QGridLayout>
 #include <QLabel>
 #include <QLineEdit>
 #include <QRegularExpressionValidator>
+#include <algorithm>
 
 #include "live_control_panel.h"
 #include "moewb/engine/config.h"
@@ -78,9 +80,13 @@ void LiveControlPanel::buildEditors(QGridLayout* grid) {
   header(tr("new value"), 1);
   header(tr("current"), 2);
   ++row;
-  for (const std::string& key : run::TrainingRun::liveKeys()) {
+  std::vector<std::string> shown = run::TrainingRun::liveKeys();
+  const std::vector<std::string>& layout = engine::Trainer::layoutKeys();
+  shown.insert(shown.end(), layout.begin(), layout.end());
+  for (const std::string& key : shown) {
     KeyEditor e;
     e.key = QString::fromStdString(key);
+    e.layout = std::find(layout.begin(), layout.end(), key) != layout.end();
     const engine::ConfigKeyInfo* info = keyInfo(key);
     e.type = info ? QString::fromStdString(info->type) : QStringLiteral("string");
     e.acceptedText = info ? QString::fromStdString(info->accepted) : QString();

@@ -15,6 +15,7 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
+#include <fstream>
 #include <string>
 
 #include "chart_view.h"
@@ -96,7 +97,8 @@ TEST_F(LiveControlTest, PausePatchRefuseAndStopARunThroughThePanel) {
   LiveControlPanel* panel = window.liveControlPanel();
   ASSERT_NE(panel, nullptr);
   EXPECT_FALSE(panel->pauseButton()->isEnabled()) << "no run yet";
-  EXPECT_EQ(panel->keys().size(), qsizetype(run::TrainingRun::liveKeys().size()));
+  EXPECT_EQ(panel->keys().size(), qsizetype(run::TrainingRun::liveKeys().size() +
+                                            engine::Trainer::layoutKeys().size()));
 
   QSignalSpy finished(&window, &MainWindow::runFinished);
   QSignalSpy replies(panel, &LiveControlPanel::commandFinished);
@@ -109,6 +111,9 @@ TEST_F(LiveControlTest, PausePatchRefuseAndStopARunThroughThePanel) {
   EXPECT_FALSE(panel->stepButton()->isEnabled());
   EXPECT_EQ(panel->currentValue(QStringLiteral("optim.lr")), "0.003");
   EXPECT_EQ(panel->currentValue(QStringLiteral("optim.warmup_steps")), "10");
+  ASSERT_NE(panel->editor(QStringLiteral("parallel.ep")), nullptr);
+  EXPECT_FALSE(panel->editor(QStringLiteral("parallel.ep"))->isEnabled()) << "one rank";
+  EXPECT_EQ(panel->currentValue(QStringLiteral("parallel.ep")), "1");
 
   // Past the 10 warm-up steps, so a step's lr is the peak lr itself.
   ASSERT_TRUE(QTest::qWaitFor([&] { return stepsIn(out) >= 12; }, kWaitMs));
@@ -221,6 +226,54 @@ TEST_F(LiveControlTest, PausePatchRefuseAndStopARunThroughThePanel) {
   EXPECT_FALSE(panel->pauseButton()->isEnabled());
   EXPECT_FALSE(panel->stopButton()->isEnabled());
   EXPECT_FALSE(panel->applyButton()->isEnabled());
+}
+
+// A run of two in-process ranks: the parallel layout's editors are on, and parallel.ep = 2 sent
+// from the panel re-shards the run at the step boundary (one config_change row, source gui); the
+// run goes on in the new layout.
+TEST_F(LiveControlTest, LayoutEditorsReshardARunOfTwoRanks) {
+  const QString config = m_dir.filePath(QStringLiteral("two-ranks.toml"));
+  {
+    std::ifstream in(moewb::test::sourceDir() + "/samples/configs/tiny.toml");
+    std::ofstream out(config.toStdString());
+    out << in.rdbuf() << "\n[parallel]\nworld_size = 2\n";
+  }
+  MainWindow window;
+  window.setErrorDialogsEnabled(false);
+  window.show();
+  LiveControlPanel* panel = window.liveControlPanel();
+  ASSERT_NE(panel, nullptr);
+  QSignalSpy finished(&window, &MainWindow::runFinished);
+  QSignalSpy replies(panel, &LiveControlPanel::commandFinished);
+  const QString out = m_dir.filePath(QStringLiteral("two-ranks.sqlite"));
+  ASSERT_TRUE(window.startRun(config, out, 100'000).isOk());
+  QLineEdit* ep = panel->editor(QStringLiteral("parallel.ep"));
+  ASSERT_NE(ep, nullptr);
+  EXPECT_TRUE(ep->isEnabled());
+  EXPECT_EQ(panel->currentValue(QStringLiteral("parallel.ep")), "1");
+  ASSERT_TRUE(QTest::qWaitFor([&] { return stepsIn(out) >= 3; }, kWaitMs));
+  QTest::mouseClick(panel->pauseButton(), Qt::LeftButton);
+  ASSERT_TRUE(QTest::qWaitFor([&] { return panel->isPaused() && replies.count() == 1; },
+                              kWaitMs));
+  replies.clear();
+  ASSERT_TRUE(panel->setValueText(QStringLiteral("parallel.ep"), QStringLiteral("2")));
+  QTest::mouseClick(panel->applyButton(), Qt::LeftButton);
+  ASSERT_TRUE(QTest::qWaitFor([&] { return replies.count() == 1; }, kWaitMs));
+  ASSERT_TRUE(replies.at(0).at(1).toBool()) << replies.at(0).at(2).toString().toStdString();
+  EXPECT_EQ(panel->currentValue(QStringLiteral("parallel.ep")), "2");
+  QTest::qWait(300);
+  const int64_t pausedAt = stepsIn(out);
+  QTest::mouseClick(panel->stepButton(), Qt::LeftButton);
+  ASSERT_TRUE(QTest::qWaitFor([&] { return stepsIn(out) > pausedAt; }, kWaitMs));
+  const std::vector<storage::ConfigChangeRow> rows = changesIn(out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].key, "parallel.ep");
+  EXPECT_EQ(rows[0].oldValue, "1");
+  EXPECT_EQ(rows[0].newValue, "2");
+  EXPECT_EQ(rows[0].source, "gui");
+  QTest::mouseClick(panel->stopButton(), Qt::LeftButton);
+  ASSERT_TRUE(QTest::qWaitFor([&] { return finished.count() == 1; }, kWaitMs));
+  EXPECT_TRUE(finished.at(0).at(0).toBool()) << finished.at(0).at(1).toString().toStdString();
 }
 
 // The editors flag what the engine's typed bounds refuse (engine::ConfigKeyInfo), for every live
