@@ -180,13 +180,15 @@ void LiveControlPanel::onRunStarted() {
   m_paused = false;
   const std::map<std::string, std::string> values =
       tomlKeyValues(engine::toToml(m_runner->startConfig()));
-  // The parallel layout changes live only on a run of several (in-process) ranks, which re-shards
-  // its state at the step boundary; on one rank there is nothing to re-shard.
-  const bool reshards = m_runner->startConfig().parallel.worldSize > 1;
+  // The parallel layout is live only where the engine says so for this run (several in-process
+  // ranks, which re-shard their state at the step boundary); on one rank there is nothing to
+  // re-shard.
+  const std::vector<std::string> live = engine::Trainer::liveKeysFor(m_runner->startConfig());
   for (KeyEditor& e : m_editors) {
     auto it = values.find(e.key.toStdString());
     setCurrent(e, it == values.end() ? std::string() : it->second, true);
     if (!e.layout) continue;
+    const bool reshards = std::find(live.begin(), live.end(), e.key.toStdString()) != live.end();
     e.line->setEnabled(reshards);
     e.line->setToolTip(reshards ? tr("Applying it re-shards the weights, gradients and optimizer "
                                      "state into the new layout at the step boundary")
