@@ -41,4 +41,10 @@ std::string shortenLongRuns(const std::string& message, size_t maxRunChars) {
   return out;
 }
 
+std::string joinText(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : separator) + part;
+  return out;
+}
+
 }  // namespace moewb

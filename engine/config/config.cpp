@@ -29,9 +29,7 @@ std::string sectionList() {
   for (const auto& spec : detail::keySpecs()) {
     if (sections.empty() || sections.back() != spec.section) sections.push_back(spec.section);
   }
-  std::string out;
-  for (const auto& section : sections) out += (out.empty() ? "" : ", ") + section;
-  return out;
+  return joinText(sections, ", ");
 }
 
 // Cross-key rules of the hybrid architecture (mixers, MoE variants).
@@ -185,22 +183,14 @@ std::string gbText(double gb) {
 Status validateOpList(const std::string& key, const std::string& list,
                       const std::vector<std::string>& names, const std::string& what,
                       const std::string& emptyMeaning) {
-  std::string accepted;
-  for (const auto& name : names) accepted += (accepted.empty() ? "" : ", ") + name;
-  size_t begin = 0;
-  const bool listed = list.find_first_not_of(" \t") != std::string::npos;
-  while (listed && begin <= list.size()) {
-    size_t end = list.find(',', begin);
-    if (end == std::string::npos) end = list.size();
-    std::string entry = list.substr(begin, end - begin);
-    entry.erase(0, entry.find_first_not_of(" \t"));
-    entry.erase(entry.find_last_not_of(" \t") + 1);
+  const std::string accepted = joinText(names, ", ");
+  if (list.find_first_not_of(" \t") == std::string::npos) return Status::ok();
+  for (const std::string& entry : splitSwapOpList(list)) {
     if (std::find(names.begin(), names.end(), entry) == names.end()) {
       return relationError(key, "\"" + entry + "\" in \"" + list + "\" is not " + what + "; "
                                 "accepted: a comma list of " + accepted + " (\"\" = " +
                                 emptyMeaning + ")");
     }
-    begin = end + 1;
   }
   return Status::ok();
 }

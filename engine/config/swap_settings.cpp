@@ -15,7 +15,9 @@ std::string trimmed(const std::string& text) {
   return text.substr(begin, end - begin + 1);
 }
 
-std::vector<std::string> splitSwapOps(const std::string& list) {
+}  // namespace
+
+std::vector<std::string> splitSwapOpList(const std::string& list) {
   std::vector<std::string> out;
   size_t begin = 0;
   while (begin <= list.size()) {
@@ -26,8 +28,6 @@ std::vector<std::string> splitSwapOps(const std::string& list) {
   }
   return out;
 }
-
-}  // namespace
 
 const std::vector<std::string>& swapOpNames() {
   static const std::vector<std::string> kNames = {"attn_norm", "mixer_input", "moe_norm",
@@ -49,13 +49,13 @@ SwapSettings swapSettingsFrom(const SwapSection& section, int64_t deviceBytes) {
   if (trimmed(section.ops).empty()) {
     s.ops = swapOpNames();
   } else {
-    for (const auto& op : splitSwapOps(section.ops)) {
+    for (const auto& op : splitSwapOpList(section.ops)) {
       if (!op.empty() && std::find(s.ops.begin(), s.ops.end(), op) == s.ops.end()) {
         s.ops.push_back(op);
       }
     }
   }
-  for (const auto& op : splitSwapOps(section.recomputeOps)) {
+  for (const auto& op : splitSwapOpList(section.recomputeOps)) {
     if (!op.empty() && std::find(s.recomputeOps.begin(), s.recomputeOps.end(), op) ==
                            s.recomputeOps.end()) {
       s.recomputeOps.push_back(op);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "config/config_keys.h"
+#include "moewb/base/text.h"
 #include "moewb/base/units.h"
 #include "moewb/engine/trainer.h"
 #include "train/step_runner.h"
@@ -31,12 +32,6 @@ const std::vector<std::string> kLayoutKeys = {
 
 bool isLayoutKey(const std::string& key) {
   return std::find(kLayoutKeys.begin(), kLayoutKeys.end(), key) != kLayoutKeys.end();
-}
-
-std::string joined(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
-  return out;
 }
 
 // "key=value" -> key (the text before the first '=').
@@ -92,7 +87,8 @@ Status Trainer::applyPatch(const TrainerCommand& command) {
     const std::string key = keyOf(assignment);
     const bool live = std::find(kLiveKeys.begin(), kLiveKeys.end(), key) != kLiveKeys.end();
     if (!live && !(reshards && isLayoutKey(key))) {
-      const std::string keys = joined(kLiveKeys) + (reshards ? ", " + joined(kLayoutKeys) : "");
+      const std::string keys =
+          joinText(kLiveKeys, ", ") + (reshards ? ", " + joinText(kLayoutKeys, ", ") : "");
       return failedPrecondition(key + " cannot change while the run goes on: it sets the shape of "
                                 "weights, buffers or the data layout; start a new run or resume a "
                                 "checkpoint with the new config. Live keys: " + keys);

@@ -7,18 +7,14 @@
 #include <map>
 #include <set>
 
+#include "moewb/base/text.h"
+
 namespace moewb::gui {
 
 namespace {
 
 Status invalid(const std::string& what) {
   return Status(StatusCode::kInvalidArgument, "swap plan: " + what);
-}
-
-std::string commaList(const std::vector<std::string>& names) {
-  std::string text;
-  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
 }
 
 Result<engine::SwapMode> parseMode(const std::string& mode) {
@@ -41,18 +37,11 @@ Result<std::vector<std::string>> parseOpList(const std::string& text,
                                              const std::vector<std::string>& ifEmpty,
                                              const std::string& what) {
   if (text.empty()) return ifEmpty;
-  std::vector<std::string> ops;
-  size_t from = 0;
-  while (from <= text.size()) {
-    const size_t comma = std::min(text.find(',', from), text.size());
-    std::string name = text.substr(from, comma - from);
-    name.erase(0, name.find_first_not_of(' '));
-    name.erase(name.find_last_not_of(' ') + 1);
+  std::vector<std::string> ops = engine::splitSwapOpList(text);
+  for (const std::string& name : ops) {
     if (std::find(all.begin(), all.end(), name) == all.end()) {
-      return invalid(what + " names '" + name + "', not one of " + commaList(all));
+      return invalid(what + " names '" + name + "', not one of " + joinText(all, ", "));
     }
-    ops.push_back(name);
-    from = comma + 1;
   }
   return ops;
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "knob_values.h"
+#include "moewb/base/text.h"
 
 namespace moewb::tuner {
 namespace {
@@ -45,9 +46,8 @@ Result<Knob> buildKnob(const engine::RunConfig& base, const KnobSpec& spec) {
   const engine::ConfigKeyInfo* info = detail::findKeyInfo(spec.key);
   const auto& keys = tunableKeys();
   if (info == nullptr || std::find(keys.begin(), keys.end(), spec.key) == keys.end()) {
-    std::string accepted;
-    for (const auto& k : keys) accepted += (accepted.empty() ? "" : ", ") + k;
-    return invalidArgument("--knobs: " + spec.key + " is not a tunable key; accepted: " + accepted);
+    return invalidArgument("--knobs: " + spec.key + " is not a tunable key; accepted: " +
+                           joinText(keys, ", "));
   }
   Knob knob{spec.key, {detail::currentValue(base, spec.key)}, isGatedKey(spec.key)};
   const bool generated = spec.values.empty();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moewb/base/text.h"
 #include "moewb/engine/model_flops.h"
 
 namespace moewb::engine {
@@ -52,20 +53,13 @@ bool timesMoved(const std::vector<double>& planned, const std::vector<double>& n
   return false;
 }
 
-// A comma list of `ops` ("" when empty).
-std::string commaList(const std::vector<std::string>& ops) {
-  std::string text;
-  for (const std::string& op : ops) text += (text.empty() ? "" : ",") + op;
-  return text;
-}
-
 // swap.ops as text: "" when every op is allowed (as the key's "" means), else a comma list.
 std::string opsText(const std::vector<std::string>& ops) {
   const auto& all = swapOpNames();
   const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& op) {
     return std::find(ops.begin(), ops.end(), op) != ops.end();
   });
-  return every ? "" : commaList(ops);
+  return every ? "" : joinText(ops, ",");
 }
 
 // The event of a plan made from `profile` under `settings`; `recomputeMeasured`: the profile's
@@ -85,7 +79,7 @@ SwapPlanEvent planEvent(const SwapSettings& settings, const SwapProfile& profile
   e.freeLagLayers = settings.freeLagLayers;
   e.ops = opsText(settings.ops);
   e.minBytes = settings.minBytes;
-  e.recomputeOps = commaList(settings.recomputeOps);
+  e.recomputeOps = joinText(settings.recomputeOps, ",");
   e.d2hGbps = settings.d2hBytesPerMs / 1e6;
   e.h2dGbps = settings.h2dBytesPerMs / 1e6;
   e.bidirGbps = settings.bidirBytesPerMs / 1e6;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace moewb {
 
@@ -11,5 +12,8 @@ namespace moewb {
 // that quotes a user's value (a 1 MB string in a config) stays readable. Cuts happen on UTF-8
 // character boundaries; shorter runs and whitespace are left as they are.
 std::string shortenLongRuns(const std::string& message, size_t maxRunChars = 200);
+
+// `parts` joined with `separator` between them ("" for none): {"a", "b"}, ", " -> "a, b".
+std::string joinText(const std::vector<std::string>& parts, const std::string& separator);
 
 }  // namespace moewb

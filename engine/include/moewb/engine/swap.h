@@ -54,6 +54,10 @@ const std::vector<std::string>& swapOpNames();
 // experts' gate and up GEMM (its epilogue writes g, u and h), bitwise as in the forward.
 const std::vector<std::string>& swapRecomputeOpNames();
 
+// The entries of a comma list of op names (swap.ops, swap.recompute_ops, as stored in traces),
+// each with spaces and tabs trimmed, empty entries kept: "a, b" -> {"a", "b"}, "" -> {""}.
+std::vector<std::string> splitSwapOpList(const std::string& list);
+
 // The [swap] section in typed form; byte and bandwidth units spelled out.
 struct SwapSettings {
   SwapMode mode = SwapMode::kOff;
