@@ -33,5 +33,12 @@ TEST(Text, CutsNeverSplitAUtf8Character) {
   EXPECT_EQ((tail - dots - 3) % 2, 0u) << "the tail starts inside a character";
 }
 
+TEST(JoinText, PutsTheSeparatorBetweenParts) {
+  EXPECT_EQ(joinText({}, ", "), "");
+  EXPECT_EQ(joinText({"a"}, ", "), "a");
+  EXPECT_EQ(joinText({"a", "b", "c"}, ", "), "a, b, c");
+  EXPECT_EQ(joinText({"moe_act", "expert_fc2"}, ","), "moe_act,expert_fc2");
+}
+
 }  // namespace
 }  // namespace moewb
