@@ -14,7 +14,18 @@ namespace moewb::cli {
 ProgressPrinter::ProgressPrinter(int64_t plannedSteps)
     : m_plannedSteps(std::max<int64_t>(plannedSteps, 1)), m_tty(isatty(STDERR_FILENO) != 0) {}
 
-void ProgressPrinter::onRunStart(const engine::RunStartEvent& event) { m_startNs = event.startNs; }
+void ProgressPrinter::onRunStart(const engine::RunStartEvent& event) {
+  m_startNs = event.startNs;
+  // Only a start-up long enough to wonder about (the GPU configs) gets its line.
+  int64_t totalNs = 0;
+  for (const engine::StartupPhase& phase : event.startup) totalNs += phase.ns;
+  if (totalNs < kNsPerSecond) return;
+  std::string parts;
+  for (const engine::StartupPhase& phase : event.startup) {
+    parts += (parts.empty() ? "" : ", ") + phase.name + " " + formatDurationNs(phase.ns);
+  }
+  std::fprintf(stderr, "start-up %s: %s\n", formatDurationNs(totalNs).c_str(), parts.c_str());
+}
 
 void ProgressPrinter::onStep(const engine::StepEvent& event) {
   const double kSmoothing = 0.1;

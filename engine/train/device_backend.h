@@ -75,9 +75,12 @@ class DeviceBackend {
 // The CUDA backend for `host` (built from `config` and initialised). `deviceOrdinal` picks the
 // GPU. Errors: kUnimplemented (no CUDA in this build, or a config setting the CUDA backend does
 // not run yet, named), kNotFound (no device), kFailedPrecondition (device too old),
-// kResourceExhausted (the weights do not fit).
+// kResourceExhausted (the weights do not fit). When `startup` is not null, the times of the
+// device's context and of the weights' upload are appended to it.
 Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig& config,
-                                                         Model<float>& host, int deviceOrdinal);
+                                                         Model<float>& host, int deviceOrdinal,
+                                                         std::vector<StartupPhase>* startup =
+                                                             nullptr);
 
 // True when this build has the CUDA backend and a device is visible (what run.backend = "auto"
 // looks at).

@@ -244,8 +244,12 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
 ModelRunner::ModelRunner(const ValidConfig& valid) : m_config(valid) {
   const RunConfig& config = valid;
   m_pool = std::make_unique<ThreadPool>(config.run.threads);
+  const int64_t allocateNs = steadyNowNs();
   m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
+  const int64_t initializeNs = steadyNowNs();
   m_model->initialize(config.run.seed);
+  m_startup.push_back({"host model allocation", initializeNs - allocateNs});
+  m_startup.push_back({"weight initialisation", steadyNowNs() - initializeNs});
   m_data = std::make_unique<SyntheticData>(config.data, config.model.vocabSize, config.model.seqLen,
                                            config.run.seed);
 }
@@ -284,8 +288,11 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
   try {
     if (cpu) return std::unique_ptr<StepRunner>(new CpuModelRunner(validConfig, ""));
     std::unique_ptr<CudaModelRunner> gpu(new CudaModelRunner(validConfig));
-    Result<std::unique_ptr<DeviceBackend>> device = createCudaBackend(config, *gpu->hostModel(), 0);
+    std::vector<StartupPhase> deviceStartup;
+    Result<std::unique_ptr<DeviceBackend>> device =
+        createCudaBackend(config, *gpu->hostModel(), 0, &deviceStartup);
     if (device.isOk()) {
+      gpu->addStartupPhases(deviceStartup);
       MOEWB_RETURN_IF_ERROR(gpu->attach(std::move(device).value()));
       return std::unique_ptr<StepRunner>(std::move(gpu));
     }

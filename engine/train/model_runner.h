@@ -27,6 +27,11 @@ class ModelRunner : public StepRunner {
   Status finish() override { return Status::ok(); }
   Model<float>* hostModel() override { return m_model.get(); }
   int32_t threadCount() const override { return m_pool->size(); }
+  std::vector<StartupPhase> startupPhases() const override { return m_startup; }
+  // Appends one start-up phase (createModelRunner: the device's parts).
+  void addStartupPhases(const std::vector<StartupPhase>& phases) {
+    m_startup.insert(m_startup.end(), phases.begin(), phases.end());
+  }
 
  protected:
   // Builds the host model from `config` and initialises it from run.seed. Throws std::bad_alloc
@@ -38,6 +43,7 @@ class ModelRunner : public StepRunner {
   std::unique_ptr<ThreadPool> m_pool;
   std::unique_ptr<Model<float>> m_model;
   std::unique_ptr<SyntheticData> m_data;
+  std::vector<StartupPhase> m_startup;  // host model and weights, then the device's
 };
 
 // The StepRunner for one rank: the CUDA backend when run.backend = "cuda" (or "auto" with a

@@ -4,7 +4,8 @@
 
 namespace moewb::engine {
 
-Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig&, Model<float>&, int) {
+Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig&, Model<float>&, int,
+                                                         std::vector<StartupPhase>*) {
   return unimplemented(
       "run.backend = \"cuda\": this build of moewb has no CUDA backend (it was configured without "
       "the CUDA toolkit or with -DMOEWB_CUDA=OFF); use run.backend = \"cpu\", or rebuild with "

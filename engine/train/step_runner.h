@@ -102,6 +102,8 @@ class StepRunner {
   virtual DeviceBackend* device() { return nullptr; }
   // CPU threads of a single-rank runner (0 elsewhere).
   virtual int32_t threadCount() const { return 0; }
+  // Where this runner's construction spent its time (empty when it did not measure).
+  virtual std::vector<StartupPhase> startupPhases() const { return {}; }
 };
 
 }  // namespace moewb::engine

@@ -235,6 +235,7 @@ Status Trainer::startRunOnce() {
   event.numLayers = m_config.model.numLayers;
   event.numExperts = m_config.moe.numExperts;
   event.startNs = steadyNowNs();
+  event.startup = m_runner->startupPhases();
   for (EventSink* sink : m_sinks) {
     if (sink != nullptr) sink->onRunStart(event);
   }

@@ -169,11 +169,12 @@ template <typename T>
 int Model<T>::addParam(const ParameterDecl& decl) {
   Parameter<T> param;
   param.name = decl.name;
-  param.value = Tensor<T>(decl.shape);
-  param.grad = Tensor<T>(decl.shape);
+  // Untouched zero pages: on the CUDA backend the host never writes the gradients or moments.
+  param.value = Tensor<T>(decl.shape, LazyZeroPages{});
+  param.grad = Tensor<T>(decl.shape, LazyZeroPages{});
   if (decl.trainable) {
-    param.adamM = Tensor<T>(decl.shape);
-    param.adamV = Tensor<T>(decl.shape);
+    param.adamM = Tensor<T>(decl.shape, LazyZeroPages{});
+    param.adamV = Tensor<T>(decl.shape, LazyZeroPages{});
   }
   param.decay = decl.decay;
   param.trainable = decl.trainable;

@@ -1,15 +1,75 @@
 #include "runtime/cuda/transfer.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
 
 namespace moewb::engine::cuda {
+namespace {
+
+// Whether `bytes` bytes at `data` are all zero; stops at the first that is not, or when `found`
+// says another scanner found one.
+bool allZeroRange(const unsigned char* p, size_t bytes, const std::atomic<bool>& found) {
+  constexpr size_t kCheckEvery = size_t(1) << 20;
+  size_t i = 0;
+  for (; i + sizeof(uint64_t) <= bytes; i += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, p + i, sizeof word);
+    if (word != 0) return false;
+    if (i % kCheckEvery == 0 && found.load(std::memory_order_relaxed)) return false;
+  }
+  for (; i < bytes; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+// allZeroRange over the whole buffer; from 64 MiB on, split over up to 16 threads (the pages of
+// a never-written host tensor are faulted in as they are read: that, not the compare, is the
+// cost, and it scales with threads).
+bool allZeroBytes(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::atomic<bool> nonZero{false};
+  constexpr size_t kParallelBytes = size_t(64) << 20;
+  const size_t threads =
+      bytes < kParallelBytes ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  if (threads == 1) return allZeroRange(p, bytes, nonZero);
+  const size_t slice = (bytes / threads + 4095) / 4096 * 4096;
+  std::vector<std::thread> scanners;
+  for (size_t begin = 0; begin < bytes; begin += slice) {
+    const size_t length = std::min(slice, bytes - begin);
+    auto scan = [&nonZero, p, begin, length] {
+      if (!allZeroRange(p + begin, length, nonZero)) nonZero.store(true);
+    };
+    try {
+      scanners.emplace_back(scan);
+    } catch (const std::system_error&) {
+      scan();  // no thread to be had: this slice on the caller's
+    }
+  }
+  for (std::thread& scanner : scanners) scanner.join();
+  return !nonZero.load();
+}
+
+}  // namespace
 
 template <typename T>
 Status copyToDevice(CudaContext& context, const Tensor<T>& host, DeviceTensor<T>& device) {
   MOEWB_CHECK_EQ(host.numel(), device.numel());
   if (host.numel() == 0) return Status::ok();
+  // A fresh run's AdamW moments are zeros (gigabytes on a large model, never touched on the
+  // host): a memset on the device instead of a copy through pageable staging.
+  if (allZeroBytes(host.data(), size_t(host.bytes()))) {
+    MOEWB_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(device.data(), 0, size_t(host.bytes()), context.stream()));
+    return Status::ok();
+  }
   // cudaMemcpyAsync from pageable memory returns once the source has been staged, so the host
   // tensor may change afterwards.
   MOEWB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device.data(), host.data(), size_t(host.bytes()),

@@ -18,7 +18,8 @@ Result<DeviceTensor<T>> toDevice(CudaContext& context, const Tensor<T>& host, Me
 Result<DeviceTensor<bf16>> toDeviceBf16(CudaContext& context, const Tensor<float>& host,
                                         MemoryCategory category);
 
-// Copies `host` into an existing device tensor of the same numel.
+// Copies `host` into an existing device tensor of the same numel (an all-zero `host` becomes a
+// memset on the device: the host data is scanned up to its first non-zero byte).
 template <typename T>
 Status copyToDevice(CudaContext& context, const Tensor<T>& host, DeviceTensor<T>& device);
 

@@ -31,12 +31,21 @@ class TensorMemory {
   static void resetPeak();
 };
 
+// Tag of the Tensor constructor whose zeros are the kernel's untouched pages (an anonymous
+// mapping, whatever the size): no time is spent zeroing, and pages that are never written
+// (the host copies of a model that trains on the GPU: gradients, AdamW moments) take no memory.
+struct LazyZeroPages {};
+
 namespace detail {
-// Allocates `bytes` (64-byte aligned, zero-filled) and adds them to TensorMemory. Throws
-// std::bad_alloc on exhaustion, as operator new does; bytes == 0 returns null.
-void* allocateTensorBytes(int64_t bytes);
-// Frees memory from allocateTensorBytes and subtracts `bytes` from TensorMemory.
-void freeTensorBytes(void* ptr, int64_t bytes);
+// Whether a tensor of `bytes` bytes is an anonymous mapping by default (64 MiB and more).
+bool mappedByDefault(int64_t bytes);
+// Allocates `bytes` (64-byte aligned, zero-filled; an anonymous mapping when `mapped`) and adds
+// them to TensorMemory. Throws std::bad_alloc on exhaustion, as operator new does; bytes == 0
+// returns null.
+void* allocateTensorBytes(int64_t bytes, bool mapped);
+// Frees memory from allocateTensorBytes (the same `bytes` and `mapped`) and subtracts `bytes`
+// from TensorMemory.
+void freeTensorBytes(void* ptr, int64_t bytes, bool mapped);
 }  // namespace detail
 
 template <typename T>
@@ -48,6 +57,10 @@ class Tensor {
   // Zero-filled tensor of the given shape; every extent must be >= 0.
   explicit Tensor(std::initializer_list<int64_t> shape) { construct(shape.begin(), shape.end()); }
   explicit Tensor(const std::vector<int64_t>& shape) { construct(shape.begin(), shape.end()); }
+  // Zero-filled as above, its zeros the kernel's untouched pages (LazyZeroPages).
+  Tensor(const std::vector<int64_t>& shape, LazyZeroPages) : m_mapped(true) {
+    construct(shape.begin(), shape.end());
+  }
   Tensor(Tensor&& other) noexcept { swap(other); }
   Tensor& operator=(Tensor&& other) noexcept {
     Tensor moved(std::move(other));
@@ -56,7 +69,7 @@ class Tensor {
   }
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
-  ~Tensor() { detail::freeTensorBytes(m_data, bytes()); }
+  ~Tensor() { detail::freeTensorBytes(m_data, bytes(), m_mapped); }
 
   // A deep copy (same shape, same values).
   Tensor clone() const {
@@ -127,19 +140,22 @@ class Tensor {
   void allocate() {
     m_numel = 1;
     for (int i = 0; i < m_rank; ++i) m_numel *= m_shape[i];
-    m_data = static_cast<T*>(detail::allocateTensorBytes(bytes()));
+    m_mapped = m_mapped || detail::mappedByDefault(bytes());
+    m_data = static_cast<T*>(detail::allocateTensorBytes(bytes(), m_mapped));
   }
   void swap(Tensor& other) noexcept {
     std::swap(m_shape, other.m_shape);
     std::swap(m_rank, other.m_rank);
     std::swap(m_numel, other.m_numel);
     std::swap(m_data, other.m_data);
+    std::swap(m_mapped, other.m_mapped);
   }
 
   std::array<int64_t, kMaxRank> m_shape{};
   int m_rank = 0;
   int64_t m_numel = 0;
   T* m_data = nullptr;
+  bool m_mapped = false;  // m_data is an anonymous mapping (munmap), else aligned_alloc (free)
 };
 
 }  // namespace moewb::engine

@@ -233,11 +233,20 @@ class CudaBackend final : public DeviceBackend {
 }  // namespace
 
 Result<std::unique_ptr<DeviceBackend>> createCudaBackend(const RunConfig& config,
-                                                         Model<float>& host, int deviceOrdinal) {
+                                                         Model<float>& host, int deviceOrdinal,
+                                                         std::vector<StartupPhase>* startup) {
   MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(host.dims()));
+  int64_t startNs = steadyNowNs();
+  auto lap = [&](const char* name) {
+    const int64_t nowNs = steadyNowNs();
+    if (startup != nullptr) startup->push_back({name, nowNs - startNs});
+    startNs = nowNs;
+  };
   MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> context,
                          CudaContext::create(deviceOrdinal));
+  lap("CUDA context");
   MOEWB_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, CudaModel::create(*context, host));
+  lap("weights to the GPU");
   auto swap = std::make_unique<SwapController>(
       swapSettingsFrom(config.swap, context->device().totalMemoryBytes),
       swapProfileFor(host.dims()), 0);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "runtime/tensor/rng.h"
 
@@ -45,6 +46,26 @@ TEST(Tensor, EmptyExtentsAreAllowed) {
   EXPECT_EQ(t.numel(), 0);
   EXPECT_TRUE(t.empty());
   EXPECT_EQ(t.data(), nullptr);
+}
+
+// Tensors of 64 MiB or more are anonymous mappings (zero pages until touched): still zero,
+// aligned, writable, counted and given back; clone copies them.
+TEST(Tensor, LargeTensorsAreZeroAlignedAndCounted) {
+  const int64_t before = TensorMemory::currentBytes();
+  {
+    Tensor<float> big({17, int64_t(1) << 20});  // [17, 1Mi] fp32: 68 MiB
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % 64, 0u);
+    EXPECT_EQ(TensorMemory::currentBytes(), before + big.bytes());
+    for (int64_t i = 0; i < big.numel(); i += 4099) ASSERT_EQ(big[i], 0.0f) << i;
+    EXPECT_EQ(big[big.numel() - 1], 0.0f);
+    big[big.numel() - 1] = 3.0f;
+    big.at(5, 7) = -1.0f;
+    Tensor<float> copy = big.clone();
+    EXPECT_EQ(copy[copy.numel() - 1], 3.0f);
+    EXPECT_EQ(copy.at(5, 7), -1.0f);
+    EXPECT_EQ(copy[0], 0.0f);
+  }
+  EXPECT_EQ(TensorMemory::currentBytes(), before);
 }
 
 TEST(TensorMemory, CountsLiveBytesAndPeak) {

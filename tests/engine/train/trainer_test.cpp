@@ -53,6 +53,11 @@ TEST(Trainer, EmitsTheSinkContract) {
   EXPECT_EQ(sink.runStarts[0].configToml, toToml(config));
   EXPECT_EQ(sink.runStarts[0].numLayers, 2);
   EXPECT_EQ(sink.runStarts[0].numExperts, 8);
+  // The CPU runner's start-up: the host model's allocation, then its initialisation.
+  ASSERT_EQ(sink.runStarts[0].startup.size(), 2u);
+  EXPECT_EQ(sink.runStarts[0].startup[0].name, "host model allocation");
+  EXPECT_EQ(sink.runStarts[0].startup[1].name, "weight initialisation");
+  for (const StartupPhase& phase : sink.runStarts[0].startup) EXPECT_GE(phase.ns, 0);
   ASSERT_EQ(sink.runEnds.size(), 1u);
   EXPECT_EQ(sink.runEnds[0].outcome, RunOutcome::kCompleted);
   EXPECT_EQ(sink.runEnds[0].stepsDone, 3);

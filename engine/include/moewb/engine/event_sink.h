@@ -39,6 +39,13 @@ std::string phaseSliceName(Phase phase, Pass pass);
 // Nesting depth on the timeline: step = 0, pass ranges = 1, everything else = 2.
 int32_t phaseDepth(Phase phase);
 
+// One part of a run's start-up (building the host model, the device's context, the upload of
+// the weights), timed on the steady clock.
+struct StartupPhase {
+  std::string name;  // "host model allocation", "CUDA context", ...
+  int64_t ns = 0;
+};
+
 struct RunStartEvent {
   std::string name;        // run.name
   std::string configToml;  // the full validated config as TOML
@@ -47,6 +54,7 @@ struct RunStartEvent {
   int32_t numLayers = 0;
   int32_t numExperts = 0;
   int64_t startNs = 0;     // steadyNowNs() at start
+  std::vector<StartupPhase> startup;  // where the time before the first step went, in order
 };
 
 struct PhaseEvent {
