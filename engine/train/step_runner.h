@@ -20,6 +20,7 @@
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
 #include "moewb/engine/event_sink.h"
+#include "train/training_state.h"
 
 namespace moewb::engine {
 
@@ -104,6 +105,19 @@ class StepRunner {
   virtual int32_t threadCount() const { return 0; }
   // Where this runner's construction spent its time (empty when it did not measure).
   virtual std::vector<StartupPhase> startupPhases() const { return {}; }
+
+  // At a step boundary: the whole training state in the one-rank model's shapes (a rank group's
+  // checkpoint). Errors: kUnimplemented on runners without a group state (one rank: its host
+  // model is the state; a launcher rank: the other ranks are other processes); the group's.
+  virtual Result<TrainingState> gatherState() {
+    return unimplemented("this run has no in-process rank group to gather");
+  }
+  // Replaces the training state by `state` (a resumed checkpoint), before the first step or at
+  // a step boundary. Errors as gatherState, and kInvalidArgument when `state` is not of this
+  // run's model.
+  virtual Status scatterState(const TrainingState& /*state*/) {
+    return unimplemented("this run has no in-process rank group to scatter into");
+  }
 };
 
 }  // namespace moewb::engine

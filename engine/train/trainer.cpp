@@ -16,6 +16,7 @@
 #include "train/parallel/launcher_rank_runner.h"
 #include "train/parallel/rank_common.h"
 #include "train/parallel/rank_group_runner.h"
+#include "train/parallel/shard_state.h"
 #include "train/step_runner.h"
 
 namespace moewb::engine {
@@ -35,13 +36,16 @@ void removeStaleCheckpointFiles(const std::string& dir) {
   }
 }
 
-std::vector<CheckpointState> checkpointState(Model<float>& model) {
+std::vector<CheckpointState> checkpointState(std::vector<ExpertBias>& biases) {
   std::vector<CheckpointState> state;
-  auto& biases = model.expertBiases();
   for (size_t l = 0; l < biases.size(); ++l) {
     state.push_back({"layers." + std::to_string(l) + ".moe.expert_bias", &biases[l].bias});
   }
   return state;
+}
+
+std::vector<CheckpointState> checkpointState(Model<float>& model) {
+  return checkpointState(model.expertBiases());
 }
 
 Status launcherRankAccepted(const RunConfig& config, const LauncherRank& rank) {
@@ -130,6 +134,7 @@ Result<Model<float>*> Trainer::singleRankModel(const std::string& what) const {
 }
 
 Status Trainer::saveCheckpoint(const std::string& path) const {
+  if (m_runner->hostModel() == nullptr) return saveGroupCheckpoint(path);
   MOEWB_ASSIGN_OR_RETURN(Model<float>* model, singleRankModel("a checkpoint"));
   if (DeviceBackend* device = m_runner->device()) MOEWB_RETURN_IF_ERROR(device->pullState(*model));
   return engine::saveCheckpoint(path, model->parameters(), checkpointState(*model),
@@ -137,11 +142,41 @@ Status Trainer::saveCheckpoint(const std::string& path) const {
 }
 
 Status Trainer::loadCheckpoint(const std::string& path) {
+  if (m_runner->hostModel() == nullptr) return loadGroupCheckpoint(path);
   MOEWB_ASSIGN_OR_RETURN(Model<float>* model, singleRankModel("resuming a checkpoint"));
   MOEWB_ASSIGN_OR_RETURN(int64_t nextStep, engine::loadCheckpoint(path, model->parameters(),
                                                                   checkpointState(*model)));
   m_stepsDone.store(nextStep);
   if (DeviceBackend* device = m_runner->device()) return device->pushState(*model);
+  return Status::ok();
+}
+
+// A rank group's checkpoint is the one-rank checkpoint of its gathered state: the same file a
+// one-rank run writes, so it resumes in any layout (or on one rank).
+Status Trainer::saveGroupCheckpoint(const std::string& path) const {
+  Result<TrainingState> gathered = m_runner->gatherState();
+  if (gathered.status().code() == StatusCode::kUnimplemented) {
+    return failedPrecondition("a checkpoint needs a one-rank run or in-process ranks; " +
+                              gathered.status().message());
+  }
+  MOEWB_ASSIGN_OR_RETURN(TrainingState state, std::move(gathered));
+  return engine::saveCheckpoint(path, state.params, checkpointState(state.expertBiases),
+                                m_stepsDone.load(), toToml(m_config));
+}
+
+Status Trainer::loadGroupCheckpoint(const std::string& path) {
+  MOEWB_ASSIGN_OR_RETURN(TrainingState state, emptyTrainingState(m_config));
+  MOEWB_ASSIGN_OR_RETURN(const int64_t nextStep,
+                         engine::loadCheckpoint(path, state.params,
+                                                checkpointState(state.expertBiases)));
+  state.stepsDone = nextStep;
+  const Status scattered = m_runner->scatterState(state);
+  if (scattered.code() == StatusCode::kUnimplemented) {
+    return failedPrecondition("resuming a checkpoint needs a one-rank run or in-process ranks; " +
+                              scattered.message());
+  }
+  MOEWB_RETURN_IF_ERROR(scattered);
+  m_stepsDone.store(nextStep);
   return Status::ok();
 }
 

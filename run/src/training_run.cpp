@@ -170,12 +170,20 @@ Status TrainingRun::startGpuCapture(const TrainingRunOptions& options) {
 }
 
 Status TrainingRun::checkSingleRankOptions(const TrainingRunOptions& options, int32_t worldSize) {
-  const char* single = !options.resumePath.empty()            ? "--resume"
-                       : !options.initWeightsPath.empty()     ? "--init-weights"
-                       : !options.exportMergedPath.empty()    ? "--export-merged"
-                       : options.checkpointEverySteps > 0     ? "--checkpoint-every"
+  // Checkpoints also work for in-process ranks (the group's state gathered into one file), not
+  // for the ranks of a multi-process launch.
+  const char* checkpoint = !options.resumePath.empty()          ? "--resume"
+                           : options.checkpointEverySteps > 0   ? "--checkpoint-every"
+                                                                : nullptr;
+  if (checkpoint != nullptr && options.launcherRank >= 0) {
+    return invalidArgument(std::string(checkpoint) + " is not accepted for a rank of a "
+                           "multi-process launch; accepted: one rank, or in-process ranks "
+                           "(--ranks N)");
+  }
+  const char* single = !options.initWeightsPath.empty()              ? "--init-weights"
+                       : !options.exportMergedPath.empty()           ? "--export-merged"
                        : options.dumpEndStep > options.dumpFirstStep ? "--dump-steps"
-                                                              : nullptr;
+                                                                     : nullptr;
   if (single != nullptr) {
     return invalidArgument(std::string(single) + " is not accepted with parallel.world_size = " +
                            std::to_string(worldSize) +
@@ -227,7 +235,27 @@ Status TrainingRun::createTrainer(const TrainingRunOptions& options) {
     };
   }
   MOEWB_ASSIGN_OR_RETURN(m_trainer, engine::Trainer::create(m_config, std::move(trainerOptions)));
-  return singleRank ? loadSingleRankState(options) : Status::ok();
+  if (singleRank) return loadSingleRankState(options);
+  return options.launcherRank < 0 ? loadGroupState(options) : Status::ok();
+}
+
+// The checkpoint to resume and the checkpoint policy of a group of in-process ranks.
+Status TrainingRun::loadGroupState(const TrainingRunOptions& options) {
+  MOEWB_RETURN_IF_ERROR(resumeIfAsked(options));
+  m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
+  return Status::ok();
+}
+
+Status TrainingRun::resumeIfAsked(const TrainingRunOptions& options) {
+  if (options.resumePath.empty()) return Status::ok();
+  MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
+  if (m_trainer->stepsDone() >= m_steps) {
+    return invalidArgument("checkpoint '" + options.resumePath + "' is at step " +
+                           std::to_string(m_trainer->stepsDone()) +
+                           ", not before the last step (" + std::to_string(m_steps) +
+                           "); raise --steps / run.steps");
+  }
+  return Status::ok();
 }
 
 // Initial weights, the checkpoint to resume and the checkpoint / dump policies of a one-rank run.
@@ -236,19 +264,13 @@ Status TrainingRun::loadSingleRankState(const TrainingRunOptions& options) {
   if (!options.initWeightsPath.empty()) {
     MOEWB_RETURN_IF_ERROR(m_trainer->loadWeights(options.initWeightsPath));
   }
-  if (!options.resumePath.empty()) {
-    MOEWB_RETURN_IF_ERROR(m_trainer->loadCheckpoint(options.resumePath));
-    if (m_trainer->stepsDone() >= m_steps) {
-      return invalidArgument("checkpoint '" + options.resumePath + "' is at step " +
-                             std::to_string(m_trainer->stepsDone()) +
-                             ", not before the last step (" + std::to_string(m_steps) +
-                             "); raise --steps / run.steps");
-    }
-  }
+  MOEWB_RETURN_IF_ERROR(resumeIfAsked(options));
   m_trainer->setCheckpointPolicy(options.checkpointEverySteps, options.checkpointDir);
   m_trainer->setDumpPolicy(options.dumpFirstStep, options.dumpEndStep, options.dumpDir);
   return Status::ok();
 }
+
+std::string TrainingRun::deviceDescription() const { return m_trainer->deviceDescription(); }
 
 Result<RunSummary> TrainingRun::run() {
   if (m_gpuCapture) m_gpuCapture->setFirstStep(m_trainer->stepsDone());

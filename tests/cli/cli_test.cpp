@@ -357,6 +357,29 @@ TEST(CliCheckpoint, ResumedRunEndsWithTheSameLossAsAnUninterruptedOne) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.sqlite")));
 }
 
+// In-process ranks: the group's checkpoint resumes to the uninterrupted run's last loss.
+TEST(CliCheckpoint, RankGroupResumesToTheSameLoss) {
+  TempDir dir("cli-ckpt-ranks");
+  std::string base = "run --config " + tinyConfig() +
+                     " --quiet --set model.seq_len=16 --ranks 2 --set parallel.ep=2 ";
+  ProcessResult straight = runMoewb(base + "--steps 8 --out " + dir.file("straight.sqlite"),
+                                    dir.path());
+  ASSERT_EQ(straight.exitCode, 0) << straight.err;
+  ProcessResult first = runMoewb(base + "--steps 4 --checkpoint-every 4 --checkpoint-dir " +
+                                     dir.file("ckpt") + " --out " + dir.file("first.sqlite"),
+                                 dir.path());
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  std::string ckpt = dir.file("ckpt/step-00000004.safetensors");
+  ASSERT_TRUE(std::filesystem::exists(ckpt));
+  ProcessResult resumed = runMoewb(base + "--steps 8 --resume " + ckpt + " --out " +
+                                       dir.file("resumed.sqlite"), dir.path());
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  double straightLoss = 0, resumedLoss = 0;
+  EXPECT_EQ(lastStepOf(dir.file("straight.sqlite"), &straightLoss), 7);
+  EXPECT_EQ(lastStepOf(dir.file("resumed.sqlite"), &resumedLoss), 7);
+  EXPECT_EQ(straightLoss, resumedLoss);
+}
+
 }  // namespace
 }  // namespace moewb::cli::testing
 

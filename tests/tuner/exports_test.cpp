@@ -1,7 +1,8 @@
 // Exports: our TOML loads back with the engine's parser to the same config; Megatron flags and
 // torchtitan TOML use only option names (and types, choices) from the targets' own tables
 // (megatron_options.h, torchtitan_options.h); every setting a target cannot express is listed in
-// the header comment; the provenance header names the study, trial, step time, commit and machine.
+// the header comment; the provenance header names the study, trial, measured and predicted step
+// time, commit, machine and device (GPU and driver).
 #include "moewb/tuner/exports.h"
 
 #include <gtest/gtest.h>
@@ -30,6 +31,9 @@ Provenance sampleProvenance() {
   p.peakBytes = 1234;
   p.gitCommit = "0123abcd";
   p.machine = "box (cpu, 1 rank)";
+  p.device = "NVIDIA H200 (device 0; driver 580.95.05, CUDA 13.0)";
+  p.predictedStepTimeMs = 12.25;
+  p.predictedPeakBytes = 1200;
   return p;
 }
 
@@ -102,11 +106,12 @@ TEST(Exports, OurTomlLoadsBackToTheSameConfig) {
   }
 }
 
-TEST(Exports, ProvenanceHeaderNamesStudyTrialTimeCommitAndMachine) {
+TEST(Exports, ProvenanceHeaderNamesStudyTrialTimeCommitMachineAndDevice) {
   for (ExportFormat f : {ExportFormat::kToml, ExportFormat::kMegatron, ExportFormat::kTorchtitan}) {
     const std::string text = exportConfig(testing::quickTiny(), sampleProvenance(), f).text;
     for (const char* needle : {"runs/study.sqlite", "trial 7", "12.500 ms", "0123abcd",
-                               "box (cpu, 1 rank)", "loss.kind=cce"}) {
+                               "box (cpu, 1 rank)", "loss.kind=cce", "driver 580.95.05",
+                               "predicted by the cost model: step time 12.250 ms"}) {
       EXPECT_NE(text.find(needle), std::string::npos) << exportFormatName(f) << ": " << needle;
     }
     EXPECT_EQ(text.rfind("# ", 0), 0u) << exportFormatName(f);

@@ -69,6 +69,14 @@ TEST(Study, ExhaustiveRunsEveryCandidateAndPicksTheFastestMeasured) {
                                  [](const StudyRow& r) { return r.isBase; });
   ASSERT_NE(base, result->table.end());
   EXPECT_DOUBLE_EQ(base->ratioToBase, 1.0);
+  // What the trials ran on is the study's, and every export names it.
+  auto store = StudyStore::open(o.studyPath, false);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  EXPECT_EQ((*store)->info().device.rfind("CPU, ", 0), 0u) << (*store)->info().device;
+  auto exported = exportStudyTrial(o.studyPath, std::nullopt, ExportFormat::kToml);
+  ASSERT_TRUE(exported.isOk()) << exported.status().toString();
+  EXPECT_NE(exported->text.text.find("# device: " + (*store)->info().device), std::string::npos)
+      << exported->text.text;
 }
 
 TEST(Study, ResumesWithoutRunningMeasuredTrialsAgain) {

@@ -50,8 +50,13 @@ std::string provenanceComment(const Provenance& p, const char* target) {
   out += "# measured: step time " + formatNumber("%.3f", p.stepTimeMs) + " ms (median of " +
          std::to_string(p.steps) + " steps), " + formatNumber("%.1f", p.tokensPerSecond) +
          " tokens/s, peak " + std::to_string(p.peakBytes) + " bytes\n";
+  if (p.predictedStepTimeMs > 0) {
+    out += "# predicted by the cost model: step time " + formatNumber("%.3f", p.predictedStepTimeMs) +
+           " ms, peak " + std::to_string(p.predictedPeakBytes) + " bytes\n";
+  }
   out += "# git commit: " + p.gitCommit + "\n";
   out += "# machine: " + p.machine + "\n";
+  if (!p.device.empty()) out += "# device: " + p.device + "\n";
   return out;
 }
 
@@ -146,6 +151,9 @@ Result<StudyExport> exportStudyTrial(const std::string& studyPath, std::optional
   p.peakBytes = chosen->peakBytes;
   p.gitCommit = store->info().gitCommit;
   p.machine = store->info().host;
+  p.device = store->info().device;
+  p.predictedStepTimeMs = chosen->predictedStepTimeMs;
+  p.predictedPeakBytes = chosen->predictedPeakBytes;
   return StudyExport{exportConfig(config, p, format), *chosen};
 }
 

@@ -254,6 +254,9 @@ class StudyRun {
     if (measured.isOk()) {
       t = std::move(measured).value();
       if (rung == 0) gate(c, t);
+      if (!t.device.empty() && t.device != m_store.info().device) {
+        MOEWB_RETURN_IF_ERROR(m_store.setDevice(t.device));  // the exports' provenance
+      }
     } else {
       t.verdict = Verdict::kFailed;
       t.message = measured.status().toString();

@@ -222,6 +222,8 @@ Result<StudyInfo> readStudy(sqlite3* db, const std::string& path) {
   s.gitCommit = st.col(11);
   s.host = st.col(12);
   s.schemaVersion = std::stoi(version);
+  Stmt device(db, "SELECT value FROM meta WHERE key = 'device'");
+  if (device.ok() && sqlite3_step(device.get()) == SQLITE_ROW) s.device = device.col(0);
   return s;
 }
 
@@ -409,6 +411,16 @@ Result<int64_t> StudyStore::addTrial(const TrialRecord& t) {
     return rollback(sqlError(db, "COMMIT", m_path));
   }
   return id;
+}
+
+Status StudyStore::setDevice(const std::string& device) {
+  sqlite3* db = m_db->handle;
+  Stmt st(db, "INSERT OR REPLACE INTO meta(key, value) VALUES ('device', ?)");
+  if (!st.ok()) return sqlError(db, "prepare meta device", m_path);
+  st.text(1, device);
+  MOEWB_SQL(db, m_path, sqlite3_step(st.get()));
+  m_info.device = device;
+  return Status::ok();
 }
 
 Status StudyStore::setVerdict(int64_t id, Verdict verdict, const std::string& message) {

@@ -71,6 +71,7 @@ Result<TrialRecord> runTrial(const engine::ValidConfig& config, int64_t steps,
   options.overwrite = true;
   options.steps = steps;
   MOEWB_ASSIGN_OR_RETURN(auto run, run::TrainingRun::create(config, options, &collector));
+  trial.device = run->deviceDescription();
   MOEWB_ASSIGN_OR_RETURN(run::RunSummary summary, run->run());
   run.reset();  // closes the trace before the study records it
   trial.endedAt = utcNow();

@@ -1,5 +1,8 @@
 #include "runtime/cuda/cuda_context.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "runtime/cuda/cuda_check.h"
 
 namespace moewb::engine::cuda {
@@ -15,6 +18,25 @@ int deviceCount() {
   }
   return count;
 }
+
+namespace {
+
+// The release in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
+// 580.95.05  ..."): the first token after "Kernel Module", or "" when the file or token is absent.
+std::string nvidiaDriverRelease() {
+  std::ifstream file("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  const std::string marker = "Kernel Module";
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return "";
+  std::istringstream rest(line.substr(at + marker.size()));
+  std::string release;
+  rest >> release;
+  return release;
+}
+
+}  // namespace
 
 Result<DeviceInfo> deviceInfo(int ordinal) {
   const int count = deviceCount();
@@ -34,6 +56,8 @@ Result<DeviceInfo> deviceInfo(int ordinal) {
   info.computeMinor = props.minor;
   info.multiprocessors = props.multiProcessorCount;
   info.totalMemoryBytes = int64_t(props.totalGlobalMem);
+  if (cudaDriverGetVersion(&info.driverCudaVersion) != cudaSuccess) info.driverCudaVersion = 0;
+  info.driverRelease = nvidiaDriverRelease();
   return info;
 }
 

@@ -27,6 +27,8 @@ struct DeviceInfo {
   int computeMinor = 0;
   int multiprocessors = 0;
   int64_t totalMemoryBytes = 0;
+  int driverCudaVersion = 0;  // the CUDA version the driver supports, e.g. 13000 for 13.0
+  std::string driverRelease;  // the NVIDIA driver's release, "580.95.05" ("" when unknown)
 };
 
 // Number of CUDA devices this process can use (0 when the driver is missing or finds none).

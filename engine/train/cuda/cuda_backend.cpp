@@ -44,10 +44,13 @@ class CudaBackend final : public DeviceBackend {
 
   std::string deviceDescription() const override {
     const cuda::DeviceInfo& d = m_context->device();
-    char text[160];
-    std::snprintf(text, sizeof text, "%s (device %d, compute %d.%d, %d SMs, %.1f GiB)",
+    char text[224];
+    std::snprintf(text, sizeof text,
+                  "%s (device %d, compute %d.%d, %d SMs, %.1f GiB; driver %s, CUDA %d.%d)",
                   d.name.c_str(), d.ordinal, d.computeMajor, d.computeMinor, d.multiprocessors,
-                  double(d.totalMemoryBytes) / double(int64_t(1) << 30));
+                  double(d.totalMemoryBytes) / double(int64_t(1) << 30),
+                  d.driverRelease.empty() ? "release unknown" : d.driverRelease.c_str(),
+                  d.driverCudaVersion / 1000, d.driverCudaVersion % 1000 / 10);
     return text;
   }
 

@@ -110,7 +110,11 @@ Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
   m_started = true;
   m_sinks = sinks;
   m_sinks.resize(size_t(m_config->parallel.worldSize), nullptr);
-  return launch();
+  MOEWB_RETURN_IF_ERROR(launch());
+  if (m_importAtStart == nullptr) return Status::ok();
+  Task task{TaskKind::kImport};
+  task.imports = std::move(m_importAtStart);
+  return dispatch(std::move(task)).status();
 }
 
 Status RankGroupRunner::launch() {
@@ -234,6 +238,7 @@ Status RankGroupRunner::applyLiveConfig(const ValidConfig& config) {
 }
 
 Result<TrainingState> RankGroupRunner::gatherState() {
+  if (!m_started) return failedPrecondition("the rank group has not started: no state to gather");
   MOEWB_ASSIGN_OR_RETURN(std::vector<RankResult> results, dispatch({TaskKind::kExport}));
   std::vector<RankShards> ranks;
   ranks.reserve(results.size());
@@ -246,6 +251,10 @@ Status RankGroupRunner::scatterState(const TrainingState& state) {
   for (int32_t r = 0; r < m_config->parallel.worldSize; ++r) {
     MOEWB_ASSIGN_OR_RETURN(RankShards shards, shardsOfRank(m_config, state, r));
     imports->push_back(std::move(shards));
+  }
+  if (!m_started) {  // the ranks take it when they start
+    m_importAtStart = std::move(imports);
+    return Status::ok();
   }
   Task task{TaskKind::kImport};
   task.imports = std::move(imports);

@@ -59,13 +59,15 @@ class RankGroupRunner final : public StepRunner {
   Status finish() override;
 
   // At a step boundary, after start(): the group's training state in one-rank shapes (every
-  // rank's shards copied, then assembled). Errors: the ranks' (a GPU copy), kInternal when they
-  // disagree (assembleTrainingState); a rank's error ends the group.
-  Result<TrainingState> gatherState();
-  // At a step boundary, after start(): replaces every rank's state by its part of `state` (the
-  // next step continues from it). Errors: kInvalidArgument when `state` is not of this config's
-  // model (nothing changed); a rank's error ends the group.
-  Status scatterState(const TrainingState& state);
+  // rank's shards copied, then assembled). Errors: kFailedPrecondition before start(); the
+  // ranks' (a GPU copy), kInternal when they disagree (assembleTrainingState); a rank's error
+  // ends the group.
+  Result<TrainingState> gatherState() override;
+  // Replaces every rank's state by its part of `state` (the next step continues from it): at a
+  // step boundary, or before start() (then the ranks take it when they start). Errors:
+  // kInvalidArgument when `state` is not of this config's model (nothing changed); a rank's
+  // error ends the group.
+  Status scatterState(const TrainingState& state) override;
 
  private:
   enum class TaskKind { kAgree, kStep, kApply, kExport, kImport, kQuit };
@@ -108,6 +110,8 @@ class RankGroupRunner final : public StepRunner {
   std::function<void(int32_t, int64_t)> m_beforeRankStep;
   bool m_gpu = false;
   std::vector<EventSink*> m_sinks;  // [world_size]
+  // A state scattered before start() (a resumed checkpoint): the ranks take it when they start.
+  std::shared_ptr<const std::vector<RankShards>> m_importAtStart;
   std::thread m_driver;             // runs the rank threads (runRanks) until they all return
   std::mutex m_mutex;
   std::condition_variable m_taskReady;    // rank threads wait here for the next task

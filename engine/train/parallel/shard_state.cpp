@@ -170,6 +170,26 @@ Result<TrainingState> assembleTrainingState(const RunConfig& config,
   return state;
 }
 
+Result<TrainingState> emptyTrainingState(const RunConfig& config) {
+  TrainingState state;
+  for (const ParameterDecl& decl : layoutsOf(config).full) {
+    if (!decl.trainable) {
+      return failedPrecondition(decl.name + " is frozen (lora.enabled): the state of a rank "
+                                "group holds trainable parameters only");
+    }
+    Parameter<float> p;
+    p.name = decl.name;
+    p.decay = decl.decay;
+    for (Field field : kFields) p.*field = Tensor<float>(decl.shape, LazyZeroPages{});
+    state.params.push_back(std::move(p));
+  }
+  const ModelDims dims = ModelDims::fromConfig(config);  // the host model's rule for biases
+  if (dims.moe.biasUpdateRate > 0) {
+    state.expertBiases.assign(size_t(dims.numLayers), makeExpertBias(dims.numExperts));
+  }
+  return state;
+}
+
 Result<RankShards> shardsOfRank(const RunConfig& config, const TrainingState& state,
                                 int32_t rank) {
   const ParallelSection& parallel = config.parallel;

@@ -57,6 +57,11 @@ struct RankShards {
 Result<TrainingState> assembleTrainingState(const RunConfig& config,
                                             const std::vector<RankShards>& ranks);
 
+// The one-rank state of `config`'s model with every tensor zero, its expert biases fresh (zeros,
+// when moe.bias_update_rate > 0) and stepsDone 0: the shapes a rank-group checkpoint is read
+// into. Errors: kFailedPrecondition when the model has frozen parameters (LoRA).
+Result<TrainingState> emptyTrainingState(const RunConfig& config);
+
 // What rank `rank` of a group with `config`'s layout holds of `state`. Errors:
 // kInvalidArgument naming the first parameter whose name or shape differs from `config`'s model,
 // or a bias table of another size.

@@ -132,12 +132,17 @@ class Trainer {
   void requestStop() { m_stopRequested.store(true); }
 
   // Writes the weights, AdamW moments and the step counter to `path` (safetensors, atomically;
-  // layout in engine/train/checkpoint/checkpoint.h). Errors: kInternal naming the path.
+  // layout in engine/train/checkpoint/checkpoint.h). A group of in-process ranks writes its
+  // state gathered into the one-rank shapes: the same file, which resumes in any layout. Errors:
+  // kInternal naming the path; kFailedPrecondition for a rank of a multi-process launch.
   Status saveCheckpoint(const std::string& path) const;
 
   // Loads a checkpoint of the same model (names and shapes must match; nothing changes on error);
-  // the next step() continues at the checkpoint's step, bit-exactly as an uninterrupted run would.
-  // Errors: kNotFound, kDataLoss (not a checkpoint / truncated), kInvalidArgument (other model).
+  // the next step() continues at the checkpoint's step, bit-exactly as an uninterrupted run
+  // would in the layout that wrote it. A group of in-process ranks takes its shards of it in its
+  // own layout (before the first step, or at a step boundary). Errors: kNotFound, kDataLoss (not a
+  // checkpoint / truncated), kInvalidArgument (other model), kFailedPrecondition (a rank of a
+  // multi-process launch; a LoRA model on several ranks).
   Status loadCheckpoint(const std::string& path);
 
   // Loads only the base weights (every parameter that is not a LoRA adapter) by name from a
@@ -242,6 +247,9 @@ class Trainer {
   Status applyPatch(const TrainerCommand& command);
   // The host model of a one-rank run, or kFailedPrecondition naming `what` for other topologies.
   Result<Model<float>*> singleRankModel(const std::string& what) const;
+  // saveCheckpoint / loadCheckpoint of a runner without a host model (a rank group).
+  Status saveGroupCheckpoint(const std::string& path) const;
+  Status loadGroupCheckpoint(const std::string& path);
   struct QueuedCommand {
     TrainerCommand command;
     std::promise<Status> done;

@@ -135,6 +135,9 @@ class TrainingRun {
 
   const engine::RunConfig& config() const { return m_config.get(); }
   int64_t plannedSteps() const { return m_steps; }
+  // What the run trains on: "CPU, 8 threads" or the GPU with its driver ("NVIDIA H200 (device 0,
+  // ...; driver 580.95.05, CUDA 13.0)"), as engine::Trainer::deviceDescription.
+  std::string deviceDescription() const;
 
  private:
   class SummarySink;
@@ -143,6 +146,10 @@ class TrainingRun {
   Status startGpuCapture(const TrainingRunOptions& options);
   Status createTrainer(const TrainingRunOptions& options);
   Status loadSingleRankState(const TrainingRunOptions& options);
+  // The checkpoint to resume and the checkpoint policy of a group of in-process ranks.
+  Status loadGroupState(const TrainingRunOptions& options);
+  // Loads options.resumePath when set; kInvalidArgument when it is not before the last step.
+  Status resumeIfAsked(const TrainingRunOptions& options);
   static Status checkSingleRankOptions(const TrainingRunOptions& options, int32_t worldSize);
 
   engine::ValidConfig m_config;

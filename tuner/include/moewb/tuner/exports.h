@@ -37,6 +37,9 @@ struct Provenance {
   int64_t peakBytes = 0;       // measured
   std::string gitCommit;       // of the tool that ran the study
   std::string machine;         // host and backend of the study
+  std::string device;          // what the trials ran on, with the GPU driver ("" = unknown)
+  double predictedStepTimeMs = 0;  // the cost model's prediction for the trial (0 = none)
+  int64_t predictedPeakBytes = 0;
 };
 
 struct ExportText {

@@ -60,6 +60,9 @@ struct StudyInfo {
   std::string startedAt;       // UTC, ISO 8601
   std::string gitCommit;       // of the tool that made the study, "unknown" if not known
   std::string host;            // hostname and backend, e.g. "box (cpu)"
+  // What the trials ran on, from the first trial on (meta key 'device'): "CPU, 2 threads" or
+  // "NVIDIA H200 (device 0, ...; driver 580.95.05, CUDA 13.0)"; "" before any trial ran.
+  std::string device;
   int schemaVersion = kStudySchemaVersion;  // of the file as opened (read back; 1 or 2)
 };
 
@@ -82,6 +85,7 @@ struct TrialRecord {
   std::vector<double> losses;      // [steps] loss per step (mean over ranks)
   std::vector<double> gradNorms;   // [steps] global gradient norm before clipping
   std::vector<double> stepMs;      // [steps] step time, ms
+  std::string device;              // what it ran on (not a column: the study's meta 'device')
 };
 
 class StudyStore {
@@ -104,6 +108,8 @@ class StudyStore {
   Result<std::vector<TrialRecord>> trials() const;
   // Appends `trial` (its id is ignored) with its steps in one transaction; returns the new id.
   Result<int64_t> addTrial(const TrialRecord& trial);
+  // Records what the trials run on (StudyInfo::device). kInternal when it cannot be written.
+  Status setDevice(const std::string& device);
   // Changes the verdict and message of trial `id` (kNotFound when there is none).
   Status setVerdict(int64_t id, Verdict verdict, const std::string& message);
 
