@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -331,24 +332,40 @@ int64_t lastStepOf(const std::string& trace, double* lastLoss) {
   return steps->back().step;
 }
 
+// `base` run straight for `total` steps, and to `stop` with a checkpoint every `stop` steps then
+// resumed from it to `total`: both end at step total - 1 with the same loss. Returns the
+// checkpoint's path ("" after a failure).
+std::string checkResumeEndsLikeStraight(TempDir& dir, const std::string& base, int stop,
+                                        int total) {
+  ProcessResult straight = runMoewb(base + "--steps " + std::to_string(total) + " --out " +
+                                        dir.file("straight.sqlite"), dir.path());
+  EXPECT_EQ(straight.exitCode, 0) << straight.err;
+  ProcessResult first = runMoewb(base + "--steps " + std::to_string(stop) +
+                                     " --checkpoint-every " + std::to_string(stop) +
+                                     " --checkpoint-dir " + dir.file("ckpt") + " --out " +
+                                     dir.file("first.sqlite"),
+                                 dir.path());
+  EXPECT_EQ(first.exitCode, 0) << first.err;
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt/step-%08d.safetensors", stop);
+  const std::string ckpt = dir.file(name);
+  EXPECT_TRUE(std::filesystem::exists(ckpt));
+  ProcessResult resumed = runMoewb(base + "--steps " + std::to_string(total) + " --resume " +
+                                       ckpt + " --out " + dir.file("resumed.sqlite"),
+                                   dir.path());
+  EXPECT_EQ(resumed.exitCode, 0) << resumed.err;
+  double straightLoss = 0, resumedLoss = 0;
+  EXPECT_EQ(lastStepOf(dir.file("straight.sqlite"), &straightLoss), total - 1);
+  EXPECT_EQ(lastStepOf(dir.file("resumed.sqlite"), &resumedLoss), total - 1);
+  EXPECT_EQ(straightLoss, resumedLoss);
+  return ::testing::Test::HasFailure() ? "" : ckpt;
+}
+
 TEST(CliCheckpoint, ResumedRunEndsWithTheSameLossAsAnUninterruptedOne) {
   TempDir dir("cli-ckpt");
   std::string base = "run --config " + tinyConfig() + " --quiet --set model.seq_len=16 ";
-  ProcessResult straight = runMoewb(base + "--steps 12 --out " + dir.file("straight.sqlite"), dir.path());
-  ASSERT_EQ(straight.exitCode, 0) << straight.err;
-  ProcessResult first = runMoewb(base + "--steps 8 --checkpoint-every 4 --checkpoint-dir " +
-                                     dir.file("ckpt") + " --out " + dir.file("first.sqlite"),
-                                 dir.path());
-  ASSERT_EQ(first.exitCode, 0) << first.err;
-  std::string ckpt = dir.file("ckpt/step-00000008.safetensors");
-  ASSERT_TRUE(std::filesystem::exists(ckpt));
-  ProcessResult resumed = runMoewb(base + "--steps 12 --resume " + ckpt + " --out " +
-                                       dir.file("resumed.sqlite"), dir.path());
-  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
-  double straightLoss = 0, resumedLoss = 0;
-  EXPECT_EQ(lastStepOf(dir.file("straight.sqlite"), &straightLoss), 11);
-  EXPECT_EQ(lastStepOf(dir.file("resumed.sqlite"), &resumedLoss), 11);
-  EXPECT_EQ(straightLoss, resumedLoss);
+  const std::string ckpt = checkResumeEndsLikeStraight(dir, base, 8, 12);
+  ASSERT_FALSE(ckpt.empty());
 
   ProcessResult bad = runMoewb(base + "--steps 12 --set moe.d_ff=32 --resume " + ckpt + " --out " +
                                    dir.file("bad.sqlite"), dir.path());
@@ -362,22 +379,7 @@ TEST(CliCheckpoint, RankGroupResumesToTheSameLoss) {
   TempDir dir("cli-ckpt-ranks");
   std::string base = "run --config " + tinyConfig() +
                      " --quiet --set model.seq_len=16 --ranks 2 --set parallel.ep=2 ";
-  ProcessResult straight = runMoewb(base + "--steps 8 --out " + dir.file("straight.sqlite"),
-                                    dir.path());
-  ASSERT_EQ(straight.exitCode, 0) << straight.err;
-  ProcessResult first = runMoewb(base + "--steps 4 --checkpoint-every 4 --checkpoint-dir " +
-                                     dir.file("ckpt") + " --out " + dir.file("first.sqlite"),
-                                 dir.path());
-  ASSERT_EQ(first.exitCode, 0) << first.err;
-  std::string ckpt = dir.file("ckpt/step-00000004.safetensors");
-  ASSERT_TRUE(std::filesystem::exists(ckpt));
-  ProcessResult resumed = runMoewb(base + "--steps 8 --resume " + ckpt + " --out " +
-                                       dir.file("resumed.sqlite"), dir.path());
-  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
-  double straightLoss = 0, resumedLoss = 0;
-  EXPECT_EQ(lastStepOf(dir.file("straight.sqlite"), &straightLoss), 7);
-  EXPECT_EQ(lastStepOf(dir.file("resumed.sqlite"), &resumedLoss), 7);
-  EXPECT_EQ(straightLoss, resumedLoss);
+  EXPECT_FALSE(checkResumeEndsLikeStraight(dir, base, 4, 8).empty());
 }
 
 }  // namespace

@@ -15,6 +15,20 @@ using Field = Tensor<float> Parameter<float>::*;
 constexpr Field kFields[] = {&Parameter<float>::value, &Parameter<float>::grad,
                              &Parameter<float>::adamM, &Parameter<float>::adamV};
 
+// The one-rank parameter `decl` with every field zero (untouched pages); kFailedPrecondition for
+// a frozen one: a rank group's state holds trainable parameters only.
+Result<Parameter<float>> zeroFullParameter(const ParameterDecl& decl) {
+  if (!decl.trainable) {
+    return failedPrecondition(decl.name + " is frozen (lora.enabled): the state of a rank "
+                              "group holds trainable parameters only");
+  }
+  Parameter<float> p;
+  p.name = decl.name;
+  p.decay = decl.decay;
+  for (Field field : kFields) p.*field = Tensor<float>(decl.shape, LazyZeroPages{});
+  return p;
+}
+
 // The parameter layouts of the one-rank model and of one EP shard of `config`'s model.
 // local[i].expertSharded says how parameter i is placed: over the expert-data-parallel group
 // when parallel.ep > 1, else (ep = 1: every rank holds every expert) like a dense parameter.
@@ -130,14 +144,7 @@ Result<TrainingState> assembleTrainingState(const RunConfig& config,
   state.expertBiases = ranks[0].expertBiases;
   for (size_t i = 0; i < layouts.full.size(); ++i) {
     const ParameterDecl& decl = layouts.full[i];
-    if (!decl.trainable) {
-      return failedPrecondition(decl.name + " is frozen (lora.enabled): the state of a rank "
-                                "group holds trainable parameters only");
-    }
-    Parameter<float> p;
-    p.name = decl.name;
-    p.decay = decl.decay;
-    for (Field field : kFields) p.*field = Tensor<float>(decl.shape);
+    MOEWB_ASSIGN_OR_RETURN(Parameter<float> p, zeroFullParameter(decl));
     const ParameterDecl& local = layouts.local[i];
     const int64_t slice = local.numel();
     for (const ChunkSource& source : chunkSources(parallel, local, slice)) {
@@ -173,14 +180,7 @@ Result<TrainingState> assembleTrainingState(const RunConfig& config,
 Result<TrainingState> emptyTrainingState(const RunConfig& config) {
   TrainingState state;
   for (const ParameterDecl& decl : layoutsOf(config).full) {
-    if (!decl.trainable) {
-      return failedPrecondition(decl.name + " is frozen (lora.enabled): the state of a rank "
-                                "group holds trainable parameters only");
-    }
-    Parameter<float> p;
-    p.name = decl.name;
-    p.decay = decl.decay;
-    for (Field field : kFields) p.*field = Tensor<float>(decl.shape, LazyZeroPages{});
+    MOEWB_ASSIGN_OR_RETURN(Parameter<float> p, zeroFullParameter(decl));
     state.params.push_back(std::move(p));
   }
   const ModelDims dims = ModelDims::fromConfig(config);  // the host model's rule for biases

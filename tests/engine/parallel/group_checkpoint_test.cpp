@@ -25,29 +25,7 @@ using test::Trajectory;
 
 constexpr double kLossTolerance = 1e-5;  // fp32, another summation order (one rank vs a group)
 
-RunConfig groupConfig() {
-  RunConfig c;
-  c.run.threads = 1;
-  c.run.seed = 5;
-  c.model.vocabSize = 32;
-  c.model.dModel = 16;
-  c.model.numLayers = 2;
-  c.model.numHeads = 2;
-  c.model.seqLen = 8;
-  c.model.initStd = 0.1;
-  c.moe.numExperts = 8;
-  c.moe.topK = 2;
-  c.moe.dFf = 12;
-  c.moe.auxLossCoef = 0.01;
-  c.moe.biasUpdateRate = 0.01;  // state beside the parameters
-  c.data.batchSize = 8;
-  c.optim.lr = 3e-3;
-  c.optim.warmupSteps = 4;  // the learning rate follows the resumed step index
-  c.parallel.worldSize = 4;
-  c.parallel.ep = 2;
-  c.parallel.fsdp = 2;
-  return c;
-}
+RunConfig groupConfig() { return test::smallGroupConfig(); }
 
 // A scratch folder removed at the end of the test.
 class GroupCheckpointTest : public ::testing::Test {
@@ -131,23 +109,20 @@ TEST_F(GroupCheckpointTest, OneRankAndGroupResumeEachOthersCheckpoints) {
   single.parallel.worldSize = 1;
   single.parallel.ep = 1;
   single.parallel.fsdp = 0;
-  const Trajectory groupRun = trainWithCheckpoints(group, kStepsBefore + kStepsAfter);
-  const Trajectory onOneRank = resume(single, checkpointAt(kStepsBefore), kStepsAfter);
-  ASSERT_EQ(onOneRank.loss.size(), size_t(kStepsAfter));
-  for (int i = 0; i < kStepsAfter; ++i) {
-    EXPECT_NEAR(onOneRank.loss[size_t(i)], groupRun.loss[size_t(kStepsBefore + i)],
-                kLossTolerance)
-        << "step " << kStepsBefore + i;
-  }
-  std::filesystem::remove_all(m_dir);
-  const Trajectory singleRun = trainWithCheckpoints(single, kStepsBefore + kStepsAfter);
-  const Trajectory onGroup = resume(group, checkpointAt(kStepsBefore), kStepsAfter);
-  ASSERT_EQ(onGroup.loss.size(), size_t(kStepsAfter));
-  for (int i = 0; i < kStepsAfter; ++i) {
-    EXPECT_NEAR(onGroup.loss[size_t(i)], singleRun.loss[size_t(kStepsBefore + i)],
-                kLossTolerance)
-        << "step " << kStepsBefore + i;
-  }
+  // `writer` trains with checkpoints; `reader` resumes the one of step kStepsBefore.
+  auto check = [&](const RunConfig& writer, const RunConfig& reader) {
+    std::filesystem::remove_all(m_dir);
+    const Trajectory written = trainWithCheckpoints(writer, kStepsBefore + kStepsAfter);
+    const Trajectory resumed = resume(reader, checkpointAt(kStepsBefore), kStepsAfter);
+    ASSERT_EQ(resumed.loss.size(), size_t(kStepsAfter));
+    for (int i = 0; i < kStepsAfter; ++i) {
+      EXPECT_NEAR(resumed.loss[size_t(i)], written.loss[size_t(kStepsBefore + i)],
+                  kLossTolerance)
+          << "step " << kStepsBefore + i;
+    }
+  };
+  check(group, single);
+  check(single, group);
 }
 
 // (d) Another model's checkpoint: refused naming a tensor; the group trains from its own start.

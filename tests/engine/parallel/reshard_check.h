@@ -21,6 +21,33 @@ namespace moewb::engine::test {
 inline constexpr int kStepsBefore = 3;  // steps in the old layout
 inline constexpr int kStepsAfter = 3;   // steps after the patch
 
+// A small model on 4 in-process CPU ranks, EP = 2 x FSDP = 2, with the expert bias on (state
+// beside the parameters) and a warm-up that ties the learning rate to the step index.
+inline RunConfig smallGroupConfig() {
+  RunConfig c;
+  c.run.threads = 1;
+  c.run.seed = 11;
+  c.model.vocabSize = 32;
+  c.model.dModel = 16;
+  c.model.numLayers = 2;
+  c.model.numHeads = 2;
+  c.model.seqLen = 8;
+  c.model.initStd = 0.1;
+  c.moe.numExperts = 8;
+  c.moe.topK = 2;
+  c.moe.dFf = 12;
+  c.moe.auxLossCoef = 0.01;
+  c.moe.biasUpdateRate = 0.01;  // the expert bias is state that must move too
+  c.data.batchSize = 8;
+  c.optim.lr = 3e-3;
+  c.optim.warmupSteps = 4;  // the learning rate follows the step index
+  c.optim.gradClip = 0.5;
+  c.parallel.worldSize = 4;
+  c.parallel.ep = 2;
+  c.parallel.fsdp = 2;
+  return c;
+}
+
 inline ValidConfig valid(const RunConfig& config) {
   Result<ValidConfig> v = ValidConfig::validate(config);
   EXPECT_TRUE(v.isOk()) << v.status().toString();

@@ -31,30 +31,7 @@ using test::valid;
 
 constexpr double kLossTolerance = 1e-5;  // fp32: the old layout's losses, another sum order
 
-RunConfig baseConfig() {
-  RunConfig c;
-  c.run.threads = 1;
-  c.run.seed = 11;
-  c.model.vocabSize = 32;
-  c.model.dModel = 16;
-  c.model.numLayers = 2;
-  c.model.numHeads = 2;
-  c.model.seqLen = 8;
-  c.model.initStd = 0.1;
-  c.moe.numExperts = 8;
-  c.moe.topK = 2;
-  c.moe.dFf = 12;
-  c.moe.auxLossCoef = 0.01;
-  c.moe.biasUpdateRate = 0.01;  // the expert bias is state that must move too
-  c.data.batchSize = 8;
-  c.optim.lr = 3e-3;
-  c.optim.warmupSteps = 4;  // the learning rate follows the step index
-  c.optim.gradClip = 0.5;
-  c.parallel.worldSize = 4;
-  c.parallel.ep = 2;
-  c.parallel.fsdp = 2;
-  return c;
-}
+RunConfig baseConfig() { return test::smallGroupConfig(); }
 
 bool sameBits(const Tensor<float>& a, const Tensor<float>& b) {
   return a.shape() == b.shape() &&
