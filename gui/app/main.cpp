@@ -13,6 +13,7 @@
 //   --swap-tab TAB                        show the Swap dock's tab: memory, pcie, layers, what-if
 //   --select A:B                          select ms A..B after the trace start (the Selection dock)
 //   --study STUDY.sqlite                  also open a `moewb tune` study in the Tuner window
+//                                         (with --screenshot and no FILE: render that window)
 //   --compare B.sqlite [--warmup N]       open the Compare window on FILE (A) against B instead
 //                                         (with --screenshot: render it once compared, and exit)
 #include <QApplication>
@@ -103,6 +104,18 @@ void screenshotAndQuit(moewb::gui::MainWindow* window, const QString& path, bool
       std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(window->lastError()));
     }
     QCoreApplication::exit(saved && ok ? 0 : 1);
+  });
+}
+
+// --study S --screenshot OUT without a trace: renders the Tuner window (the pick selected) to
+// OUT and exits; exit code 1 when the study was refused or OUT cannot be written.
+void studyScreenshotAndQuit(moewb::gui::TunerWindow* tuner, const QString& path) {
+  QTimer::singleShot(300, tuner, [tuner, path] {
+    const bool opened = tuner->errorText().isEmpty();
+    if (!opened) std::fprintf(stderr, "moewb-gui: %s\n", qPrintable(tuner->errorText()));
+    const bool saved = tuner->grab().save(path);
+    if (!saved) std::fprintf(stderr, "moewb-gui: cannot write %s\n", qPrintable(path));
+    QCoreApplication::exit(saved && opened ? 0 : 1);
   });
 }
 
@@ -232,7 +245,8 @@ int main(int argc, char** argv) {
   if (!o.screenshot.isEmpty()) window.setErrorDialogsEnabled(false);
   if (o.heatmapScale > 0) window.heatmapPanel()->setFixedScale(o.heatmapScale);
   window.show();
-  if (!o.study.isEmpty()) moewb::gui::openStudyWindow(o.study, &window);
+  moewb::gui::TunerWindow* tuner =
+      o.study.isEmpty() ? nullptr : moewb::gui::openStudyWindow(o.study, &window);
 
   // The trace loads on a worker while the window is already up; the screenshot (without --run)
   // waits for the load to end.
@@ -258,6 +272,9 @@ int main(int argc, char** argv) {
     } else if (!o.screenshot.isEmpty()) {
       screenshotAndQuit(&window, o.screenshot, false, o);
     }
+  } else if (tuner != nullptr && o.file.isEmpty() && !o.screenshot.isEmpty()) {
+    tuner->resize(o.size);
+    studyScreenshotAndQuit(tuner, o.screenshot);
   } else if (!o.screenshot.isEmpty() && !shotAfterOpen) {
     screenshotAndQuit(&window, o.screenshot, true, o);
   }

@@ -48,9 +48,17 @@ TunerPredictionView::TunerPredictionView(QWidget* parent) : QWidget(parent) {
 void TunerPredictionView::setPoints(std::vector<TunerPredictionPoint> points) {
   m_points = std::move(points);
   m_selected.reset();
-  double hi = 0;
-  for (const TunerPredictionPoint& p : m_points) hi = std::max({hi, p.predictedMs, p.measuredMs});
-  m_axis = niceAxis(0, hi > 0 ? hi * 1.05 : 1, 5);
+  // Both axes over the points' range with a margin (down to 0 only when the points reach near
+  // it): trials of one study often lie within a few percent of each other.
+  double lo = 0, hi = 0;
+  for (const TunerPredictionPoint& p : m_points) {
+    const double a = std::min(p.predictedMs, p.measuredMs);
+    const double b = std::max(p.predictedMs, p.measuredMs);
+    lo = hi == 0 ? a : std::min(lo, a);
+    hi = std::max(hi, b);
+  }
+  const double pad = std::max(0.05 * hi, 0.15 * (hi - lo));
+  m_axis = hi > 0 ? niceAxis(std::max(0.0, lo - pad), hi + pad, 5) : niceAxis(0, 1, 5);
   update();
 }
 
@@ -137,6 +145,8 @@ void TunerPredictionView::paintAxes(QPainter& p, const QRectF& plot) const {
 
 void TunerPredictionView::paintDiagonal(QPainter& p) const {
   const double lo = m_axis.min, hi = m_axis.max;
+  p.save();
+  p.setClipRect(plotRect());  // the band's lines start and end outside an axis that is not from 0
   p.setBrush(Qt::NoBrush);
   p.setPen(QPen(theme::series(1), 1.5));
   p.drawLine(toScreen(lo, lo), toScreen(hi, hi));
@@ -144,6 +154,7 @@ void TunerPredictionView::paintDiagonal(QPainter& p) const {
   p.setPen(QPen(theme::dimText(), 1, Qt::DashLine));
   p.drawLine(toScreen(lo, lo * (1 + kBand)), toScreen(hi / (1 + kBand), hi));
   p.drawLine(toScreen(lo, lo * (1 - kBand)), toScreen(hi, hi * (1 - kBand)));
+  p.restore();
 }
 
 void TunerPredictionView::paintPoints(QPainter& p) const {

@@ -22,7 +22,7 @@ constexpr double kDotPx = 4;
 constexpr double kPickRingPx = 8;
 
 QString tickLabel(double v) {
-  return QString::number(v, 'g', 4);
+  return QString::number(v, 'g', 6);  // 80000, not 8e+04
 }
 
 }  // namespace

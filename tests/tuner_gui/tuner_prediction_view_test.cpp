@@ -1,5 +1,5 @@
-// TunerPredictionView offscreen: the error of a known point set, the shared axis and the
-// diagonal's geometry, hit testing and a click, the pixels of a rendered dot; and the Tuner
+// TunerPredictionView offscreen: the error of a known point set, the shared axis (over the
+// points' range) and the diagonal's geometry, hit testing and a click, the pixels of a rendered dot; and the Tuner
 // window on real studies: a model-strategy study shows one point per predicted trial, a halving
 // study (no predictions) hides the chart.
 #include "tuner_prediction_view.h"
@@ -36,11 +36,13 @@ TEST(TunerPredictionView, SharedAxisDiagonalHitsAndClicks) {
   TunerPredictionView view;
   view.resize(400, 300);
   view.setPoints(threePoints());
-  EXPECT_LE(view.axis().min, 0);
+  // The shared axis spans the points (8 .. 20 ms) with a margin, not from 0.
+  EXPECT_GT(view.axis().min, 0);
+  EXPECT_LE(view.axis().min, 8);
   EXPECT_GE(view.axis().max, 20);
   EXPECT_EQ(view.titleText(), "Predicted vs measured: 3 trials, error median 10.0%, max 25.0%");
   // Prediction = measurement lies on the diagonal; above it the model was optimistic.
-  const QPointF lo = view.toScreen(0, 0), hi = view.toScreen(20, 20);
+  const QPointF lo = view.toScreen(8, 8), hi = view.toScreen(20, 20);
   EXPECT_LT(lo.x(), hi.x());
   EXPECT_GT(lo.y(), hi.y());
   const QPointF on = view.pointPosition(2);
@@ -55,6 +57,19 @@ TEST(TunerPredictionView, SharedAxisDiagonalHitsAndClicks) {
   ASSERT_EQ(clicked.count(), 1);
   EXPECT_EQ(clicked.at(0).at(0).toLongLong(), 2);
   EXPECT_EQ(view.selectedTrial(), 2);
+}
+
+// Points that reach near 0 keep the axis from 0; one study's trials within a few percent of each
+// other get an axis around them.
+TEST(TunerPredictionView, AxisStartsAtZeroOnlyWhenThePointsReachNearIt) {
+  TunerPredictionView view;
+  view.setPoints({{1, 1.0, 2.0, false}, {2, 20.0, 21.0, false}});
+  EXPECT_EQ(view.axis().min, 0);
+  view.setPoints({{1, 231.5, 228.8, true}, {2, 232.6, 252.4, false}});
+  EXPECT_GE(view.axis().min, 200);
+  EXPECT_LE(view.axis().min, 228.8);
+  EXPECT_GE(view.axis().max, 252.4);
+  EXPECT_LE(view.axis().max, 280);
 }
 
 TEST(TunerPredictionView, RendersTheDotsInTheSeriesColour) {
