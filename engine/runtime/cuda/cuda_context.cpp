@@ -1,9 +1,7 @@
 #include "runtime/cuda/cuda_context.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/driver_release.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -18,25 +16,6 @@ int deviceCount() {
   }
   return count;
 }
-
-namespace {
-
-// The release in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
-// 580.95.05  ..."): the first token after "Kernel Module", or "" when the file or token is absent.
-std::string nvidiaDriverRelease() {
-  std::ifstream file("/proc/driver/nvidia/version");
-  std::string line;
-  if (!std::getline(file, line)) return "";
-  const std::string marker = "Kernel Module";
-  const size_t at = line.find(marker);
-  if (at == std::string::npos) return "";
-  std::istringstream rest(line.substr(at + marker.size()));
-  std::string release;
-  rest >> release;
-  return release;
-}
-
-}  // namespace
 
 Result<DeviceInfo> deviceInfo(int ordinal) {
   const int count = deviceCount();
