@@ -54,7 +54,8 @@ void* allocateTensorBytes(int64_t bytes, bool mapped) {
   const int64_t rounded = roundedBytes(bytes);
   void* ptr = nullptr;
   if (mapped) {
-    ptr = mmap(nullptr, size_t(rounded), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ptr = mmap(nullptr, size_t(rounded), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+               0);
     if (ptr == MAP_FAILED) throw std::bad_alloc();  // page-aligned and zero-filled
   } else {
     ptr = std::aligned_alloc(size_t(kAlignmentBytes), size_t(rounded));
