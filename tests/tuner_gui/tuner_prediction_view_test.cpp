@@ -1,12 +1,16 @@
 // TunerPredictionView offscreen: the error of a known point set, the shared axis (over the
 // points' range) and the diagonal's geometry, hit testing and a click, the pixels of a rendered dot; and the Tuner
 // window on real studies: a model-strategy study shows one point per predicted trial, a halving
-// study (no predictions) hides the chart.
+// study (no predictions) hides the chart; moewb-gui --study --screenshot renders that window.
 #include "tuner_prediction_view.h"
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include <QImage>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTest>
 
@@ -119,6 +123,35 @@ TEST(TunerPredictionView, TheWindowShowsPredictionsOfModelStudiesOnly) {
   ASSERT_TRUE(window.openStudy(QString::fromStdString(dir.file("halving.sqlite"))).isOk());
   EXPECT_FALSE(window.predictionChart()->isVisibleTo(&window));
   EXPECT_TRUE(window.predictionChart()->points().empty());
+}
+
+// moewb-gui --study S --screenshot OUT --size WxH renders the Tuner window alone and exits 0; a
+// file that is not a study exits 1 and is left as it was.
+TEST(TunerApp, StudyScreenshotRendersTheTunerWindowAlone) {
+  tuner::testing::TempDir dir("study-shot");
+  const auto model = tuner::runStudy(tinyStudy(dir.file("model.sqlite"), "model"));
+  ASSERT_TRUE(model.isOk()) << model.status().toString();
+  auto runApp = [&](const std::string& study, const std::string& out) {
+    QProcess app;
+    app.start(QStringLiteral(MOEWB_GUI_PATH),
+              {QStringLiteral("--study"), QString::fromStdString(study),
+               QStringLiteral("--screenshot"), QString::fromStdString(out),
+               QStringLiteral("--size"), QStringLiteral("900x640")});
+    EXPECT_TRUE(app.waitForFinished(60000)) << "moewb-gui did not exit";
+    return app.exitStatus() == QProcess::NormalExit ? app.exitCode() : -1;
+  };
+  EXPECT_EQ(runApp(dir.file("model.sqlite"), dir.file("shot.png")), 0);
+  const QImage shot(QString::fromStdString(dir.file("shot.png")));
+  ASSERT_FALSE(shot.isNull());
+  EXPECT_EQ(shot.size(), QSize(900, 640));
+
+  const std::string text = dir.file("notes.txt");
+  { std::ofstream(text) << "not a study\n"; }
+  EXPECT_EQ(runApp(text, dir.file("refused.png")), 1);
+  std::ifstream in(text);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "not a study");
 }
 
 }  // namespace
