@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -35,6 +36,11 @@ void printRun(const storage::RunRow& run, const std::map<std::string, std::strin
   std::printf("run      %s  backend %s  ranks %d  status %s%s%s\n", run.name.c_str(),
               run.backend.c_str(), run.worldSize, status.c_str(),
               run.message.empty() ? "" : " -- ", run.message.c_str());
+  for (const auto& [key, label] : {std::pair<const char*, const char*>{"device", "device  "},
+                                   {"startup", "start-up"}}) {
+    const auto it = meta.find(key);
+    if (it != meta.end() && !it->second.empty()) std::printf("%s %s\n", label, it->second.c_str());
+  }
   if (!showConfig) return;
   std::printf("config\n");
   std::istringstream lines(run.configToml);

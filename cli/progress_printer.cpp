@@ -17,14 +17,8 @@ ProgressPrinter::ProgressPrinter(int64_t plannedSteps)
 void ProgressPrinter::onRunStart(const engine::RunStartEvent& event) {
   m_startNs = event.startNs;
   // Only a start-up long enough to wonder about (the GPU configs) gets its line.
-  int64_t totalNs = 0;
-  for (const engine::StartupPhase& phase : event.startup) totalNs += phase.ns;
-  if (totalNs < kNsPerSecond) return;
-  std::string parts;
-  for (const engine::StartupPhase& phase : event.startup) {
-    parts += (parts.empty() ? "" : ", ") + phase.name + " " + formatDurationNs(phase.ns);
-  }
-  std::fprintf(stderr, "start-up %s: %s\n", formatDurationNs(totalNs).c_str(), parts.c_str());
+  if (engine::startupTotalNs(event.startup) < kNsPerSecond) return;
+  std::fprintf(stderr, "start-up %s\n", engine::describeStartup(event.startup).c_str());
 }
 
 void ProgressPrinter::onStep(const engine::StepEvent& event) {

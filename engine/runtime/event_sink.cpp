@@ -1,6 +1,8 @@
 // Stable names and timeline depths of engine phases (they are stored in traces, so never rename).
 #include "moewb/engine/event_sink.h"
 
+#include "moewb/base/units.h"
+
 namespace moewb::engine {
 
 const char* phaseName(Phase phase) {
@@ -38,6 +40,21 @@ std::string phaseSliceName(Phase phase, Pass pass) {
   if (pass == Pass::kForward) return name + ".fwd";
   if (pass == Pass::kBackward) return name + ".bwd";
   return name;
+}
+
+int64_t startupTotalNs(const std::vector<StartupPhase>& phases) {
+  int64_t totalNs = 0;
+  for (const StartupPhase& phase : phases) totalNs += phase.ns;
+  return totalNs;
+}
+
+std::string describeStartup(const std::vector<StartupPhase>& phases) {
+  if (phases.empty()) return "";
+  std::string parts;
+  for (const StartupPhase& phase : phases) {
+    parts += (parts.empty() ? "" : ", ") + phase.name + " " + formatDurationNs(phase.ns);
+  }
+  return formatDurationNs(startupTotalNs(phases)) + ": " + parts;
 }
 
 }  // namespace moewb::engine

@@ -271,6 +271,7 @@ Status Trainer::startRunOnce() {
   event.numExperts = m_config.moe.numExperts;
   event.startNs = steadyNowNs();
   event.startup = m_runner->startupPhases();
+  event.device = m_runner->deviceDescription();
   for (EventSink* sink : m_sinks) {
     if (sink != nullptr) sink->onRunStart(event);
   }

@@ -45,6 +45,10 @@ void HostTracer::onRunStart(const engine::RunStartEvent& event) {
   run.startUnixNs = unixNowNs();
   run.status = "running";
   m_run = m_leader != nullptr ? m_leader->runId() : m_writer->addRun(run);
+  if (m_leader == nullptr) {  // the run's provenance, once per trace (moewb info prints it)
+    if (!event.device.empty()) m_writer->setMeta("device", event.device);
+    if (!event.startup.empty()) m_writer->setMeta("startup", engine::describeStartup(event.startup));
+  }
 
   storage::TrackRow thread;
   thread.name = "trainer thread";

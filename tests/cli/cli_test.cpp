@@ -111,7 +111,8 @@ TEST_F(CliRunTest, InfoSummarisesTheTrace) {
   ASSERT_EQ(info.exitCode, 0) << info.err;
   for (const char* expected : {"run      tiny", "steps    200 committed", "top phases by total time",
                                "experts.bwd", "expert load imbalance per layer", "[moe]",
-                               "memory   weights",
+                               "memory   weights", "device   CPU, ",
+                               "start-up ", "weight initialisation",
                                "top_k = 2"}) {
     EXPECT_NE(info.out.find(expected), std::string::npos) << expected << "\n" << info.out;
   }

@@ -46,6 +46,12 @@ struct StartupPhase {
   int64_t ns = 0;
 };
 
+// "8.07 s: host model allocation 1.45 ms, weight initialisation 5.14 s, ..." (the total, then
+// each phase in order); "" when `phases` is empty.
+std::string describeStartup(const std::vector<StartupPhase>& phases);
+// The sum of the phases' times, ns.
+int64_t startupTotalNs(const std::vector<StartupPhase>& phases);
+
 struct RunStartEvent {
   std::string name;        // run.name
   std::string configToml;  // the full validated config as TOML
@@ -55,6 +61,7 @@ struct RunStartEvent {
   int32_t numExperts = 0;
   int64_t startNs = 0;     // steadyNowNs() at start
   std::vector<StartupPhase> startup;  // where the time before the first step went, in order
+  std::string device;  // what the run trains on: "CPU, 8 threads", "NVIDIA H200 (...; driver ...)"
 };
 
 struct PhaseEvent {
