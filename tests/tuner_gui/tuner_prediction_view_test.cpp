@@ -136,14 +136,15 @@ TEST(TunerApp, StudyScreenshotRendersTheTunerWindowAlone) {
     app.start(QStringLiteral(MOEWB_GUI_PATH),
               {QStringLiteral("--study"), QString::fromStdString(study),
                QStringLiteral("--screenshot"), QString::fromStdString(out),
-               QStringLiteral("--size"), QStringLiteral("900x640")});
+               QStringLiteral("--size"), QStringLiteral("1600x700")});
     EXPECT_TRUE(app.waitForFinished(60000)) << "moewb-gui did not exit";
     return app.exitStatus() == QProcess::NormalExit ? app.exitCode() : -1;
   };
   EXPECT_EQ(runApp(dir.file("model.sqlite"), dir.file("shot.png")), 0);
   const QImage shot(QString::fromStdString(dir.file("shot.png")));
   ASSERT_FALSE(shot.isNull());
-  EXPECT_EQ(shot.size(), QSize(900, 640));
+  // (wide enough for the header, which names the study and config paths at their length)
+  EXPECT_EQ(shot.size(), QSize(1600, 700));
 
   const std::string text = dir.file("notes.txt");
   { std::ofstream(text) << "not a study\n"; }
