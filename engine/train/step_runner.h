@@ -107,16 +107,20 @@ class StepRunner {
   virtual std::vector<StartupPhase> startupPhases() const { return {}; }
 
   // At a step boundary: the whole training state in the one-rank model's shapes (a rank group's
-  // checkpoint). Errors: kUnimplemented on runners without a group state (one rank: its host
-  // model is the state; a launcher rank: the other ranks are other processes); the group's.
-  virtual Result<TrainingState> gatherState() {
-    return unimplemented("this run has no in-process rank group to gather");
-  }
+  // checkpoint). Errors: kFailedPrecondition on runners without a group state (one rank: its
+  // host model is the state; a launcher rank: the other ranks are other processes); the group's.
+  virtual Result<TrainingState> gatherState() { return noGroupState("a checkpoint"); }
   // Replaces the training state by `state` (a resumed checkpoint), before the first step or at
   // a step boundary. Errors as gatherState, and kInvalidArgument when `state` is not of this
   // run's model.
   virtual Status scatterState(const TrainingState& /*state*/) {
-    return unimplemented("this run has no in-process rank group to scatter into");
+    return noGroupState("resuming a checkpoint");
+  }
+
+ private:
+  static Status noGroupState(const std::string& what) {
+    return failedPrecondition(what + " needs a one-rank run or in-process ranks; the ranks of "
+                                     "this run are other processes");
   }
 };
 

@@ -154,12 +154,7 @@ Status Trainer::loadCheckpoint(const std::string& path) {
 // A rank group's checkpoint is the one-rank checkpoint of its gathered state: the same file a
 // one-rank run writes, so it resumes in any layout (or on one rank).
 Status Trainer::saveGroupCheckpoint(const std::string& path) const {
-  Result<TrainingState> gathered = m_runner->gatherState();
-  if (gathered.status().code() == StatusCode::kUnimplemented) {
-    return failedPrecondition("a checkpoint needs a one-rank run or in-process ranks; " +
-                              gathered.status().message());
-  }
-  MOEWB_ASSIGN_OR_RETURN(TrainingState state, std::move(gathered));
+  MOEWB_ASSIGN_OR_RETURN(TrainingState state, m_runner->gatherState());
   return engine::saveCheckpoint(path, state.params, checkpointState(state.expertBiases),
                                 m_stepsDone.load(), toToml(m_config));
 }
@@ -170,12 +165,7 @@ Status Trainer::loadGroupCheckpoint(const std::string& path) {
                          engine::loadCheckpoint(path, state.params,
                                                 checkpointState(state.expertBiases)));
   state.stepsDone = nextStep;
-  const Status scattered = m_runner->scatterState(state);
-  if (scattered.code() == StatusCode::kUnimplemented) {
-    return failedPrecondition("resuming a checkpoint needs a one-rank run or in-process ranks; " +
-                              scattered.message());
-  }
-  MOEWB_RETURN_IF_ERROR(scattered);
+  MOEWB_RETURN_IF_ERROR(m_runner->scatterState(state));
   m_stepsDone.store(nextStep);
   return Status::ok();
 }

@@ -112,8 +112,12 @@ Status RankGroupRunner::start(const std::vector<EventSink*>& sinks) {
   m_sinks.resize(size_t(m_config->parallel.worldSize), nullptr);
   MOEWB_RETURN_IF_ERROR(launch());
   if (m_importAtStart == nullptr) return Status::ok();
+  return importShards(std::move(m_importAtStart));
+}
+
+Status RankGroupRunner::importShards(std::shared_ptr<const std::vector<RankShards>> imports) {
   Task task{TaskKind::kImport};
-  task.imports = std::move(m_importAtStart);
+  task.imports = std::move(imports);
   return dispatch(std::move(task)).status();
 }
 
@@ -256,9 +260,7 @@ Status RankGroupRunner::scatterState(const TrainingState& state) {
     m_importAtStart = std::move(imports);
     return Status::ok();
   }
-  Task task{TaskKind::kImport};
-  task.imports = std::move(imports);
-  return dispatch(std::move(task)).status();
+  return importShards(std::move(imports));
 }
 
 Status RankGroupRunner::quitGroup() {

@@ -85,6 +85,8 @@ class RankGroupRunner final : public StepRunner {
   };
   // Starts the rank threads of m_config and waits until every rank's stepper exists.
   Status launch();
+  // Hands every rank its shards of `imports` ([world_size]) at a step boundary (kImport).
+  Status importShards(std::shared_ptr<const std::vector<RankShards>> imports);
   // Ends the rank threads (kQuit) and waits for them; the group can be launched again.
   Status quitGroup();
   // Gathers the state, rebuilds the group in `config`'s layout and scatters the state into it.
