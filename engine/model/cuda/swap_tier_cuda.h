@@ -73,7 +73,7 @@ struct SwapTierStepReport {
   double offloadWaitMs = 0;             // compute-stream waits for offloads (release at l + lag)
   int32_t keptPoolFull = 0;             // planned units kept on the device: pinned pool full
   int32_t keptAbsent = 0;               // planned units with no tensor in this configuration
-  int64_t pinnedHostAllocs = 0;         // the pool's cudaHostAlloc calls so far
+  int64_t pinnedHostAllocs = 0;         // pinned blocks the pool allocated so far
 };
 
 // One planned unit as the model hands it over: op and its tensors' slots in the model (one, or
@@ -94,7 +94,7 @@ class SwapTierCuda {
   // Starts a step of `numLayers` layers (reloads prefetched `prefetchLayers` ahead, offloads
   // freed `freeLagLayers` layers after their own, as in moewb/engine/swap.h). Drops what a
   // failed step left, synchronises the compute stream and anchors the clocks; with `needPool`,
-  // makes the pinned pool hold `pinnedBudgetBytes` (cudaHostAlloc only at the first use and when
+  // makes the pinned pool hold `pinnedBudgetBytes` (pinned only at the first use and when
   // the budget grows); resets the pool's slots. Errors: the pool's (naming swap.pinned_budget_gb), kInternal.
   Status beginStep(int32_t numLayers, int32_t prefetchLayers, int32_t freeLagLayers,
                    int64_t pinnedBudgetBytes, bool needPool);

@@ -1,9 +1,16 @@
 #include "runtime/cuda/pinned_host_pool.h"
 
 #include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace moewb::engine::cuda {
 namespace {
@@ -14,6 +21,26 @@ std::string gb(int64_t bytes) {
   return text;
 }
 
+// Writes one byte of every page of [base, base + bytes) on up to kTouchThreads threads, so the
+// kernel faults the pages in (and zeroes them) in parallel before cudaHostRegister pins them.
+constexpr unsigned kTouchThreads = 8;
+
+void touchPages(char* base, int64_t bytes) {
+  const int64_t page = std::max<int64_t>(4096, int64_t(sysconf(_SC_PAGESIZE)));
+  const int64_t pages = (bytes + page - 1) / page;
+  const unsigned threads = std::max(
+      1u, std::min({kTouchThreads, std::thread::hardware_concurrency(), unsigned(pages)}));
+  auto touch = [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) base[p * page] = 0;
+  };
+  std::vector<std::thread> workers;
+  for (unsigned t = 1; t < threads; ++t) {
+    workers.emplace_back(touch, pages * t / threads, pages * (t + 1) / threads);
+  }
+  touch(0, pages / threads);
+  for (std::thread& worker : workers) worker.join();
+}
+
 }  // namespace
 
 std::atomic<int64_t> PinnedHostPool::s_processHostAllocs{0};
@@ -21,7 +48,10 @@ std::atomic<int64_t> PinnedHostPool::s_processHostAllocs{0};
 PinnedHostPool::~PinnedHostPool() { freeBlock(); }
 
 void PinnedHostPool::freeBlock() {
-  if (m_base != nullptr) cudaFreeHost(m_base);
+  if (m_base != nullptr) {
+    cudaHostUnregister(m_base);
+    munmap(m_base, size_t(m_stats.capacityBytes));
+  }
   m_base = nullptr;
   m_stats.capacityBytes = 0;
   m_stats.budgetBytes = 0;
@@ -38,14 +68,23 @@ Status PinnedHostPool::reserve(int64_t budgetBytes) {
   }
   freeBlock();
   beginStep();
-  void* base = nullptr;
   ++m_stats.hostAllocs;
   ++s_processHostAllocs;
-  const cudaError_t result = cudaHostAlloc(&base, size_t(budgetBytes), cudaHostAllocDefault);
+  void* base = mmap(nullptr, size_t(budgetBytes), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    return resourceExhausted("swap.pinned_budget_gb = " + gb(budgetBytes) +
+                             ": mapping that much host memory for the pinned pool failed (" +
+                             std::strerror(errno) +
+                             "); lower swap.pinned_budget_gb or free host memory");
+  }
+  touchPages(static_cast<char*>(base), budgetBytes);
+  const cudaError_t result = cudaHostRegister(base, size_t(budgetBytes), cudaHostRegisterDefault);
   if (result != cudaSuccess) {
     cudaGetLastError();  // not sticky; clear it so later calls do not report it
+    munmap(base, size_t(budgetBytes));
     return resourceExhausted("swap.pinned_budget_gb = " + gb(budgetBytes) +
-                             ": cudaHostAlloc of that much pinned host memory failed (" +
+                             ": pinning that much host memory failed (cudaHostRegister: " +
                              cudaGetErrorName(result) + ": " + cudaGetErrorString(result) +
                              "); lower swap.pinned_budget_gb or free host memory");
   }
