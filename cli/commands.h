@@ -22,5 +22,6 @@ void addLaunchCommand(CLI::App& app, std::function<int()>* action);
 void addMergeCommand(CLI::App& app, std::function<int()>* action);
 void addDiffCommand(CLI::App& app, std::function<int()>* action);
 void addTuneCommand(CLI::App& app, std::function<int()>* action);
+void addCtlCommand(CLI::App& app, std::function<int()>* action);
 
 }  // namespace moewb::cli

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   moewb::cli::addMergeCommand(app, &action);
   moewb::cli::addDiffCommand(app, &action);
   moewb::cli::addTuneCommand(app, &action);
+  moewb::cli::addCtlCommand(app, &action);
   if (int refused = refuseUnknownCommand(app, argc, argv); refused >= 0) return refused;
   try {
     app.parse(argc, argv);

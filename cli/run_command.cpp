@@ -19,6 +19,7 @@
 #include "moewb/engine/config.h"
 #include "moewb/engine/trainer.h"
 #include "moewb/profiler/capture_mode.h"
+#include "moewb/run/control_socket.h"
 #include "moewb/run/topology.h"
 #include "moewb/run/training_run.h"
 #include "progress_printer.h"
@@ -43,6 +44,7 @@ struct RunArgs {
   int32_t ranks = 0;  // --ranks: parallel.world_size (0 = from the config)
   bool gpuTrace = false;  // --gpu-trace: CUPTI capture of the CUDA run
   profiler::CaptureModeArgs capture;  // --trace-every, --trace-steps, --flight-recorder, --trigger-*
+  std::string controlPath;  // --control: the live-control socket ("" = none)
 };
 
 // The run a stop signal stops, and whether one came before that run existed.
@@ -199,6 +201,20 @@ int runCommand(const RunArgs& args) {
     std::fprintf(stderr, "moewb run: %s\n", out.message().c_str());
     return kExitBadInput;
   }
+  // The control socket is bound before the trace exists, so a bad path leaves nothing behind; it
+  // is removed when this function returns (normally, after a stop or a signal, or on an error).
+  std::unique_ptr<run::ControlServer> control;
+  if (!args.controlPath.empty()) {
+    const std::string path = launcher ? args.controlPath + ".rank" +
+                                            std::to_string(launcher->rank)
+                                      : args.controlPath;
+    auto listening = run::ControlServer::listen(path);
+    if (!listening.isOk()) {
+      std::fprintf(stderr, "moewb run: --control: %s\n", listening.status().message().c_str());
+      return listening.status().code() == StatusCode::kInternal ? kExitFailure : kExitBadInput;
+    }
+    control = std::move(*listening);
+  }
   run::TrainingRunOptions options;
   if (!args.dumpSteps.empty()) {
     Result<StepRange> range = parseStepRange(args.dumpSteps, "--dump-steps");
@@ -223,10 +239,11 @@ int runCommand(const RunArgs& args) {
   // A rank that cannot be stopped (a multi-process rank's GPU work stuck behind a dead peer's
   // collective, an in-process rank thread stalled or deadlocked): the trace already says so and
   // is closed; end the process without running destructors that would wait for that rank.
-  options.onStuckRank = [outPath](const Status& status) {
+  options.onStuckRank = [outPath, &control](const Status& status) {
     std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
                  status.message().c_str(), outPath.c_str());
     std::fflush(stderr);
+    if (control) control->removeSocketFile();
     std::_Exit(kExitFailure);
   };
   profiler::CaptureModeArgs captureArgs = args.capture;
@@ -261,9 +278,18 @@ int runCommand(const RunArgs& args) {
   if (!topology.empty()) std::fprintf(stderr, "  %s\n", topology.c_str());
   run::TrainingRun* active = run->get();
   progress.setCommittedSteps([active] { return active->committedSteps(); });
+  if (control) {
+    if (Status serving = control->start(*active); !serving.isOk()) {
+      std::fprintf(stderr, "moewb run: --control: %s\n", serving.message().c_str());
+      return kExitFailure;
+    }
+    std::fprintf(stderr, "  live control: moewb ctl %s status|pause|resume|step|stop|keys|"
+                 "set KEY=VALUE\n", control->path().c_str());
+  }
   stopSignals.attach(active);
   auto summary = active->run();
   stopSignals.detach();
+  if (control) control->stop();  // before the run goes; answers what still waits for it
   if (!summary.isOk()) {
     std::fprintf(stderr, "moewb run: %s\n(steps committed before the failure are kept in %s)\n",
                  summary.status().message().c_str(), outPath.c_str());
@@ -323,6 +349,11 @@ void addRunCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--checkpoint-dir", args->checkpointDir,
                   "where checkpoints go (default runs/<run.name>-checkpoints)");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress line");
+  cmd->add_option("--control", args->controlPath,
+                  "listen for live commands on a Unix socket created at PATH (status, pause, "
+                  "resume, step, stop, set KEY=VALUE, keys; send them with `moewb ctl PATH ...`; "
+                  "removed when the run ends; under a launcher each rank appends .rankR)")
+      ->type_name("PATH");
   cmd->add_flag("--gpu-trace", args->gpuTrace,
                 "also record the GPU activity with CUPTI (kernels, copies, memsets, memory, "
                 "synchronisation, CUDA API calls, NVTX), each kernel tagged with its step, layer "

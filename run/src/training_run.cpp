@@ -309,6 +309,16 @@ const std::vector<std::string>& TrainingRun::liveKeys() {
   return engine::Trainer::liveKeys();
 }
 
+std::vector<std::string> TrainingRun::liveKeysOfThisRun() const {
+  return engine::Trainer::liveKeysFor(m_config);
+}
+
 bool TrainingRun::paused() const { return m_trainer->paused(); }
+
+int64_t TrainingRun::stepsDone() const { return m_trainer->stepsDone(); }
+
+std::string TrainingRun::backendName() const { return m_trainer->backendName(); }
+
+const std::string& TrainingRun::tracePath() const { return m_writer->path(); }
 
 }  // namespace moewb::run

@@ -2,14 +2,21 @@
 // per-test temporary directory.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
 #include "../source_dir.h"
+
+extern char** environ;
 
 namespace moewb::cli::testing {
 
@@ -44,6 +51,24 @@ inline ProcessResult runProgram(const std::string& commandLine, const std::files
 // Runs `moewb ARGS` through the shell (args are passed verbatim; quote them yourself).
 inline ProcessResult runMoewb(const std::string& args, const std::filesystem::path& dir) {
   return runProgram(std::string(MOEWB_CLI_PATH) + " " + args, dir);
+}
+
+// Starts `moewb ARGS` with stderr into `errPath` (stdout to /dev/null); returns its pid.
+inline pid_t spawnMoewb(const std::vector<std::string>& args, const std::string& errPath) {
+  std::vector<std::string> all{MOEWB_CLI_PATH};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errPath.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t child = 0;
+  const int rc = posix_spawn(&child, MOEWB_CLI_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? child : -1;
 }
 
 // A fresh empty directory under the system temp dir, removed by the destructor.

@@ -20,30 +20,10 @@
 #include "cli_process.h"
 #include "moewb/storage/trace_reader.h"
 
-extern char** environ;
-
 namespace moewb::cli::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Starts `moewb ARGS` with stderr into `errPath` (stdout to /dev/null); returns its pid.
-pid_t spawnMoewb(const std::vector<std::string>& args, const std::string& errPath) {
-  std::vector<std::string> all{MOEWB_CLI_PATH};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errPath.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t child = 0;
-  const int rc = posix_spawn(&child, MOEWB_CLI_PATH, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? child : -1;
-}
 
 // Steps of the first run per rank (-1 when the file cannot be read yet).
 std::vector<int64_t> stepsPerRank(const std::string& trace, int32_t ranks) {

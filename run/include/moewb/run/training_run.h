@@ -130,8 +130,17 @@ class TrainingRun {
   std::future<Status> post(engine::TrainerCommand command);
   // Keys a live patch may change.
   static const std::vector<std::string>& liveKeys();
+  // Keys a live patch may change on this run (engine::Trainer::liveKeysFor: liveKeys(), plus the
+  // parallel layout keys on in-process ranks).
+  std::vector<std::string> liveKeysOfThisRun() const;
   // True while the trainer is paused by a command.
   bool paused() const;
+  // Thread-safe: steps completed so far (rank 0's; engine::Trainer::stepsDone).
+  int64_t stepsDone() const;
+  // The backend the steps run on: "cpu" or "cuda" ("auto" resolved).
+  std::string backendName() const;
+  // The trace file this run writes.
+  const std::string& tracePath() const;
 
   const engine::RunConfig& config() const { return m_config.get(); }
   int64_t plannedSteps() const { return m_steps; }

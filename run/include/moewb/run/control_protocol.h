@@ -1,0 +1,66 @@
+// The live-control protocol of a run (docs/CLI.md, "Live control of a headless run"): plain text
+// lines over a Unix stream socket, one request per line, each answered by one line that starts
+// with "ok" or "error: ". This header holds the pure part, with no socket: parsing a request
+// line, checking that it is text, and formatting the answers. ControlServer (control_socket.h)
+// and askControlSocket (control_client.h) speak it.
+//
+// Requests (words separated by spaces or tabs; a trailing '\r' is ignored):
+//   status                      "ok state=running|paused|stopping step=N planned=M committed=C
+//                               backend=cpu|cuda trace=PATH" (the trace path last: it may hold
+//                               spaces)
+//   pause | resume | step | stop     answered once the trainer took the command at a step boundary
+//   set KEY=VALUE [KEY=VALUE ...]    one live patch; answered with the trainer's verdict
+//   keys                        "ok KEY KEY ..." (the keys a patch may change on this run)
+// Everything here is O(length of the line) and thread-safe (no shared state).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moewb/base/status.h"
+
+namespace moewb::run {
+
+// The longest request line accepted, in bytes, without its '\n'. A longer one is answered with
+// an error and its connection closed.
+inline constexpr size_t kControlMaxLineBytes = 4096;
+
+enum class ControlVerb : uint8_t { kStatus, kPause, kResume, kStep, kStop, kSet, kKeys };
+
+struct ControlRequest {
+  ControlVerb verb = ControlVerb::kStatus;
+  std::vector<std::string> assignments;  // kSet: "section.key=value", in the order given
+};
+
+// Parses one request line (without its '\n'; one trailing '\r' is dropped). The verb is
+// case-sensitive. For `set`, each word that starts with a key ("section.key", letters, digits,
+// '_' and '.') and '=' starts an assignment; other words continue the previous assignment's value
+// after one space, so `set swap.ops=["moe_act", "attn"]` is one assignment. Errors
+// (kInvalidArgument, plain words naming what was wrong and what is accepted): a line that is not
+// UTF-8 text or holds control characters, an empty line, an unknown verb, arguments to a verb that
+// takes none, `set` without an assignment or with a word before the first one, a line over
+// kControlMaxLineBytes.
+Result<ControlRequest> parseControlRequest(std::string_view line);
+
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF).
+bool isUtf8(std::string_view text);
+
+// "ok" when `detail` is empty, else "ok " + detail; control characters become spaces. No '\n'.
+std::string controlOk(std::string_view detail = {});
+
+// "error: " + status.message() on one line: control characters become spaces, and the whole
+// answer is cut to kControlMaxLineBytes bytes (on a UTF-8 character boundary). No '\n'.
+std::string controlError(const Status& status);
+
+// True when `answer` (one line, no '\n') reports success: it is "ok" or starts with "ok ".
+bool isControlOk(std::string_view answer);
+
+// The accepted requests, for messages: "status, pause, resume, step, stop, set KEY=VALUE ...,
+// keys".
+const char* controlRequestList();
+
+}  // namespace moewb::run

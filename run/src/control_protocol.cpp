@@ -1,0 +1,167 @@
+// The live-control protocol's text side (control_protocol.h): request parsing and answer lines.
+#include "moewb/run/control_protocol.h"
+
+#include <cstdint>
+
+#include "moewb/base/text.h"
+
+namespace moewb::run {
+namespace {
+
+bool isSpace(char c) { return c == ' ' || c == '\t'; }
+
+// A control character other than the tab that separates words (C0 controls and DEL).
+bool isControl(unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; }
+
+std::vector<std::string_view> splitWords(std::string_view line) {
+  std::vector<std::string_view> words;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && isSpace(line[i])) ++i;
+    const size_t start = i;
+    while (i < line.size() && !isSpace(line[i])) ++i;
+    if (i > start) words.push_back(line.substr(start, i - start));
+  }
+  return words;
+}
+
+// "optim.lr=..." -> true: a key (letters, digits, '_', '.'; not empty) followed by '='.
+bool startsAssignment(std::string_view word) {
+  const size_t eq = word.find('=');
+  if (eq == 0 || eq == std::string_view::npos) return false;
+  for (size_t i = 0; i < eq; ++i) {
+    const char c = word[i];
+    const bool keyChar = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '_' || c == '.';
+    if (!keyChar) return false;
+  }
+  return true;
+}
+
+// The word quoted for a message, cut when long.
+std::string quoted(std::string_view word) {
+  return "'" + shortenLongRuns(std::string(word), 64) + "'";
+}
+
+Result<std::vector<std::string>> parseAssignments(const std::vector<std::string_view>& words) {
+  std::vector<std::string> assignments;
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (startsAssignment(words[i])) {
+      assignments.emplace_back(words[i]);
+    } else if (!assignments.empty()) {
+      assignments.back() += " " + std::string(words[i]);
+    } else {
+      return invalidArgument("set: " + quoted(words[i]) + " is not an assignment; accepted: "
+                             "set KEY=VALUE [KEY=VALUE ...], e.g. set optim.lr=1e-3");
+    }
+  }
+  if (assignments.empty()) {
+    return invalidArgument("set needs at least one KEY=VALUE, e.g. set optim.lr=1e-3 (the "
+                           "request keys lists the keys a run can change)");
+  }
+  return assignments;
+}
+
+// Replaces control characters by spaces.
+std::string oneLine(std::string_view text) {
+  std::string line(text);
+  for (char& c : line) {
+    if (isControl(static_cast<unsigned char>(c)) || c == '\t') c = ' ';
+  }
+  return line;
+}
+
+}  // namespace
+
+bool isUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t extra = 0;
+    uint32_t cp = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if (lead >= 0xc2 && lead <= 0xdf) {
+      extra = 1, cp = lead & 0x1f;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      extra = 2, cp = lead & 0x0f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      extra = 3, cp = lead & 0x07;
+    } else {
+      return false;  // a continuation byte, an overlong 2-byte lead (c0, c1) or past U+10FFFF
+    }
+    if (i + extra >= text.size()) return false;  // cut short
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (next & 0x3f);
+    }
+    const bool overlong = (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000);
+    if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+Result<ControlRequest> parseControlRequest(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.size() > kControlMaxLineBytes) {
+    return invalidArgument("request line of " + std::to_string(line.size()) +
+                           " bytes; accepted: at most " + std::to_string(kControlMaxLineBytes));
+  }
+  if (!isUtf8(line)) return invalidArgument("the request is not UTF-8 text");
+  for (char c : line) {
+    if (isControl(static_cast<unsigned char>(c))) {
+      return invalidArgument("the request holds control characters; accepted: one line of text");
+    }
+  }
+  const std::vector<std::string_view> words = splitWords(line);
+  if (words.empty()) {
+    return invalidArgument(std::string("empty request; accepted: ") + controlRequestList());
+  }
+  static const std::pair<std::string_view, ControlVerb> kVerbs[] = {
+      {"status", ControlVerb::kStatus}, {"pause", ControlVerb::kPause},
+      {"resume", ControlVerb::kResume}, {"step", ControlVerb::kStep},
+      {"stop", ControlVerb::kStop},     {"set", ControlVerb::kSet},
+      {"keys", ControlVerb::kKeys},
+  };
+  for (const auto& [name, verb] : kVerbs) {
+    if (words[0] != name) continue;
+    ControlRequest request;
+    request.verb = verb;
+    if (verb == ControlVerb::kSet) {
+      MOEWB_ASSIGN_OR_RETURN(request.assignments, parseAssignments(words));
+    } else if (words.size() > 1) {
+      return invalidArgument(std::string(name) + " takes no arguments (got " +
+                             quoted(words[1]) + ")");
+    }
+    return request;
+  }
+  return invalidArgument("unknown command " + quoted(words[0]) + "; accepted: " +
+                         controlRequestList());
+}
+
+std::string controlOk(std::string_view detail) {
+  return detail.empty() ? "ok" : "ok " + oneLine(detail);
+}
+
+std::string controlError(const Status& status) {
+  std::string answer = "error: " + oneLine(status.message());
+  if (answer.size() > kControlMaxLineBytes) {
+    size_t cut = kControlMaxLineBytes;
+    while (cut > 0 && (static_cast<unsigned char>(answer[cut]) & 0xc0) == 0x80) --cut;
+    answer.resize(cut);
+  }
+  return answer;
+}
+
+bool isControlOk(std::string_view answer) {
+  return answer == "ok" || answer.substr(0, 3) == "ok ";
+}
+
+const char* controlRequestList() {
+  return "status, pause, resume, step, stop, set KEY=VALUE [KEY=VALUE ...], keys";
+}
+
+}  // namespace moewb::run
