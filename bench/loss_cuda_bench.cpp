@@ -9,12 +9,18 @@
 //                        anchor's chunk)
 //   loss_cce_4096x4096   cceForwardCuda + cceBackwardCuda, strips of 4096 tokens x 4096 vocabulary
 //                        entries (the op's defaults; the trainer passes loss.cce_vocab_block)
+//   loss_cce_filtered_dh the same with gradient filtering (2^-12, 64 x 256 tiles) on dh,
+//   loss_cce_filtered_dh_dw on dh and dWv, and _64x128 with tiles of 64 x 128, each with its
+//                        gradients' relative L2 error against the exact CCE's (dh_rel_err,
+//                        dw_rel_err)
 // One JSON line each: median ms of 10 CUDA-event-timed runs after 3 warm-up runs, TFLOP/s
 // against 6 T V D (forward logits 2 TVD, backward dh and dW 4 TVD; CCE executes 8 TVD because it
 // recomputes the logits, the anchor's checkpointed chunks too), peak device memory beyond the
 // inputs and the weight gradient (the anchor's peak_extra_gib), the loss (about log V for these
 // inputs), shapes.
 // Usage: loss_cuda_bench [T D V]   (default 16384 2048 163840)
+#include <cmath>
+
 #include "runtime/cuda/gemm.h"
 #include "cuda_bench_util.h"
 #include "ops/cce/cce_cuda.h"
@@ -24,6 +30,17 @@
 
 namespace moewb::engine::cuda::bench {
 namespace {
+
+// ||got - want|| / ||want|| (L2 over every element, in double).
+double relativeL2(const Tensor<float>& got, const Tensor<float>& want) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double e = double(got[i]) - double(want[i]);
+    diff += e * e;
+    norm += double(want[i]) * double(want[i]);
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
 
 int run(int argc, char** argv) {
   const int64_t n = argOr(argc, argv, 1, 16384), d = argOr(argc, argv, 2, 2048),
@@ -92,6 +109,57 @@ int run(int argc, char** argv) {
                           dh.data(), dW.data()));
   });
   line("moewb_loss_cce_4096x4096", cce);
+
+  // The exact CCE's gradients once more from dW = 0, kept for the filtered runs' error.
+  auto oneCce = [&](const CceCudaOptions& options, Tensor<float>& dhHost, Tensor<float>& dWHost) {
+    checkCuda(cudaMemsetAsync(dW.data(), 0, size_t(v * d) * sizeof(float), c.stream()), "memset");
+    CceSavedCuda saved;
+    check(cceForwardCuda(c, h.data(), w.data(), targets.data(), n, d, v, options, saved,
+                         loss.data(), nullptr));
+    check(cceBackwardCuda(c, h.data(), w.data(), targets.data(), n, d, v, options, saved, 1.0f,
+                          dh.data(), dW.data()));
+    dhHost = take(toHostFloat(c, dh));
+    dWHost = take(toHost(c, dW));
+  };
+  Tensor<float> dhExact, dWExact;
+  oneCce(cceOptions, dhExact, dWExact);
+  // Gradient filtering at bf16's automatic threshold (epsilon<bf16> / 32 = 2^-12, Cut
+  // Cross-Entropy's default for bf16), tiles of 64 tokens x 256 vocabulary entries in the same
+  // 4096 x 4096 strips: dh filtered (the engine's default), then dWv too.
+  struct FilterRow {
+    const char* name;
+    bool weights;
+    int64_t tileCols;
+  };
+  for (const FilterRow& row : {FilterRow{"moewb_loss_cce_filtered_dh", false, 256},
+                               FilterRow{"moewb_loss_cce_filtered_dh_dw", true, 256},
+                               FilterRow{"moewb_loss_cce_filtered_dh_dw_64x128", true, 128}}) {
+    CceCudaOptions filtered = cceOptions;
+    filtered.filterEps = std::ldexp(1.0, -12);
+    filtered.filterTokenBlock = 64;
+    filtered.filterVocabBlock = row.tileCols;
+    filtered.filterWeightGrad = row.weights;
+    const Timing timing = timeSteps(c, [&] {
+      CceSavedCuda saved;
+      check(cceForwardCuda(c, h.data(), w.data(), targets.data(), n, d, v, filtered, saved,
+                           loss.data(), nullptr));
+      check(cceBackwardCuda(c, h.data(), w.data(), targets.data(), n, d, v, filtered, saved,
+                            1.0f, dh.data(), dW.data()));
+    });
+    Tensor<float> dhGot, dWGot;
+    oneCce(filtered, dhGot, dWGot);
+    checkFinite(c, dh, "dh");
+    JsonLine(row.name)
+        .timing(timing)
+        .flops(flops, timing.medianMs)
+        .num("dh_rel_err", relativeL2(dhGot, dhExact), 6)
+        .num("dw_rel_err", relativeL2(dWGot, dWExact), 6)
+        .num("loss", double(readScalar(c, loss)), 4)
+        .integer("T", n)
+        .integer("D", d)
+        .integer("V", v)
+        .print();
+  }
   return 0;
 }
 

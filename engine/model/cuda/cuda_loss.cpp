@@ -2,6 +2,8 @@
 // softmax cross-entropy; the backward writes bf16 logit gradients and runs the two GEMMs.
 #include "model/cuda/cuda_loss.h"
 
+#include <algorithm>
+
 #include "runtime/cuda/gemm.h"
 #include "model/batch.h"
 #include "model/cpu/lm_loss.h"
@@ -29,7 +31,13 @@ LossStateCuda& LossStateCuda::operator=(LossStateCuda&&) noexcept = default;
 
 namespace {
 
-// The CPU loss head's options (model/cpu/lm_loss.h), so both backends filter and chunk alike.
+// Vocabulary columns of a filtered backward's strips at least (the cuBLAS logit GEMM of a narrow
+// strip runs far below its rate; the filter tiles stay the CPU reference's blocks).
+constexpr int64_t kFilteredStripCols = 4096;
+
+// The CPU loss head's options (model/cpu/lm_loss.h), so both backends filter and chunk alike:
+// with filtering, tiles of the CPU's token block x vocabulary block in strips of whole tiles at
+// least kFilteredStripCols wide.
 CceCudaOptions cceOptions(const ModelDims& dims) {
   const CceOptions cpu = cceOptionsOf(dims);
   CceCudaOptions options;
@@ -37,6 +45,11 @@ CceCudaOptions cceOptions(const ModelDims& dims) {
   options.filterEps = cpu.filterEps;
   options.filterTokenBlock = cpu.tokenBlock;
   options.loss = cpu.loss;
+  if (cpu.filterEps != 0) {
+    options.filterVocabBlock = cpu.vocabBlock;
+    options.vocabBlock =
+        std::max<int64_t>(1, kFilteredStripCols / cpu.vocabBlock) * cpu.vocabBlock;
+  }
   return options;
 }
 

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/gemm.h"
 #include "moewb/base/check.h"
 #include "ops/cce/cce.h"
 #include "ops/cce/cce_cuda_kernels.h"
+#include "ops/cce/cce_filter_cuda.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -59,76 +61,146 @@ Status cceForwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const
                           saved.validCount.data());
 }
 
-Status cceBackwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
-                       int64_t n, int64_t d, int64_t vocab, const CceCudaOptions& options,
-                       const CceSavedCuda& saved, float dLoss, bf16* dh, float* dWv) {
-  MOEWB_CHECK(options.groupTokens > 0 && options.vocabBlock > 0 && vocab > 0);
-  if (n <= 0 || d <= 0) return Status::ok();
+namespace {
+
+// The exact backward: per token group and vocabulary block, the recomputed strip, G and the two
+// cuBLAS GEMMs.
+Status exactBackward(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
+                     int64_t n, int64_t d, int64_t vocab, const CceCudaOptions& options,
+                     const CceSavedCuda& saved, float dLoss, bf16* dh, float* dWv) {
   cudaStream_t stream = context.stream();
-  CceOptions refRule;  // the reference's threshold rule (kCceFilterAuto -> epsilon<float> / 32)
-  refRule.filterEps = options.filterEps;
-  const double threshold = cceFilterThreshold<float>(refRule);
-  const bool filter = threshold > 0;
-  MOEWB_CHECK(!filter || options.filterTokenBlock > 0);
-  // Filter tiles: tileRows tokens from token 0 on; strips hold whole tiles (as cce.h's groups).
-  const int64_t tileRows = filter ? std::min(options.filterTokenBlock, n) : 1;
-  const int64_t group =
-      filter ? std::min(n, std::max<int64_t>(1, options.groupTokens / tileRows) * tileRows)
-             : std::min(options.groupTokens, n);
+  const int64_t group = std::min(options.groupTokens, n);
   const int64_t block = std::min(options.vocabBlock, vocab);
   const MemoryCategory scratch = MemoryCategory::kWorkspace;
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> strip,
                          context.newTensor<float>({group, block}, scratch));
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> grad, context.newTensor<bf16>({group, block}, scratch));
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> dhAcc, context.newTensor<float>({group, d}, scratch));
-  // With the filter: G with the filtered tiles zeroed (for dh; for dWv too with filterWeightGrad,
-  // then in place in `grad`), and every tile's max |dz / g_t| ([vocab blocks, token tiles]).
-  DeviceTensor<bf16> keptStorage;
-  DeviceTensor<int32_t> tileMax;
-  const int64_t tokenTiles = (n + tileRows - 1) / tileRows;
-  const int64_t vocabBlocks = (vocab + block - 1) / block;
-  if (filter) {
-    if (!options.filterWeightGrad) {
-      MOEWB_ASSIGN_OR_RETURN(keptStorage, context.newTensor<bf16>({group, block}, scratch));
-    }
-    MOEWB_ASSIGN_OR_RETURN(tileMax, context.newTensor<int32_t>({vocabBlocks, tokenTiles}, scratch));
-    MOEWB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-        tileMax.data(), 0, size_t(vocabBlocks * tokenTiles) * sizeof(int32_t), stream));
-  }
-  bf16* gradAll = grad.data();  // G for dWv
-  bf16* gradDh = filter && !options.filterWeightGrad ? keptStorage.data() : grad.data();  // for dh
   for (int64_t g0 = 0; g0 < n; g0 += group) {
     const int64_t rows = std::min(group, n - g0);
     for (int64_t v0 = 0; v0 < vocab; v0 += block) {
       const int64_t cols = std::min(block, vocab - v0);
       MOEWB_RETURN_IF_ERROR(logitStrip(context, h, wv, d, g0, rows, v0, cols, strip.data()));
-      if (filter) {
-        int32_t* stripTileMax = tileMax.data() + (v0 / block) * tokenTiles + g0 / tileRows;
-        MOEWB_RETURN_IF_ERROR(cceGradStripTileMax(
-            stream, strip.data(), rows, cols, g0, v0, targets, vocab, options.loss,
-            saved.lse.data(), saved.validCount.data(), dLoss, tileRows, gradAll, stripTileMax));
-        MOEWB_RETURN_IF_ERROR(
-            cceFilterStrip(stream, gradAll, rows, cols, tileRows, stripTileMax, threshold, gradDh));
-      } else {
-        MOEWB_RETURN_IF_ERROR(linearLossGradStrip(stream, strip.data(), rows, cols, g0, v0, targets,
-                                                  vocab, options.loss, saved.lse.data(),
-                                                  saved.validCount.data(), dLoss, gradAll));
-      }
-      // dhAcc[rows, d] (+)= G[rows, cols] Wv[v0.., d].
+      MOEWB_RETURN_IF_ERROR(linearLossGradStrip(stream, strip.data(), rows, cols, g0, v0, targets,
+                                                vocab, options.loss, saved.lse.data(),
+                                                saved.validCount.data(), dLoss, grad.data()));
+      // dhAcc[rows, d] (+)= G[rows, cols] Wv[v0.., d]; dWv[v0.., d] += G^T h[g0.., d].
       MOEWB_RETURN_IF_ERROR(gemm(context, rows, d, cols, 1.0f,
-                                 GemmOperand{gradDh, DType::kBf16, cols, false},
+                                 GemmOperand{grad.data(), DType::kBf16, cols, false},
                                  GemmOperand{wv + v0 * d, DType::kBf16, d, false},
                                  v0 == 0 ? 0.0f : 1.0f, GemmOutput{dhAcc.data(), DType::kF32, d}));
-      // dWv[v0.., d] += G^T h[g0.., d] (G with the filtered tiles zeroed if filterWeightGrad:
-      // then gradAll was filtered in place).
       MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
-                                 GemmOperand{gradAll, DType::kBf16, cols, true},
+                                 GemmOperand{grad.data(), DType::kBf16, cols, true},
                                  GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
                                  GemmOutput{dWv + v0 * d, DType::kF32, d}));
     }
     MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dhAcc.data(), dh + g0 * d, rows * d));
   }
   return Status::ok();
+}
+
+// The filtered backward (cce_filter_cuda.h): strips of whole filter tiles; G with each tile's
+// maximum, then the tile-skipping GEMMs (or, for shapes they do not take, the filtered tiles
+// zeroed and the cuBLAS GEMMs).
+Status filteredBackward(CudaContext& context, const bf16* h, const bf16* wv,
+                        const int32_t* targets, int64_t n, int64_t d, int64_t vocab,
+                        const CceCudaOptions& options, double threshold,
+                        const CceSavedCuda& saved, float dLoss, bf16* dh, float* dWv) {
+  MOEWB_CHECK(options.filterTokenBlock > 0 && options.filterVocabBlock >= 0);
+  cudaStream_t stream = context.stream();
+  CceFilterTiles tiles;
+  tiles.tileRows = std::min(options.filterTokenBlock, n);
+  tiles.tileCols = std::min(
+      options.filterVocabBlock > 0 ? options.filterVocabBlock : options.vocabBlock, vocab);
+  tiles.tokenTiles = (n + tiles.tileRows - 1) / tiles.tileRows;
+  tiles.keepBits = cceKeepBits(threshold);
+  // Strips hold whole tiles (as cce.h's groups and blocks).
+  const int64_t group =
+      std::min(n, std::max<int64_t>(1, options.groupTokens / tiles.tileRows) * tiles.tileRows);
+  const int64_t block = std::min(
+      vocab, std::max<int64_t>(1, options.vocabBlock / tiles.tileCols) * tiles.tileCols);
+  const int64_t ldG = (block + 7) / 8 * 8;
+  const int64_t vocabTiles = (vocab + tiles.tileCols - 1) / tiles.tileCols;
+  constexpr int64_t kIndexLimit = int64_t(1) << 31;  // the filter kernels index in 32 bits
+  if (n >= kIndexLimit || vocab >= kIndexLimit || vocabTiles * tiles.tokenTiles >= kIndexLimit ||
+      tiles.tileRows * tiles.tileCols >= kIndexLimit) {
+    return invalidArgument("CCE gradient filtering: " + std::to_string(n) + " tokens x " +
+                           std::to_string(vocab) + " vocabulary entries in tiles of " +
+                           std::to_string(tiles.tileRows) + " x " +
+                           std::to_string(tiles.tileCols) +
+                           " exceed the filter's 2^31 indices; use larger tiles or no filter");
+  }
+  const bool skipping = cceSkipGemmSupported(group, block, d, tiles.tileCols);
+  const MemoryCategory scratch = MemoryCategory::kWorkspace;
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> strip,
+                         context.newTensor<float>({group, block}, scratch));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> grad, context.newTensor<bf16>({group, ldG}, scratch));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<float> dhAcc, context.newTensor<float>({group, d}, scratch));
+  MOEWB_ASSIGN_OR_RETURN(DeviceTensor<int32_t> tileMax,
+                         context.newTensor<int32_t>({vocabTiles, tiles.tokenTiles}, scratch));
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      tileMax.data(), 0, size_t(vocabTiles * tiles.tokenTiles) * sizeof(int32_t), stream));
+  tiles.tileMax = tileMax.data();
+  // Without the skipping GEMMs: G with the filtered tiles zeroed, for dh (and for dWv too when
+  // it is filtered: then in place).
+  DeviceTensor<bf16> keptStorage;
+  if (!skipping && !options.filterWeightGrad) {
+    MOEWB_ASSIGN_OR_RETURN(keptStorage, context.newTensor<bf16>({group, ldG}, scratch));
+  }
+  bf16* gradAll = grad.data();
+  bf16* gradDh = keptStorage.empty() ? grad.data() : keptStorage.data();
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    const int64_t rows = std::min(group, n - g0);
+    for (int64_t v0 = 0; v0 < vocab; v0 += block) {
+      const int64_t cols = std::min(block, vocab - v0);
+      MOEWB_RETURN_IF_ERROR(logitStrip(context, h, wv, d, g0, rows, v0, cols, strip.data()));
+      MOEWB_RETURN_IF_ERROR(cceGradStripTiles(stream, strip.data(), rows, cols, g0, v0, targets,
+                                              vocab, options.loss, saved.lse.data(),
+                                              saved.validCount.data(), dLoss, tiles, gradAll,
+                                              ldG));
+      if (skipping) {
+        MOEWB_RETURN_IF_ERROR(cceSkipGemmDh(stream, gradAll, ldG, rows, cols, g0, v0,
+                                            wv + v0 * d, d, tiles, v0 != 0, dhAcc.data()));
+        if (options.filterWeightGrad) {
+          MOEWB_RETURN_IF_ERROR(cceSkipGemmDw(stream, gradAll, ldG, rows, cols, g0, v0,
+                                              h + g0 * d, d, tiles, dWv + v0 * d));
+          continue;
+        }
+      } else {
+        MOEWB_RETURN_IF_ERROR(
+            cceZeroFilteredTiles(stream, gradAll, rows, cols, ldG, g0, v0, tiles, gradDh));
+        MOEWB_RETURN_IF_ERROR(gemm(context, rows, d, cols, 1.0f,
+                                   GemmOperand{gradDh, DType::kBf16, ldG, false},
+                                   GemmOperand{wv + v0 * d, DType::kBf16, d, false},
+                                   v0 == 0 ? 0.0f : 1.0f,
+                                   GemmOutput{dhAcc.data(), DType::kF32, d}));
+      }
+      // dWv[v0.., d] += G^T h[g0.., d] (G with the filtered tiles zeroed if filterWeightGrad).
+      MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
+                                 GemmOperand{gradAll, DType::kBf16, ldG, true},
+                                 GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
+                                 GemmOutput{dWv + v0 * d, DType::kF32, d}));
+    }
+    MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dhAcc.data(), dh + g0 * d, rows * d));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status cceBackwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
+                       int64_t n, int64_t d, int64_t vocab, const CceCudaOptions& options,
+                       const CceSavedCuda& saved, float dLoss, bf16* dh, float* dWv) {
+  MOEWB_CHECK(options.groupTokens > 0 && options.vocabBlock > 0 && vocab > 0);
+  if (n <= 0 || d <= 0) return Status::ok();
+  CceOptions refRule;  // the reference's threshold rule (kCceFilterAuto -> epsilon<float> / 32)
+  refRule.filterEps = options.filterEps;
+  const double threshold = cceFilterThreshold<float>(refRule);
+  if (threshold > 0) {
+    return filteredBackward(context, h, wv, targets, n, d, vocab, options, threshold, saved,
+                            dLoss, dh, dWv);
+  }
+  return exactBackward(context, h, wv, targets, n, d, vocab, options, saved, dLoss, dh, dWv);
 }
 
 }  // namespace moewb::engine::cuda

@@ -6,18 +6,13 @@
 #include "runtime/cuda/cuda_check.h"
 #include "moewb/base/check.h"
 #include "ops/cce/cce_cuda_kernels.h"
+#include "ops/cce/logit_grad_cuda.cuh"
 
 namespace moewb::engine::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kFinishThreads = 1024;
-constexpr int kFilterThreads = 256;
-constexpr int64_t kFilterMaxChunks = 1024;  // blocks per filter tile (gridDim.y <= 65535)
-
-__device__ __forceinline__ float capLogit(float z, float cap) {
-  return cap > 0.0f ? cap * tanhf(z / cap) : z;
-}
 
 // Merges (mOther, lOther) into the running (m, l) of exp-sums relative to their max.
 __device__ __forceinline__ void mergeMaxSum(float& m, float& l, float mOther, float lOther) {
@@ -26,19 +21,6 @@ __device__ __forceinline__ void mergeMaxSum(float& m, float& l, float mOther, fl
   l = (m == -INFINITY ? 0.0f : l * expf(m - mNew)) +
       (mOther == -INFINITY ? 0.0f : lOther * expf(mOther - mNew));
   m = mNew;
-}
-
-// Unscaled dz / g_t of entry (t, v) of a valid token: (exp(zc - lse) (1 + 2 lambda lse) -
-// [v == y]) (1 - (zc / cap)^2 when cap > 0).
-__device__ __forceinline__ float unscaledGrad(float z, float rowLse, bool isTarget, float zLossCoef,
-                                              float cap) {
-  const float zc = capLogit(z, cap);
-  float grad = expf(zc - rowLse) * (1.0f + 2.0f * zLossCoef * rowLse) - (isTarget ? 1.0f : 0.0f);
-  if (cap > 0.0f) {
-    const float u = zc / cap;
-    grad *= 1.0f - u * u;
-  }
-  return grad;
 }
 
 // One warp per strip row.
@@ -141,58 +123,6 @@ __global__ void cce_bwd_kernel(const float* __restrict__ z, int64_t rows, int64_
   }
 }
 
-// Grid (tiles, chunks): block (k, j) walks its share of the strip rows [k tileRows, ...) (a
-// contiguous range of the strip, ld cols), writes g and folds max |dz / g_t| into tileMax[k].
-__global__ void __launch_bounds__(kFilterThreads)
-    cce_bwd_tile_max_kernel(const float* __restrict__ z, int64_t rows, int64_t cols,
-                            int64_t rowBegin, int64_t colBegin, const int32_t* __restrict__ targets,
-                            int64_t vocab, int32_t ignoreIndex, float zLossCoef, float cap,
-                            const float* __restrict__ lse, const int32_t* __restrict__ validCount,
-                            float dLoss, int64_t tileRows, bf16* __restrict__ g,
-                            int32_t* __restrict__ tileMax) {
-  __shared__ float warpMax[kFilterThreads / 32];
-  const int32_t valid = validCount[0];
-  const float scale = valid > 0 ? dLoss / float(valid) : 0.0f;
-  const int64_t r0 = int64_t(blockIdx.x) * tileRows;
-  const int64_t r1 = r0 + tileRows < rows ? r0 + tileRows : rows;
-  const int64_t end = r1 * cols;
-  float maxAbs = 0.0f;
-  for (int64_t i = r0 * cols + int64_t(blockIdx.y) * kFilterThreads + threadIdx.x; i < end;
-       i += int64_t(gridDim.y) * kFilterThreads) {
-    const int64_t r = i / cols, c = i - r * cols;
-    const int64_t t = rowBegin + r;
-    const int32_t y = targets[t];
-    if (y == ignoreIndex || y < 0 || int64_t(y) >= vocab || valid == 0) {
-      g[i] = __float2bfloat16(0.0f);
-      continue;
-    }
-    const float grad = unscaledGrad(z[i], lse[t], colBegin + c == int64_t(y), zLossCoef, cap);
-    maxAbs = fmaxf(maxAbs, fabsf(grad));
-    g[i] = __float2bfloat16(grad * scale);
-  }
-  for (int o = 16; o > 0; o >>= 1) maxAbs = fmaxf(maxAbs, __shfl_xor_sync(0xffffffffu, maxAbs, o));
-  if (threadIdx.x % 32 == 0) warpMax[threadIdx.x / 32] = maxAbs;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = 0.0f;
-    for (int w = 0; w < kFilterThreads / 32; ++w) m = fmaxf(m, warpMax[w]);
-    atomicMax(tileMax + blockIdx.x, __float_as_int(m));  // m >= 0: int order = float order
-  }
-}
-
-// In place safe (same index read then written by one thread).
-__global__ void cce_filter_kernel(const bf16* g, int64_t rows, int64_t cols, int64_t tileRows,
-                                  const int32_t* __restrict__ tileMax, double threshold,
-                                  bf16* kept) {
-  const int64_t total = rows * cols;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t tile = (i / cols) / tileRows;
-    const bool skip = double(__int_as_float(tileMax[tile])) < threshold;
-    kept[i] = skip ? __float2bfloat16(0.0f) : g[i];
-  }
-}
-
 __global__ void __launch_bounds__(kFinishThreads)
     cce_count_kernel(const int32_t* __restrict__ targets, int64_t n, int64_t vocab,
                      int32_t ignoreIndex, int32_t* __restrict__ validCount) {
@@ -262,37 +192,6 @@ Status linearLossGradStrip(cudaStream_t stream, const float* z, int64_t rows, in
   cce_bwd_kernel<<<gridFor(rows * cols), 256, 0, stream>>>(
       z, rows, cols, rowBegin, colBegin, targets, vocab, options.ignoreIndex,
       float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, g);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::ok();
-}
-
-Status cceGradStripTileMax(cudaStream_t stream, const float* z, int64_t rows, int64_t cols,
-                           int64_t rowBegin, int64_t colBegin, const int32_t* targets,
-                           int64_t vocab, const LinearLossOptions& options, const float* lse,
-                           const int32_t* validCount, float dLoss, int64_t tileRows, bf16* g,
-                           int32_t* tileMax) {
-  if (rows <= 0 || cols <= 0) return Status::ok();
-  MOEWB_CHECK(tileRows > 0);
-  const int64_t tiles = (rows + tileRows - 1) / tileRows;
-  MOEWB_CHECK(tiles < (int64_t(1) << 31));
-  const int64_t tileElems = std::min(tileRows, rows) * cols;
-  const int64_t perBlock = int64_t(kFilterThreads) * 8;  // ~8 entries per thread
-  const int64_t chunks =
-      std::clamp<int64_t>((tileElems + perBlock - 1) / perBlock, 1, kFilterMaxChunks);
-  cce_bwd_tile_max_kernel<<<dim3(unsigned(tiles), unsigned(chunks)), kFilterThreads, 0, stream>>>(
-      z, rows, cols, rowBegin, colBegin, targets, vocab, options.ignoreIndex,
-      float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, tileRows, g,
-      tileMax);
-  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::ok();
-}
-
-Status cceFilterStrip(cudaStream_t stream, const bf16* g, int64_t rows, int64_t cols,
-                      int64_t tileRows, const int32_t* tileMax, double threshold, bf16* kept) {
-  if (rows <= 0 || cols <= 0) return Status::ok();
-  MOEWB_CHECK(tileRows > 0);
-  cce_filter_kernel<<<gridFor(rows * cols), 256, 0, stream>>>(g, rows, cols, tileRows, tileMax,
-                                                              threshold, kept);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }

@@ -17,18 +17,19 @@
 // strips, 2 launches per forward strip, 4 per backward strip. No host synchronisation (N_valid
 // stays on the device). Targets equal to loss.ignoreIndex or outside [0, V) are ignored (the CPU
 // reference CHECKs the latter).
-// Gradient filtering (filterEps != 0), as ops/cce/cce.h: the strip is cut into tiles of
-// filterTokenBlock tokens x the vocabulary block (token tiles aligned at token 0 as the
-// reference's token blocks: the backward rounds groupTokens down to whole tiles); a tile whose
-// every |dz / g_t| (fp32, before the bf16 rounding; ignored rows count 0) is below the threshold
-// adds nothing to dh (and, with filterWeightGrad, nothing to dWv). Decided on the device: the
-// gradient kernel writes each tile's max |dz / g_t| (int-ordered fp32 bits, atomicMax), a second
-// kernel writes the strip with the filtered tiles zeroed for the dh GEMM, and dWv still sees the
-// whole strip unless filterWeightGrad. Same result as cceBackward with tokenBlock =
-// filterTokenBlock, the same vocabBlock, filterEps and filterWeightGrad (up to fp32 vs reference
-// precision on tiles whose maximum lies at the threshold). Costs over the exact backward: one more
-// elementwise pass over the bf16 strip and a bf16 strip of memory; the GEMMs still multiply the
-// zeroed tiles (no speed gain yet: a tile-skipping dh GEMM could read the per-tile maxima).
+// Gradient filtering (filterEps != 0), as ops/cce/cce.h: the logit gradient is cut into tiles of
+// filterTokenBlock tokens x filterVocabBlock vocabulary entries (0: vocabBlock), aligned at token
+// 0 and entry 0 as the reference's token and vocabulary blocks (strips are rounded down to whole
+// tiles); a tile whose every |dz / g_t| (fp32, before the bf16 rounding; ignored rows count 0) is
+// below the threshold adds nothing to dh (and, with filterWeightGrad, nothing to dWv). Decided on
+// the device (ops/cce/cce_filter_cuda.h): the gradient kernel writes each tile's maximum, and the
+// dh GEMM (and with filterWeightGrad the dWv GEMM) skips the filtered tiles' work: its CTAs list
+// the K steps that meet a kept tile and multiply only those, so the cost falls with the share of
+// tiles filtered (the bf16 tensor-core mainloop of the grouped experts; where d or the tile width
+// is not a multiple of 8, the filtered tiles are zeroed and cuBLAS multiplies the whole strip).
+// Same result as cceBackward with tokenBlock = filterTokenBlock, vocabBlock = the tile width,
+// filterEps and filterWeightGrad (up to fp32 vs reference precision on tiles whose maximum lies
+// at the threshold). Costs over the exact backward: a bf16 strip's padding and the tile maxima.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,9 @@ struct CceCudaOptions {
   // cceFilterThreshold<float>, i.e. FLT_EPSILON / 32.
   double filterEps = 0.0;
   int64_t filterTokenBlock = 64;  // tokens per filter tile (CceOptions::tokenBlock, > 0)
+  // Vocabulary entries per filter tile (CceOptions::vocabBlock); 0 = vocabBlock. Strips are then
+  // the largest multiple of it up to vocabBlock.
+  int64_t filterVocabBlock = 0;
   bool filterWeightGrad = false;  // also filter dWv (as CceOptions::filterWeightGrad)
   LinearLossOptions loss;
 };

@@ -34,21 +34,6 @@ Status linearLossGradStrip(cudaStream_t stream, const float* z, int64_t rows, in
                            int64_t vocab, const LinearLossOptions& options, const float* lse,
                            const int32_t* validCount, float dLoss, bf16* g);
 
-// As linearLossGradStrip, and tileMax[k] = max(tileMax[k], bits of max |dz / g_t|) over the
-// strip rows [k * tileRows, (k + 1) * tileRows) for k < ceil(rows / tileRows) (fp32 bits as int,
-// order-preserving for the non-negative maxima; the caller zeroes tileMax once). tileRows > 0.
-// Errors: launch errors.
-Status cceGradStripTileMax(cudaStream_t stream, const float* z, int64_t rows, int64_t cols,
-                           int64_t rowBegin, int64_t colBegin, const int32_t* targets,
-                           int64_t vocab, const LinearLossOptions& options, const float* lse,
-                           const int32_t* validCount, float dLoss, int64_t tileRows, bf16* g,
-                           int32_t* tileMax);
-
-// kept[i] = 0 where the tile of row i / cols has max |dz / g_t| (tileMax, as above) below
-// threshold, else g[i], for i < rows * cols (kept may equal g). Errors: launch errors.
-Status cceFilterStrip(cudaStream_t stream, const bf16* g, int64_t rows, int64_t cols,
-                      int64_t tileRows, const int32_t* tileMax, double threshold, bf16* kept);
-
 // validCount[0] = number of targets with y != ignoreIndex and 0 <= y < vocab (single block).
 // Errors: launch errors.
 Status linearLossCountValid(cudaStream_t stream, const int32_t* targets, int64_t n, int64_t vocab,

@@ -2,13 +2,14 @@
 // loss, z-loss, dh and dWv (added into random initial values), with several strips per token
 // group and a partial last vocabulary block, soft-cap and z-loss on and off, ignored targets,
 // and a batch with no valid target; and the filtered backward (filterEps) against the filtered
-// reference.
+// reference, on the tile-skipping GEMMs and on the zeroing path.
 #include "ops/cce/cce_cuda.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "ops/cce/cce.h"
@@ -102,40 +103,51 @@ TEST_F(CceCudaTest, NoValidTargetGivesZeroLossAndGradients) {
   runCase(context(), CceCase{17, 16, 40, 8, 16, 0.0, 0.0, true}, 9500);
 }
 
-// Gradient filtering. Feature 0 of h is 1 and wv[v, 0] a per-vocab-block bias: hot blocks 0
-// and 3 (every target, so their tiles always keep), warm blocks 1, 2, 4, 5, 6 (p ~ 1.5e-4, about a
+// Gradient filtering. Feature 0 of h is 1 and wv[v, 0] a per-256-entry-block bias: hot blocks 0
+// and 3 (targets, so their tiles always keep), warm blocks 1, 2, 4, 5, 6 (p ~ 1.5e-4, about a
 // fifth of the probability mass: filtered at 1e-3, a large share of dh) and cold blocks 7.. (p ~
-// 1e-16: filtered by the auto threshold too). The GPU must give the reference's filtered result.
+// 1e-16: filtered by the auto threshold too). A few tokens of the second token tile also target
+// block 1, so the CTAs of the tile-skipping GEMMs (128 rows or vocabulary columns) meet kept and
+// filtered tiles side by side. The GPU must give the reference's filtered result, with the
+// reference's blocks = the GPU's filter tiles.
 struct FilterCase {
   double filterEps;  // CceCudaOptions::filterEps (kCceFilterAuto: the reference's own rule)
   bool filterWeightGrad;
   int64_t groupTokens;  // GPU strip rows (rounded down to whole 64-token tiles)
+  int64_t stripCols;    // GPU strip columns (CceCudaOptions::vocabBlock)
+  int64_t tileCols;     // filter tile columns (the reference's vocabBlock)
+  int64_t d;            // not a multiple of 8: the zeroing path instead of the skipping GEMMs
 };
 
 void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
-  constexpr int64_t n = 130, d = 48, vocab = 3001, vocabBlock = 256, tokenBlock = 64;
+  constexpr int64_t n = 130, vocab = 3001, biasBlock = 256, tokenBlock = 64;
+  const int64_t d = fc.d;
   ThreadPool pool(2);
   Tensor<float> h = randomTensor({n, d}, seed);
   for (int64_t t = 0; t < n; ++t) h[t * d] = 1.0f;
   h = roundedToBf16(h);
   Tensor<float> wv = randomTensor({vocab, d}, seed + 1, 0.3 / std::sqrt(double(d)));
   for (int64_t v = 0; v < vocab; ++v) {
-    const int64_t b = v / vocabBlock;
+    const int64_t b = v / biasBlock;
     wv[v * d] = (b == 0 || b == 3) ? 1.0f : b <= 6 ? -1.5f : -29.0f;
   }
   wv = roundedToBf16(wv);
   Tensor<float> dWv0 = randomTensor({vocab, d}, seed + 2, 0.01);
   Tensor<int32_t> targets({n});
   for (int64_t i = 0; i < n; ++i) {
-    targets[i] = int32_t((i * 37 + 11) % vocabBlock + (i % 2 == 0 ? 3 * vocabBlock : 0));
+    targets[i] = int32_t((i * 37 + 11) % biasBlock + (i % 2 == 0 ? 3 * biasBlock : 0));
+    if (i >= tokenBlock && i < 2 * tokenBlock && i % 9 == 0) {
+      targets[i] = int32_t(biasBlock + (i * 13) % biasBlock);  // warm block 1, token tile 1
+    }
     if (i % 7 == 3) targets[i] = kDefaultIgnoreIndex;
   }
   const float dLoss = 1.25f;
   CceCudaOptions options;
   options.groupTokens = fc.groupTokens;
-  options.vocabBlock = vocabBlock;
+  options.vocabBlock = fc.stripCols;
   options.filterEps = fc.filterEps;
   options.filterTokenBlock = tokenBlock;
+  options.filterVocabBlock = fc.tileCols == fc.stripCols ? 0 : fc.tileCols;
   options.filterWeightGrad = fc.filterWeightGrad;
 
   MOEWB_ASSIGN_OR_FAIL(auto dH, toDeviceBf16(context, h, MemoryCategory::kActivations));
@@ -157,7 +169,7 @@ void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
   const double threshold = cceFilterThreshold<float>(gpuRule);
   CceOptions refOptions;
   refOptions.tokenBlock = tokenBlock;
-  refOptions.vocabBlock = vocabBlock;
+  refOptions.vocabBlock = fc.tileCols;
   refOptions.filterEps = threshold;
   refOptions.filterWeightGrad = fc.filterWeightGrad;
   CceSaved<double> refSaved;
@@ -173,17 +185,24 @@ void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
   Tensor<double> dhExact =
       cceBackward<double>(pool, hd, wvd, targets, exactOptions, refSaved, dLoss, dWvExact);
 
-  // The inputs do what they should: many tiles filtered, and every tile's max |dz / g_t| far
-  // from the threshold (fp32 vs double cannot flip a decision).
-  EXPECT_EQ(stats.tiles, 3 * 12);
-  EXPECT_GE(stats.skippedTiles, 3 * 5);
+  // The inputs do what they should: many tiles filtered, a kept and a filtered tile side by side
+  // in one block of 128 tokens, and every tile's max |dz / g_t| far from the threshold (fp32 vs
+  // double cannot flip a decision).
+  const int64_t tokenTiles = (n + tokenBlock - 1) / tokenBlock;
+  const int64_t vocabTiles = (vocab + fc.tileCols - 1) / fc.tileCols;
+  EXPECT_EQ(stats.tiles, tokenTiles * vocabTiles);
+  EXPECT_GE(stats.skippedTiles, stats.tiles / 3);
   EXPECT_LT(stats.skippedTiles, stats.tiles);
-  for (int64_t t0 = 0; t0 < n; t0 += tokenBlock) {
-    for (int64_t v0 = 0; v0 < vocab; v0 += vocabBlock) {
+  std::vector<std::vector<bool>> kept(static_cast<size_t>(tokenTiles),
+                                      std::vector<bool>(static_cast<size_t>(vocabTiles)));
+  for (int64_t tt = 0; tt < tokenTiles; ++tt) {
+    const int64_t t0 = tt * tokenBlock;
+    for (int64_t vt = 0; vt < vocabTiles; ++vt) {
+      const int64_t v0 = vt * fc.tileCols;
       double maxAbs = 0;
       for (int64_t t = t0; t < std::min(n, t0 + tokenBlock); ++t) {
         if (targets[t] == kDefaultIgnoreIndex) continue;
-        for (int64_t v = v0; v < std::min(vocab, v0 + vocabBlock); ++v) {
+        for (int64_t v = v0; v < std::min(vocab, v0 + fc.tileCols); ++v) {
           double z = 0;
           for (int64_t j = 0; j < d; ++j) z += hd[t * d + j] * wvd[v * d + j];
           maxAbs = std::max(
@@ -192,10 +211,16 @@ void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
       }
       EXPECT_TRUE(maxAbs < threshold / 1.25 || maxAbs > threshold * 1.25)
           << "tile " << t0 << "," << v0 << ": " << maxAbs << " vs " << threshold;
+      kept[size_t(tt)][size_t(vt)] = maxAbs >= threshold;
     }
   }
-  if (fc.filterEps > 0) {  // the filtered result is not the exact one
-    EXPECT_GT(relativeError(toFloat(dhWant), toFloat(dhExact)), 0.05);
+  if (fc.filterEps > 0) {
+    bool mixed = false;  // token tiles 0 and 1 disagree on some vocabulary tile
+    for (int64_t vt = 0; vt < vocabTiles; ++vt) {
+      mixed = mixed || kept[0][size_t(vt)] != kept[1][size_t(vt)];
+    }
+    EXPECT_TRUE(mixed);
+    EXPECT_GT(relativeError(toFloat(dhWant), toFloat(dhExact)), 0.05);  // not the exact result
   }
 
   MOEWB_ASSIGN_OR_FAIL(Tensor<float> dhGot, toHostFloat(context, dDh));
@@ -207,14 +232,20 @@ void runFilterCase(CudaContext& context, const FilterCase& fc, uint64_t seed) {
 TEST_F(CceCudaTest, FilteredBackwardMatchesFilteredReference) {
   uint64_t seed = 9700;
   const FilterCase cases[] = {
-      {1e-3, false, 4096},          // one strip per vocab block
-      {1e-3, false, 100},           // strips of 64 tokens (groupTokens rounded to whole tiles)
-      {1e-3, true, 100},            // dWv filtered too
-      {kCceFilterAuto, false, 64},  // epsilon<float> / 32: only the cold blocks
+      {1e-3, false, 4096, 256, 256, 48},          // one strip per vocab block
+      {1e-3, false, 100, 256, 256, 48},           // strips of 64 tokens (whole tiles)
+      {1e-3, true, 100, 256, 256, 48},            // dWv filtered too
+      {kCceFilterAuto, false, 64, 256, 256, 48},  // epsilon<float> / 32: only the cold blocks
+      {1e-3, true, 4096, 1024, 256, 48},          // strips of 4 tiles
+      {1e-3, false, 192, 2048, 256, 48},          // 3 token tiles x 8 vocabulary tiles a strip
+      {1e-3, true, 4096, 1000, 64, 48},           // 64-wide tiles: dWv CTAs span 2 of them
+      {1e-3, true, 4096, 1024, 256, 50},          // d = 50: filtered tiles zeroed, cuBLAS
+      {1e-3, false, 4096, 1024, 100, 48},         // tiles of 100 columns: the same
   };
   for (const FilterCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "eps " << c.filterEps << " weights " << c.filterWeightGrad
-                                    << " group " << c.groupTokens);
+                                    << " group " << c.groupTokens << " strip " << c.stripCols
+                                    << " tile " << c.tileCols << " d " << c.d);
     runFilterCase(context(), c, seed += 10);
   }
 }
