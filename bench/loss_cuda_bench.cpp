@@ -9,8 +9,10 @@
 //                        anchor's chunk)
 //   loss_cce_4096x4096   cceForwardCuda + cceBackwardCuda, strips of 4096 tokens x 4096 vocabulary
 //                        entries (the op's defaults; the trainer passes loss.cce_vocab_block)
-//   loss_cce_filtered_dh the same with gradient filtering (2^-12, 64 x 256 tiles) on dh,
-//   loss_cce_filtered_dh_dw on dh and dWv, and _64x128 with tiles of 64 x 128, each with its
+//   loss_cce_4096x16384  the same in strips 4 times wider
+//   loss_cce_filtered_*  with gradient filtering (2^-12) on dh (_dh) or on dh and dWv (_dh_dw),
+//                        tiles of 64 x 256 entries (or _64x128, _64x64), strips of 4096 x 4096
+//                        (or _strip16384 / 32768, _group8192: tokens), each with its
 //                        gradients' relative L2 error against the exact CCE's (dh_rel_err,
 //                        dw_rel_err)
 // One JSON line each: median ms of 10 CUDA-event-timed runs after 3 warm-up runs, TFLOP/s
@@ -123,19 +125,38 @@ int run(int argc, char** argv) {
   };
   Tensor<float> dhExact, dWExact;
   oneCce(cceOptions, dhExact, dWExact);
-  // Gradient filtering at bf16's automatic threshold (epsilon<bf16> / 32 = 2^-12, Cut
-  // Cross-Entropy's default for bf16), tiles of 64 tokens x 256 vocabulary entries in the same
-  // 4096 x 4096 strips: dh filtered (the engine's default), then dWv too.
+  // Wider strips (4096 x 16384: a quarter of the strips, 0.56 GiB of scratch), and gradient
+  // filtering at bf16's automatic threshold (epsilon<bf16> / 32 = 2^-12, Cut Cross-Entropy's
+  // default for bf16) with tiles of 64 tokens x tileCols vocabulary entries: dh filtered (the
+  // trainer's mode), or dh and dWv.
   struct FilterRow {
     const char* name;
+    bool filter;
     bool weights;
     int64_t tileCols;
+    int64_t stripCols;
+    int64_t groupTokens = 4096;
   };
-  for (const FilterRow& row : {FilterRow{"moewb_loss_cce_filtered_dh", false, 256},
-                               FilterRow{"moewb_loss_cce_filtered_dh_dw", true, 256},
-                               FilterRow{"moewb_loss_cce_filtered_dh_dw_64x128", true, 128}}) {
+  const FilterRow rows[] = {
+      {"moewb_loss_cce_4096x16384", false, false, 0, 16384},
+      {"moewb_loss_cce_filtered_dh", true, false, 256, 4096},
+      {"moewb_loss_cce_filtered_dh_dw", true, true, 256, 4096},
+      {"moewb_loss_cce_filtered_dh_dw_64x128", true, true, 128, 4096},
+      {"moewb_loss_cce_filtered_dh_dw_64x64", true, true, 64, 4096},
+      {"moewb_loss_cce_filtered_dh_64x128_strip16384", true, false, 128, 16384},
+      {"moewb_loss_cce_filtered_dh_dw_64x128_strip16384", true, true, 128, 16384},
+      {"moewb_loss_cce_filtered_dh_dw_64x64_strip16384", true, true, 64, 16384},
+      {"moewb_loss_cce_8192x16384", false, false, 0, 16384, 8192},
+      {"moewb_loss_cce_filtered_dh_dw_64x128_strip32768", true, true, 128, 32768},
+      {"moewb_loss_cce_filtered_dh_dw_64x128_group8192_strip16384", true, true, 128, 16384, 8192},
+      {"moewb_loss_cce_filtered_dh_dw_64x128_group8192_strip12288", true, true, 128, 12288, 8192},
+      {"moewb_loss_cce_filtered_dh_dw_64x128_group6144_strip16384", true, true, 128, 16384, 6144},
+  };
+  for (const FilterRow& row : rows) {
     CceCudaOptions filtered = cceOptions;
-    filtered.filterEps = std::ldexp(1.0, -12);
+    filtered.vocabBlock = row.stripCols;
+    filtered.groupTokens = row.groupTokens;
+    filtered.filterEps = row.filter ? std::ldexp(1.0, -12) : 0.0;
     filtered.filterTokenBlock = 64;
     filtered.filterVocabBlock = row.tileCols;
     filtered.filterWeightGrad = row.weights;

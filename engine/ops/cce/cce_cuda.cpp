@@ -100,8 +100,8 @@ Status exactBackward(CudaContext& context, const bf16* h, const bf16* wv, const 
 }
 
 // The filtered backward (cce_filter_cuda.h): strips of whole filter tiles; G with each tile's
-// maximum, then the tile-skipping GEMMs (or, for shapes they do not take, the filtered tiles
-// zeroed and the cuBLAS GEMMs).
+// maximum, the filtered tiles zeroed, then the tile-skipping GEMMs (cuBLAS for shapes they do not
+// take).
 Status filteredBackward(CudaContext& context, const bf16* h, const bf16* wv,
                         const int32_t* targets, int64_t n, int64_t d, int64_t vocab,
                         const CceCudaOptions& options, double threshold,
@@ -141,11 +141,14 @@ Status filteredBackward(CudaContext& context, const bf16* h, const bf16* wv,
   MOEWB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
       tileMax.data(), 0, size_t(vocabTiles * tiles.tokenTiles) * sizeof(int32_t), stream));
   tiles.tileMax = tileMax.data();
-  // Without the skipping GEMMs: G with the filtered tiles zeroed, for dh (and for dWv too when
-  // it is filtered: then in place).
+  // G with the filtered tiles zeroed, for dh: in place when dWv is filtered too, else a copy (dWv
+  // takes the whole G).
   DeviceTensor<bf16> keptStorage;
-  if (!skipping && !options.filterWeightGrad) {
+  if (!options.filterWeightGrad) {
     MOEWB_ASSIGN_OR_RETURN(keptStorage, context.newTensor<bf16>({group, ldG}, scratch));
+    // Finite from the start: the skipping GEMM reads the padding past a short last strip.
+    MOEWB_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(keptStorage.data(), 0, size_t(group * ldG) * sizeof(bf16), stream));
   }
   bf16* gradAll = grad.data();
   bf16* gradDh = keptStorage.empty() ? grad.data() : keptStorage.data();
@@ -157,29 +160,28 @@ Status filteredBackward(CudaContext& context, const bf16* h, const bf16* wv,
       MOEWB_RETURN_IF_ERROR(cceGradStripTiles(stream, strip.data(), rows, cols, g0, v0, targets,
                                               vocab, options.loss, saved.lse.data(),
                                               saved.validCount.data(), dLoss, tiles, gradAll,
-                                              ldG));
+                                              ldG, gradDh));
+      // dhAcc[rows, d] (+)= G_kept[rows, cols] Wv[v0.., d]; dWv[v0.., d] += G^T h[g0.., d] (G
+      // zeroed in place when filterWeightGrad).
       if (skipping) {
-        MOEWB_RETURN_IF_ERROR(cceSkipGemmDh(stream, gradAll, ldG, rows, cols, g0, v0,
-                                            wv + v0 * d, d, tiles, v0 != 0, dhAcc.data()));
-        if (options.filterWeightGrad) {
-          MOEWB_RETURN_IF_ERROR(cceSkipGemmDw(stream, gradAll, ldG, rows, cols, g0, v0,
-                                              h + g0 * d, d, tiles, dWv + v0 * d));
-          continue;
-        }
+        MOEWB_RETURN_IF_ERROR(cceSkipGemmDh(stream, gradDh, ldG, rows, cols, g0, v0, wv + v0 * d,
+                                            d, tiles, v0 != 0, dhAcc.data()));
       } else {
-        MOEWB_RETURN_IF_ERROR(
-            cceZeroFilteredTiles(stream, gradAll, rows, cols, ldG, g0, v0, tiles, gradDh));
         MOEWB_RETURN_IF_ERROR(gemm(context, rows, d, cols, 1.0f,
                                    GemmOperand{gradDh, DType::kBf16, ldG, false},
                                    GemmOperand{wv + v0 * d, DType::kBf16, d, false},
                                    v0 == 0 ? 0.0f : 1.0f,
                                    GemmOutput{dhAcc.data(), DType::kF32, d}));
       }
-      // dWv[v0.., d] += G^T h[g0.., d] (G with the filtered tiles zeroed if filterWeightGrad).
-      MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
-                                 GemmOperand{gradAll, DType::kBf16, ldG, true},
-                                 GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
-                                 GemmOutput{dWv + v0 * d, DType::kF32, d}));
+      if (skipping && options.filterWeightGrad) {
+        MOEWB_RETURN_IF_ERROR(cceSkipGemmDw(stream, gradAll, ldG, rows, cols, g0, v0, h + g0 * d,
+                                            d, tiles, dWv + v0 * d));
+      } else {
+        MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
+                                   GemmOperand{gradAll, DType::kBf16, ldG, true},
+                                   GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
+                                   GemmOutput{dWv + v0 * d, DType::kF32, d}));
+      }
     }
     MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dhAcc.data(), dh + g0 * d, rows * d));
   }

@@ -12,6 +12,8 @@ namespace moewb::engine::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+constexpr int kGradThreads = 256;
+constexpr int64_t kGradGroupsPerThread = 4;  // groups of 4 columns per thread and row
 constexpr int kFinishThreads = 1024;
 
 // Merges (mOther, lOther) into the running (m, l) of exp-sums relative to their max.
@@ -23,25 +25,36 @@ __device__ __forceinline__ void mergeMaxSum(float& m, float& l, float mOther, fl
   m = mNew;
 }
 
-// One warp per strip row.
+// One warp per strip row, each lane folding groups of 4 logits (one 16-byte load when `vector`:
+// cols a multiple of 4) into its running (max, sum), rescaled once per group.
 __global__ void cce_fwd_kernel(const float* __restrict__ z, int64_t rows, int64_t cols,
                                int64_t rowBegin, int64_t colBegin,
                                const int32_t* __restrict__ targets, float cap,
                                float* __restrict__ runMax, float* __restrict__ runSum,
-                               float* __restrict__ targetLogit) {
+                               float* __restrict__ targetLogit, bool vector) {
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (r >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x % 32;
   const float* zr = z + r * cols;
   float m = -INFINITY, l = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const float x = capLogit(zr[c], cap);
-    if (x > m) {
-      l = l * expf(m - x) + 1.0f;
-      m = x;
+  const int64_t groups = (cols + 3) / 4;
+  for (int64_t q = lane; q < groups; q += 32) {
+    const int64_t c = q * 4;
+    float x[4];
+    if (vector) {
+      loadFour(zr + c, x);
     } else {
-      l += expf(x - m);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = c + i < cols ? zr[c + i] : -INFINITY;
     }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = capLogit(x[i], cap);
+    const float groupMax = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    if (groupMax > m) {
+      l *= expf(m - groupMax);
+      m = groupMax;
+    }
+    l += expf(x[0] - m) + expf(x[1] - m) + expf(x[2] - m) + expf(x[3] - m);
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float mo = __shfl_xor_sync(0xffffffffu, m, o);
@@ -99,27 +112,29 @@ __global__ void __launch_bounds__(kFinishThreads)
   }
 }
 
-__global__ void cce_bwd_kernel(const float* __restrict__ z, int64_t rows, int64_t cols,
-                               int64_t rowBegin, int64_t colBegin,
-                               const int32_t* __restrict__ targets, int64_t vocab,
-                               int32_t ignoreIndex, float zLossCoef, float cap,
-                               const float* __restrict__ lse,
-                               const int32_t* __restrict__ validCount, float dLoss,
-                               bf16* __restrict__ g) {
+// Block (r, j): strip row r, groups of 4 columns j * 256 + threadIdx.x, ... (vector: cols a
+// multiple of 4, so every group is 16-byte aligned in z and 8-byte aligned in g).
+__global__ void __launch_bounds__(kGradThreads)
+    cce_bwd_kernel(const float* __restrict__ z, int64_t rows, int64_t cols, int64_t rowBegin,
+                   int64_t colBegin, const int32_t* __restrict__ targets, int64_t vocab,
+                   int32_t ignoreIndex, float zLossCoef, float cap, const float* __restrict__ lse,
+                   const int32_t* __restrict__ validCount, float dLoss, bf16* __restrict__ g,
+                   bool vector) {
+  const int64_t r = blockIdx.x;
   const int32_t valid = validCount[0];
-  const float scale = valid > 0 ? dLoss / float(valid) : 0.0f;
-  const int64_t total = rows * cols;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
-    const int64_t t = rowBegin + r;
-    const int32_t y = targets[t];
-    if (y == ignoreIndex || y < 0 || int64_t(y) >= vocab || valid == 0) {
-      g[i] = __float2bfloat16(0.0f);
-      continue;
+  const int64_t t = rowBegin + r;
+  const int32_t y = targets[t];
+  const bool live = !(y == ignoreIndex || y < 0 || int64_t(y) >= vocab || valid == 0);
+  const GradRow row{z + r * cols, g + r * cols, int64_t(y) - colBegin, live ? lse[t] : 0.0f,
+                    valid > 0 ? dLoss / float(valid) : 0.0f, zLossCoef, cap};
+  const int64_t groups = (cols + 3) / 4;
+  for (int64_t q = int64_t(blockIdx.y) * kGradThreads + threadIdx.x; q < groups;
+       q += int64_t(gridDim.y) * kGradThreads) {
+    if (live) {
+      gradFour(row, q * 4, cols, vector);
+    } else {
+      zeroFour(row.g, q * 4, cols, vector);
     }
-    const float grad = unscaledGrad(z[i], lse[t], colBegin + c == int64_t(y), zLossCoef, cap);
-    g[i] = __float2bfloat16(grad * scale);
   }
 }
 
@@ -168,7 +183,8 @@ Status linearLossFoldStrip(cudaStream_t stream, const float* z, int64_t rows, in
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   MOEWB_CHECK(blocks < (int64_t(1) << 31));
   cce_fwd_kernel<<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-      z, rows, cols, rowBegin, colBegin, targets, cap, runMax, runSum, targetLogit);
+      z, rows, cols, rowBegin, colBegin, targets, cap, runMax, runSum, targetLogit,
+      cols % 4 == 0);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }
@@ -189,9 +205,12 @@ Status linearLossGradStrip(cudaStream_t stream, const float* z, int64_t rows, in
                            int64_t vocab, const LinearLossOptions& options, const float* lse,
                            const int32_t* validCount, float dLoss, bf16* g) {
   if (rows <= 0 || cols <= 0) return Status::ok();
-  cce_bwd_kernel<<<gridFor(rows * cols), 256, 0, stream>>>(
+  MOEWB_CHECK(rows < (int64_t(1) << 31));
+  const int64_t groups = (cols + 3) / 4, perBlock = kGradThreads * kGradGroupsPerThread;
+  const int64_t chunks = std::clamp<int64_t>((groups + perBlock - 1) / perBlock, 1, 65535);
+  cce_bwd_kernel<<<dim3(unsigned(rows), unsigned(chunks)), kGradThreads, 0, stream>>>(
       z, rows, cols, rowBegin, colBegin, targets, vocab, options.ignoreIndex,
-      float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, g);
+      float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, g, cols % 4 == 0);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }

@@ -1,14 +1,13 @@
 // CCE's gradient filtering on the GPU (see cce_filter_cuda.h): the logit gradient with its tile
-// maxima, the zeroing of filtered tiles (the general path) and the two tile-skipping GEMMs.
+// maxima, the zeroing of filtered tiles and the two tile-skipping GEMMs.
 //
 // The skipping GEMMs run the grouped experts' mainloop (one 128-row A tile against two 128-column
 // B tiles, BK = 32, 8 warps, a 4-stage cp.async pipeline, mma.sync m16n8k16 with fp32
 // accumulators) over a list of K steps: each CTA first marks the K steps whose rows x columns
 // meet a kept tile, compacts them into a list in shared memory, then multiplies those steps only.
-// Inside a listed step the A loader zero-fills every 16-byte chunk that lies in a filtered tile
-// (tiles are multiples of 8 columns wide, so a chunk never straddles two), so a CTA that spans a
-// kept and a filtered tile still adds exactly the kept tiles. A CTA whose list is empty writes
-// zeros (dh, when not accumulating) or nothing.
+// G's filtered tiles are zeros by then (written so by the gradient kernel), so a CTA that spans a
+// kept and a filtered tile adds exactly the kept one, and the loads need no tile lookups. A CTA
+// whose list is empty writes zeros (dh, when not accumulating) or nothing.
 #define MOEWB_GROUPED_DEVICE_PARTS_ONLY
 #include "ops/experts/grouped_gemm_cuda.cuh"
 #undef MOEWB_GROUPED_DEVICE_PARTS_ONLY
@@ -36,7 +35,9 @@ using grouped::kNi;
 using grouped::kThreads;
 
 constexpr int kGradThreads = 256;
-constexpr int64_t kGradMaxChunks = 1024;   // blocks per filter tile (gridDim.y <= 65535)
+constexpr int64_t kGroupsPerThread = 4;   // groups of 4 columns per thread (gradient kernel)
+constexpr int64_t kGradMaxChunks = 1024;  // blocks per filter tile (gridDim.y <= 65535)
+constexpr int kFusedGroups = 16;           // groups a thread holds in the one-pass tile kernel
 constexpr int kMaxKSteps = 1024;           // K steps a skipping CTA can list (32768 / kBK)
 constexpr int kNB = 2;                     // 128 x 256 CTA tiles
 
@@ -50,9 +51,6 @@ struct TileMask {
 
   __device__ __forceinline__ bool keptTile(int32_t tokenTile, int32_t vocabTile) const {
     return tileMax[vocabTile * tokenTiles + tokenTile] >= keepBits;
-  }
-  __device__ __forceinline__ bool kept(int32_t token, int32_t vocab) const {
-    return keptTile(token / tileRows, vocab / tileCols);
   }
   // Any kept tile among tokens [t0, t1) x vocabulary [v0, v1) (non-empty ranges).
   __device__ __forceinline__ bool anyKept(int32_t t0, int32_t t1, int32_t v0, int32_t v1) const {
@@ -68,61 +66,147 @@ TileMask maskOf(const CceFilterTiles& tiles) {
                   int32_t(tiles.tileCols), tiles.keepBits};
 }
 
-// Grid (strip tiles, chunks): block (k, j) walks its share of strip tile k (token tile k /
-// vocabTiles, vocabulary tile k % vocabTiles), writes g and folds the tile's max |dz / g_t|.
+// The strip tile of block blockIdx.x (token tile blockIdx.x / vocabTiles, vocabulary tile
+// blockIdx.x % vocabTiles): strip rows [r0, r1) x columns [c0, c1) in `groups` groups of 4 columns
+// a row (`total` groups), and its slot in mask.tileMax.
+struct StripTile {
+  int64_t r0, r1, c0, c1, slot;
+  int32_t groups, total;
+};
+
+__device__ __forceinline__ StripTile stripTileOf(const TileMask& mask, int32_t vocabTiles,
+                                                 int64_t rows, int64_t cols, int64_t rowBegin,
+                                                 int64_t colBegin) {
+  StripTile t;
+  const int32_t tr = int32_t(blockIdx.x) / vocabTiles, tc = int32_t(blockIdx.x) % vocabTiles;
+  t.r0 = int64_t(tr) * mask.tileRows;
+  t.r1 = minI64(t.r0 + mask.tileRows, rows);
+  t.c0 = int64_t(tc) * mask.tileCols;
+  t.c1 = minI64(t.c0 + mask.tileCols, cols);
+  t.groups = int32_t((t.c1 - t.c0 + 3) / 4);
+  t.total = int32_t(t.r1 - t.r0) * t.groups;
+  t.slot = ((colBegin + t.c0) / mask.tileCols) * int64_t(mask.tokenTiles) +
+           (rowBegin + t.r0) / mask.tileRows;
+  return t;
+}
+
+// The max of `v` over the block's kGradThreads threads, returned to every thread. warpMax:
+// kGradThreads / 32 floats of shared memory; once per kernel (warpMax is not released).
+__device__ __forceinline__ float blockMax(float v, float* warpMax) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) warpMax[threadIdx.x / 32] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < kGradThreads / 32; ++w) m = fmaxf(m, warpMax[w]);
+  return m;
+}
+
+// Block (k, i): chunk i of strip tile k (token tile k / vocabTiles, vocabulary tile k %
+// vocabTiles) in groups of 4 columns (vector: cols, tileCols and ldG multiples of 4); writes g and
+// folds the chunk's max |dz / g_t| into the tile's.
 __global__ void __launch_bounds__(kGradThreads)
     cce_grad_tiles_kernel(const float* __restrict__ z, int64_t rows, int64_t cols,
                           int64_t rowBegin, int64_t colBegin, const int32_t* __restrict__ targets,
                           int64_t vocab, int32_t ignoreIndex, float zLossCoef, float cap,
                           const float* __restrict__ lse, const int32_t* __restrict__ validCount,
-                          float dLoss, TileMask mask, int64_t vocabTiles, bf16* __restrict__ g,
-                          int64_t ldG) {
+                          float dLoss, TileMask mask, int32_t vocabTiles, bf16* __restrict__ g,
+                          int64_t ldG, bool vector) {
   __shared__ float warpMax[kGradThreads / 32];
   const int32_t valid = validCount[0];
   const float scale = valid > 0 ? dLoss / float(valid) : 0.0f;
-  const int32_t tr = int32_t(blockIdx.x / vocabTiles), tc = int32_t(blockIdx.x % vocabTiles);
-  const int64_t r0 = int64_t(tr) * mask.tileRows, r1 = minI64(r0 + mask.tileRows, rows);
-  const int64_t c0 = int64_t(tc) * mask.tileCols, c1 = minI64(c0 + mask.tileCols, cols);
-  const int32_t width = int32_t(c1 - c0), total = int32_t(r1 - r0) * width;
+  const StripTile tile = stripTileOf(mask, vocabTiles, rows, cols, rowBegin, colBegin);
+  const int64_t c1 = tile.c1;
   float maxAbs = 0.0f;
-  for (int32_t i = int32_t(blockIdx.y) * kGradThreads + int32_t(threadIdx.x); i < total;
-       i += int32_t(gridDim.y) * kGradThreads) {
-    const int64_t r = r0 + i / width, c = c0 + i % width;
+  for (int32_t j = int32_t(blockIdx.y) * kGradThreads + int32_t(threadIdx.x); j < tile.total;
+       j += int32_t(gridDim.y) * kGradThreads) {
+    const int64_t r = tile.r0 + j / tile.groups, c = tile.c0 + int64_t(j % tile.groups) * 4;
     const int64_t t = rowBegin + r;
     const int32_t y = targets[t];
-    bf16* out = g + r * ldG + c;
+    bf16* gRow = g + r * ldG;
+    const bool vec = vector && c + 4 <= c1;
     if (y == ignoreIndex || y < 0 || int64_t(y) >= vocab || valid == 0) {
-      *out = __float2bfloat16(0.0f);
+      zeroFour(gRow, c, c1, vec);
       continue;
     }
-    const float grad =
-        unscaledGrad(z[r * cols + c], lse[t], colBegin + c == int64_t(y), zLossCoef, cap);
-    maxAbs = fmaxf(maxAbs, fabsf(grad));
-    *out = __float2bfloat16(grad * scale);
+    const GradRow row{z + r * cols, gRow, int64_t(y) - colBegin, lse[t], scale, zLossCoef, cap};
+    maxAbs = fmaxf(maxAbs, gradFour(row, c, c1, vec));
   }
-  for (int o = 16; o > 0; o >>= 1) maxAbs = fmaxf(maxAbs, __shfl_xor_sync(0xffffffffu, maxAbs, o));
-  if (threadIdx.x % 32 == 0) warpMax[threadIdx.x / 32] = maxAbs;
-  __syncthreads();
+  const float m = blockMax(maxAbs, warpMax);
   if (threadIdx.x == 0) {
-    float m = 0.0f;
-    for (int w = 0; w < kGradThreads / 32; ++w) m = fmaxf(m, warpMax[w]);
-    const int64_t tile = ((colBegin + c0) / mask.tileCols) * int64_t(mask.tokenTiles) +
-                         (rowBegin + r0) / mask.tileRows;
-    atomicMax(const_cast<int32_t*>(mask.tileMax) + tile, __float_as_int(m));  // m >= 0
+    atomicMax(const_cast<int32_t*>(mask.tileMax) + tile.slot, __float_as_int(m));  // m >= 0
   }
 }
 
-// In place safe (same index read then written by one thread).
-__global__ void cce_zero_filtered_kernel(const bf16* g, int64_t rows, int64_t cols, int64_t ldG,
-                                         int64_t rowBegin, int64_t colBegin, TileMask mask,
-                                         bf16* out) {
-  const int64_t total = rows * cols;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+// Block k: the whole strip tile k (at most kFusedGroups groups of 4 columns per thread): the
+// gradient is held in registers until the block knows the tile's maximum, then written to g (when
+// kept != g) and to kept (zeros for a filtered tile), and the maximum to its slot (one block a
+// tile: a plain store). One pass instead of the gradient kernel and cce_zero_filtered_kernel.
+__global__ void __launch_bounds__(kGradThreads)
+    cce_grad_tiles_fused_kernel(const float* __restrict__ z, int64_t rows, int64_t cols,
+                                int64_t rowBegin, int64_t colBegin,
+                                const int32_t* __restrict__ targets, int64_t vocab,
+                                int32_t ignoreIndex, float zLossCoef, float cap,
+                                const float* __restrict__ lse,
+                                const int32_t* __restrict__ validCount, float dLoss, TileMask mask,
+                                int32_t vocabTiles, bf16* g, int64_t ldG, bf16* kept,
+                                bool vector) {
+  __shared__ float warpMax[kGradThreads / 32];
+  const int32_t valid = validCount[0];
+  const float scale = valid > 0 ? dLoss / float(valid) : 0.0f;
+  const StripTile tile = stripTileOf(mask, vocabTiles, rows, cols, rowBegin, colBegin);
+  const int64_t c1 = tile.c1;
+  uint2 held[kFusedGroups];  // 4 bf16 each
+  float maxAbs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFusedGroups; ++i) {
+    const int32_t j = int32_t(threadIdx.x) + i * kGradThreads;
+    held[i] = make_uint2(0u, 0u);
+    if (j >= tile.total) continue;
+    const int64_t r = tile.r0 + j / tile.groups, c = tile.c0 + int64_t(j % tile.groups) * 4;
+    const int64_t t = rowBegin + r;
+    const int32_t y = targets[t];
+    if (y == ignoreIndex || y < 0 || int64_t(y) >= vocab || valid == 0) continue;
+    const GradRow row{z + r * cols, nullptr, int64_t(y) - colBegin, lse[t], scale, zLossCoef,
+                      cap};
+    maxAbs = fmaxf(maxAbs, gradFourPacked(row, c, c1, vector && c + 4 <= c1, held[i]));
+  }
+  const float m = blockMax(maxAbs, warpMax);
+  if (threadIdx.x == 0) const_cast<int32_t*>(mask.tileMax)[tile.slot] = __float_as_int(m);
+  const bool keep = __float_as_int(m) >= mask.keepBits;  // m >= 0: int order is float order
+#pragma unroll
+  for (int i = 0; i < kFusedGroups; ++i) {
+    const int32_t j = int32_t(threadIdx.x) + i * kGradThreads;
+    if (j >= tile.total) continue;
+    const int64_t r = tile.r0 + j / tile.groups, c = tile.c0 + int64_t(j % tile.groups) * 4;
     const int64_t at = r * ldG + c;
-    out[at] = mask.kept(int32_t(rowBegin + r), int32_t(colBegin + c)) ? g[at]
-                                                                     : __float2bfloat16(0.0f);
+    const bool vec = vector && c + 4 <= c1;
+    const int n = c + 4 <= c1 ? 4 : int(c1 - c);
+    if (kept != g) storeFour(g + at, held[i], n, vec);
+    storeFour(kept + at, keep ? held[i] : make_uint2(0u, 0u), n, vec);
+  }
+}
+
+// Block k: strip tile k as above; out = g where the tile is kept, else 0 (in place when out == g:
+// kept tiles are left alone). Groups of 4 columns (vector as above).
+__global__ void __launch_bounds__(kGradThreads)
+    cce_zero_filtered_kernel(const bf16* g, int64_t rows, int64_t cols, int64_t ldG,
+                             int64_t rowBegin, int64_t colBegin, TileMask mask,
+                             int32_t vocabTiles, bf16* out, bool vector) {
+  const StripTile tile = stripTileOf(mask, vocabTiles, rows, cols, rowBegin, colBegin);
+  const bool kept = mask.tileMax[tile.slot] >= mask.keepBits;
+  if (kept && out == g) return;
+  for (int32_t j = int32_t(threadIdx.x); j < tile.total; j += kGradThreads) {
+    const int64_t rowStart = (tile.r0 + j / tile.groups) * ldG;
+    const int64_t at = rowStart + tile.c0 + int64_t(j % tile.groups) * 4;
+    const int64_t end = rowStart + tile.c1;  // the row's tile end
+    const bool vec = vector && at + 4 <= end;
+    if (!kept) {
+      zeroFour(out, at, end, vec);
+    } else if (vec) {
+      *reinterpret_cast<uint2*>(out + at) = *reinterpret_cast<const uint2*>(g + at);
+    } else {
+      for (int64_t i = at; i < end && i < at + 4; ++i) out[i] = g[i];
+    }
   }
 }
 
@@ -160,89 +244,10 @@ __device__ StepList listKeptSteps(unsigned char* scratch, int kSteps, Keep keep)
   return StepList{list, *count};
 }
 
-// A operand of dh: the strip's G rows [kBM][kBK] (K = vocabulary along the columns), K step kt
-// read at list[kt]; chunks in filtered tiles and outside the strip are zero.
-struct DhGradLoader {
-  static constexpr bool kKMajor = false;
-  static constexpr int kLd = kBK + 8;
-  static constexpr int kTileBytes = kBM * kLd * 2;
-  static constexpr int kChunksPerRow = kBK / 8;
-  static constexpr int kPer = kBM * kChunksPerRow / kThreads;
-  static_assert(kBM * kChunksPerRow % kThreads == 0, "whole chunks per thread");
-  static_assert(kThreads % kChunksPerRow == 0, "a thread's chunks share their column");
-
-  const bf16_t* row[kPer];  // null: row outside the strip
-  int32_t tokenTile[kPer];  // the row's token tile
-  const bf16_t* anyValid;
-  const int16_t* list;
-  int32_t cols, colBegin;
-  TileMask mask;
-
-  __device__ __forceinline__ void init(const bf16_t* g, int64_t ldG, int64_t r0, int64_t rows,
-                                       int64_t rowBegin, int64_t stripCols, int64_t vocab0,
-                                       const TileMask& m, const int16_t* steps) {
-    anyValid = g;
-    list = steps;
-    cols = int32_t(stripCols);
-    colBegin = int32_t(vocab0);
-    mask = m;
-#pragma unroll
-    for (int p = 0; p < kPer; ++p) {
-      const int64_t r = r0 + (int(threadIdx.x) + p * kThreads) / kChunksPerRow;
-      row[p] = r < rows ? g + r * ldG : nullptr;
-      tokenTile[p] = int32_t((rowBegin + r) / m.tileRows);
-    }
-  }
-
-  __device__ __forceinline__ void load(bf16_t* tile, int kt) const {
-    const int c = (int(threadIdx.x) % kChunksPerRow) * 8;  // the same for every p
-    const int32_t k = int32_t(list[kt]) * kBK + c;
-    const int32_t vocabTile = (colBegin + k) / mask.tileCols;
-#pragma unroll
-    for (int p = 0; p < kPer; ++p) {
-      const int i = (int(threadIdx.x) + p * kThreads) / kChunksPerRow;
-      const bool ok = row[p] != nullptr && k < cols && mask.keptTile(tokenTile[p], vocabTile);
-      cpAsync16(tile + i * kLd + c, ok ? row[p] + k : anyValid, ok);
-    }
-  }
-};
-
-// A operand of dWv: G^T as [kBK][kBM] tiles of G rows (K = tokens along the rows, M = vocabulary
-// along the columns), K step kt read at list[kt]; chunks in filtered tiles are zero.
-struct DwGradLoader {
-  static constexpr bool kKMajor = true;
-  static constexpr int kLd = kBM + 8;
-  static constexpr int kTileBytes = kBK * kLd * 2;
-  static constexpr int kChunksPerRow = kBM / 8;
-  static constexpr int kPer = kBK * kChunksPerRow / kThreads;
-  static_assert(kBK * kChunksPerRow % kThreads == 0, "whole chunks per thread");
-  static_assert(kThreads % kChunksPerRow == 0, "a thread's chunks share their column");
-
-  const bf16_t* g;
-  const int16_t* list;
-  int64_t ldG;
-  int32_t rows, m0, ldCols, rowBegin, colBegin;
-  TileMask mask;
-
-  __device__ __forceinline__ void load(bf16_t* tile, int kt) const {
-    const int j = (int(threadIdx.x) % kChunksPerRow) * 8;  // the same for every p
-    const int32_t m = m0 + j;
-    const int32_t vocabTile = (colBegin + m) / mask.tileCols;
-    const int32_t kBase = int32_t(list[kt]) * kBK;
-#pragma unroll
-    for (int p = 0; p < kPer; ++p) {
-      const int r = (int(threadIdx.x) + p * kThreads) / kChunksPerRow;
-      const int32_t k = kBase + r;
-      const bool ok = k < rows && m < ldCols &&
-                      mask.keptTile((rowBegin + k) / mask.tileRows, vocabTile);
-      cpAsync16(tile + r * kLd + j, ok ? g + int64_t(k) * ldG + m : g, ok);
-    }
-  }
-};
-
-// A plain [K][N] operand (grouped::LoadKRows) whose K step kt is read at list[kt].
-struct ListedKRows {
-  using Inner = grouped::LoadKRows<kBN>;
+// A grouped-mainloop operand loader (grouped::LoadKCols / LoadKRows, one source) whose K step kt
+// is read at list[kt]. The filtered tiles are already zeros in G (cceGradStripTiles).
+template <class Inner>
+struct Listed {
   static constexpr bool kKMajor = Inner::kKMajor;
   static constexpr int kLd = Inner::kLd;
   static constexpr int kTileBytes = Inner::kTileBytes;
@@ -255,8 +260,13 @@ struct ListedKRows {
   }
 };
 
+using GradRowsLoader = Listed<grouped::LoadKCols<kBM>>;  // dh's A: G rows [M][K]
+using GradColsLoader = Listed<grouped::LoadKRows<kBM>>;  // dWv's A: G^T, read as G [K][M]
+using DenseLoader = Listed<grouped::LoadKRows<kBN>>;     // Wv or h rows [K][N]
+constexpr int kNoSecondSource = 1 << 30;                 // the loaders' kTiles1: one source
+
 template <class LoadA>
-using SkipSmem = grouped::MainloopSmem<LoadA, ListedKRows, kNB>;
+using SkipSmem = grouped::MainloopSmem<LoadA, DenseLoader, kNB>;
 
 template <class LoadA>
 constexpr int skipSmemBytes() {
@@ -272,22 +282,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n0 = int64_t(blockIdx.x) * kNB * kBN;
   const int kSteps = int((cols + kBK - 1) / kBK);
   const StepList kept = listKeptSteps(
-      smem + SkipSmem<DhGradLoader>::kBytes, kSteps, [&](int kt) {
+      smem + SkipSmem<GradRowsLoader>::kBytes, kSteps, [&](int kt) {
         const int64_t k0 = int64_t(kt) * kBK, k1 = minI64(k0 + kBK, cols);
         return mask.anyKept(int32_t(rowBegin + r0), int32_t(rowBegin + r1),
                             int32_t(colBegin + k0), int32_t(colBegin + k1));
       });
   float acc[kNB][kMi][kNi][4];
   if (kept.count > 0) {
-    DhGradLoader la;
-    la.init(g, ldG, r0, rows, rowBegin, cols, colBegin, mask, kept.steps);
-    ListedKRows lb[kNB];
+    GradRowsLoader la{{}, kept.steps};
+    la.inner.init(g, nullptr, ldG, nullptr, r0, rows, cols, kNoSecondSource);
+    DenseLoader lb[kNB];
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
-      lb[b].inner.init(wvBlock, nullptr, d, nullptr, 0, cols, n0 + b * kBN, d, 1 << 30);
+      lb[b].inner.init(wvBlock, nullptr, d, nullptr, 0, cols, n0 + b * kBN, d, kNoSecondSource);
       lb[b].list = kept.steps;
     }
-    grouped::groupedMainloop<DhGradLoader, ListedKRows, kNB>(smem, la, lb, kept.count, acc);
+    grouped::groupedMainloop<GradRowsLoader, DenseLoader, kNB>(smem, la, lb, kept.count, acc);
   } else if (accumulate) {
     return;  // nothing to add
   } else {
@@ -330,30 +340,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n0 = int64_t(blockIdx.x) * kNB * kBN;
   const int kSteps = int((rows + kBK - 1) / kBK);
   const StepList kept = listKeptSteps(
-      smem + SkipSmem<DwGradLoader>::kBytes, kSteps, [&](int kt) {
+      smem + SkipSmem<GradColsLoader>::kBytes, kSteps, [&](int kt) {
         const int64_t k0 = int64_t(kt) * kBK, k1 = minI64(k0 + kBK, rows);
         return mask.anyKept(int32_t(rowBegin + k0), int32_t(rowBegin + k1),
                             int32_t(colBegin + m0), int32_t(colBegin + m1));
       });
   if (kept.count == 0) return;  // nothing to add
-  DwGradLoader la;
-  la.g = g;
-  la.list = kept.steps;
-  la.ldG = ldG;
-  la.rows = int32_t(rows);
-  la.m0 = int32_t(m0);
-  la.ldCols = int32_t(ldG);  // the zero padding past cols is read; its products land past cols
-  la.rowBegin = int32_t(rowBegin);
-  la.colBegin = int32_t(colBegin);
-  la.mask = mask;
-  ListedKRows lb[kNB];
+  // G's zero padding past cols is read too; its products land in rows >= cols (not stored).
+  GradColsLoader la{{}, kept.steps};
+  la.inner.init(g, nullptr, ldG, nullptr, 0, rows, m0, ldG, kNoSecondSource);
+  DenseLoader lb[kNB];
 #pragma unroll
   for (int b = 0; b < kNB; ++b) {
-    lb[b].inner.init(hGroup, nullptr, d, nullptr, 0, rows, n0 + b * kBN, d, 1 << 30);
+    lb[b].inner.init(hGroup, nullptr, d, nullptr, 0, rows, n0 + b * kBN, d, kNoSecondSource);
     lb[b].list = kept.steps;
   }
   float acc[kNB][kMi][kNi][4];
-  grouped::groupedMainloop<DwGradLoader, ListedKRows, kNB>(smem, la, lb, kept.count, acc);
+  grouped::groupedMainloop<GradColsLoader, DenseLoader, kNB>(smem, la, lb, kept.count, acc);
 #pragma unroll
   for (int b = 0; b < kNB; ++b)
 #pragma unroll
@@ -392,7 +395,7 @@ Status cceGradStripTiles(cudaStream_t stream, const float* z, int64_t rows, int6
                          int64_t rowBegin, int64_t colBegin, const int32_t* targets,
                          int64_t vocab, const LinearLossOptions& options, const float* lse,
                          const int32_t* validCount, float dLoss, const CceFilterTiles& tiles,
-                         bf16* g, int64_t ldG) {
+                         bf16* g, int64_t ldG, bf16* kept) {
   if (rows <= 0 || cols <= 0) return Status::ok();
   MOEWB_CHECK(tiles.tileRows > 0 && tiles.tileCols > 0 && ldG >= cols);
   MOEWB_CHECK(rowBegin % tiles.tileRows == 0 && colBegin % tiles.tileCols == 0);
@@ -404,25 +407,30 @@ Status cceGradStripTiles(cudaStream_t stream, const float* z, int64_t rows, int6
   const int64_t tokenTiles = (rows + tiles.tileRows - 1) / tiles.tileRows;
   const int64_t vocabTiles = (cols + tiles.tileCols - 1) / tiles.tileCols;
   MOEWB_CHECK(tokenTiles * vocabTiles < (int64_t(1) << 31));
-  const int64_t tileElems = std::min(tiles.tileRows, rows) * std::min(tiles.tileCols, cols);
-  const int64_t perBlock = int64_t(kGradThreads) * 8;  // ~8 entries per thread
+  const int64_t tileGroups =
+      std::min(tiles.tileRows, rows) * ((std::min(tiles.tileCols, cols) + 3) / 4);
+  const bool vector = cols % 4 == 0 && tiles.tileCols % 4 == 0 && ldG % 4 == 0;
+  const unsigned tileBlocks = unsigned(tokenTiles * vocabTiles);
+  if (tileGroups <= int64_t(kGradThreads) * kFusedGroups) {  // one pass
+    cce_grad_tiles_fused_kernel<<<tileBlocks, kGradThreads, 0, stream>>>(
+        z, rows, cols, rowBegin, colBegin, targets, vocab, options.ignoreIndex,
+        float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, maskOf(tiles),
+        int32_t(vocabTiles), g, ldG, kept, vector);
+    MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return Status::ok();
+  }
+  const int64_t perBlock = int64_t(kGradThreads) * kGroupsPerThread;
   const int64_t chunks =
-      std::clamp<int64_t>((tileElems + perBlock - 1) / perBlock, 1, kGradMaxChunks);
-  cce_grad_tiles_kernel<<<dim3(unsigned(tokenTiles * vocabTiles), unsigned(chunks)), kGradThreads,
-                          0, stream>>>(z, rows, cols, rowBegin, colBegin, targets, vocab,
-                                       options.ignoreIndex, float(options.zLossCoef),
-                                       float(options.softCap), lse, validCount, dLoss,
-                                       maskOf(tiles), vocabTiles, g, ldG);
+      std::clamp<int64_t>((tileGroups + perBlock - 1) / perBlock, 1, kGradMaxChunks);
+  cce_grad_tiles_kernel<<<dim3(tileBlocks, unsigned(chunks)), kGradThreads, 0, stream>>>(
+      z, rows, cols, rowBegin, colBegin, targets, vocab, options.ignoreIndex,
+      float(options.zLossCoef), float(options.softCap), lse, validCount, dLoss, maskOf(tiles),
+      int32_t(vocabTiles), g, ldG, vector);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::ok();
-}
-
-Status cceZeroFilteredTiles(cudaStream_t stream, const bf16* g, int64_t rows, int64_t cols,
-                            int64_t ldG, int64_t rowBegin, int64_t colBegin,
-                            const CceFilterTiles& tiles, bf16* out) {
-  if (rows <= 0 || cols <= 0) return Status::ok();
-  cce_zero_filtered_kernel<<<gridFor(rows * cols), 256, 0, stream>>>(
-      g, rows, cols, ldG, rowBegin, colBegin, maskOf(tiles), out);
+  const bool copyVector = tiles.tileCols % 4 == 0 && ldG % 4 == 0;
+  cce_zero_filtered_kernel<<<tileBlocks, kGradThreads, 0, stream>>>(
+      g, rows, cols, ldG, rowBegin, colBegin, maskOf(tiles), int32_t(vocabTiles), kept,
+      copyVector);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::ok();
 }
@@ -437,7 +445,7 @@ Status cceSkipGemmDh(cudaStream_t stream, const bf16* g, int64_t ldG, int64_t ro
                      const CceFilterTiles& tiles, bool accumulate, float* dh) {
   if (rows <= 0 || d <= 0) return Status::ok();
   MOEWB_CHECK(cceSkipGemmSupported(rows, cols, d, tiles.tileCols) && ldG % 8 == 0);
-  constexpr int bytes = skipSmemBytes<DhGradLoader>();
+  constexpr int bytes = skipSmemBytes<GradRowsLoader>();
   MOEWB_RETURN_IF_ERROR(setSmem(cce_skip_dh_kernel, bytes));
   const dim3 grid(unsigned((d + kNB * kBN - 1) / (kNB * kBN)), unsigned((rows + kBM - 1) / kBM));
   cce_skip_dh_kernel<<<grid, kThreads, bytes, stream>>>(
@@ -452,7 +460,7 @@ Status cceSkipGemmDw(cudaStream_t stream, const bf16* g, int64_t ldG, int64_t ro
                      const CceFilterTiles& tiles, float* dWvBlock) {
   if (rows <= 0 || cols <= 0 || d <= 0) return Status::ok();
   MOEWB_CHECK(cceSkipGemmSupported(rows, cols, d, tiles.tileCols) && ldG % 8 == 0);
-  constexpr int bytes = skipSmemBytes<DwGradLoader>();
+  constexpr int bytes = skipSmemBytes<GradColsLoader>();
   MOEWB_RETURN_IF_ERROR(setSmem(cce_skip_dw_kernel, bytes));
   const dim3 grid(unsigned((d + kNB * kBN - 1) / (kNB * kBN)), unsigned((cols + kBM - 1) / kBM));
   cce_skip_dw_kernel<<<grid, kThreads, bytes, stream>>>(

@@ -2,10 +2,10 @@
 // gradient of a backward strip is cut into filter tiles of tileRows tokens x tileCols vocabulary
 // entries, aligned at token 0 and vocabulary entry 0 (the CPU reference's token and vocabulary
 // blocks); a tile whose every |dz / g_t| is below the threshold adds nothing to dh (and, when
-// dWv is filtered too, nothing to dWv). The kernels below write each tile's maximum, and the two
-// gradient GEMMs skip the filtered tiles' work: a CTA multiplies only the K steps that hold a kept
-// tile and reads the filtered tiles' entries as zeros (bf16 mma.sync on the grouped experts'
-// mainloop, ops/experts/grouped_gemm_cuda.cuh). Host code that allocates stays in cce_cuda.cpp.
+// dWv is filtered too, nothing to dWv). The kernels below write each tile's maximum, zero the
+// filtered tiles, and run the two gradient GEMMs over the K steps that meet a kept tile only
+// (bf16 mma.sync on the grouped experts' mainloop, ops/experts/grouped_gemm_cuda.cuh). Host code
+// that allocates stays in cce_cuda.cpp.
 #pragma once
 
 #include <cstdint>
@@ -33,27 +33,24 @@ int32_t cceKeepBits(double threshold);
 
 // The strip of tokens rowBegin.. (rows) x vocabulary colBegin.. (cols), both multiples of the tile
 // sizes: g[r, c] (ld ldG >= cols; columns cols..ldG-1 are written 0) = bf16(dz) as
-// linearLossGradStrip, and each tile's max |dz / g_t| folded into tiles.tileMax (atomicMax).
-// Errors: launch errors.
+// linearLossGradStrip, each tile's max |dz / g_t| into tiles.tileMax (zeroed before the first
+// strip), and kept[r, c] (ld ldG; may equal g) = g[r, c] where the tile is kept, else 0. Tiles of
+// at most 16384 entries take one pass (the gradient held in registers until the tile's maximum is
+// known); larger ones a gradient pass and a zeroing pass. Errors: launch errors.
 Status cceGradStripTiles(cudaStream_t stream, const float* z, int64_t rows, int64_t cols,
                          int64_t rowBegin, int64_t colBegin, const int32_t* targets,
                          int64_t vocab, const LinearLossOptions& options, const float* lse,
                          const int32_t* validCount, float dLoss, const CceFilterTiles& tiles,
-                         bf16* g, int64_t ldG);
-
-// out[r, c] = 0 where the tile of strip entry (r, c) is filtered, else g[r, c] (both ld ldG;
-// out may equal g). Errors: launch errors.
-Status cceZeroFilteredTiles(cudaStream_t stream, const bf16* g, int64_t rows, int64_t cols,
-                            int64_t ldG, int64_t rowBegin, int64_t colBegin,
-                            const CceFilterTiles& tiles, bf16* out);
+                         bf16* g, int64_t ldG, bf16* kept);
 
 // Whether the tile-skipping GEMMs take this strip: d and tileCols multiples of 8, rows and cols
 // at most 32768 (the K steps a CTA lists in shared memory).
 bool cceSkipGemmSupported(int64_t rows, int64_t cols, int64_t d, int64_t tileCols);
 
 // dh[rows, d] (fp32, ld d) = (accumulate ? dh : 0) + G Wv_block over the kept tiles only:
-// g [rows, cols] (ld ldG, the strip of tokens rowBegin.. and vocabulary colBegin..), wvBlock
-// [cols, d] (the head's rows colBegin..). Needs cceSkipGemmSupported. Errors: launch errors.
+// g [rows, cols] (ld ldG, the strip of tokens rowBegin.. and vocabulary colBegin.., its filtered
+// tiles zero and its columns cols..ldG-1 finite), wvBlock [cols, d] (the head's rows colBegin..).
+// Needs cceSkipGemmSupported. Errors: launch errors.
 Status cceSkipGemmDh(cudaStream_t stream, const bf16* g, int64_t ldG, int64_t rows, int64_t cols,
                      int64_t rowBegin, int64_t colBegin, const bf16* wvBlock, int64_t d,
                      const CceFilterTiles& tiles, bool accumulate, float* dh);
