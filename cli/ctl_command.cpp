@@ -52,7 +52,8 @@ void addCtlCommand(CLI::App& app, std::function<int()>* action) {
   auto args = std::make_shared<CtlArgs>();
   CLI::App* cmd = app.add_subcommand(
       "ctl", "send a live command to a run started with `moewb run --control PATH`: status, "
-             "pause, resume, step, stop, set KEY=VALUE [KEY=VALUE ...], keys");
+             "pause, resume, step, stop, set KEY=VALUE [KEY=VALUE ...], apply KEY=VALUE ..., "
+             "keys");
   cmd->add_option("path", args->path, "the run's control socket (moewb run --control PATH)")
       ->required();
   cmd->add_option("command", args->words,

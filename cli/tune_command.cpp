@@ -1,5 +1,6 @@
 // `moewb tune`: run (or resume) a tuning study over real short training runs and print its table;
-// `moewb tune --export`: write a study's trial as our TOML, Megatron-Core flags or torchtitan TOML.
+// `moewb tune --export`: write a study's trial as our TOML, Megatron-Core flags or torchtitan TOML;
+// `moewb tune --apply`: apply a study's trial live to a running run (tune_apply.h).
 // The work is in the tuner library (moewb/tuner/); this file parses arguments and presents.
 #include <atomic>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include "moewb/tuner/exports.h"
 #include "moewb/tuner/study.h"
 #include "output_path.h"
+#include "tune_apply.h"
 
 namespace moewb::cli {
 namespace {
@@ -44,6 +46,9 @@ struct TuneArgs {
   int32_t gpus = 0;          // --predict: ranks, one per GPU
   std::string interconnect;  // --interconnect overrides
   size_t modelTop = 6;       // --strategy model: candidates that run real trials
+  std::string applyPath;     // --apply STUDY
+  std::string controlPath;   // --apply: the run's control socket
+  bool dryRun = false;       // --apply: print the plan, send nothing
 };
 
 std::atomic<bool> g_stop{false};
@@ -316,6 +321,24 @@ int predictCommand(const TuneArgs& args) {
   return kExitOk;
 }
 
+// `moewb tune --apply STUDY --control PATH [--trial ID] [--dry-run]`, its arguments checked.
+int applyCommand(const TuneArgs& args) {
+  if (!args.configPath.empty() || !args.exportPath.empty() || !args.out.empty() || args.predict) {
+    return fail(invalidArgument("--apply takes no --config, --export, -o or --predict; accepted: "
+                                "--apply STUDY --control PATH [--trial ID] [--dry-run]"));
+  }
+  if (args.controlPath.empty()) {
+    return fail(invalidArgument("--apply needs --control PATH: the control socket of a run "
+                                "started with `moewb run --control PATH`"));
+  }
+  TuneApplyArgs apply;
+  apply.studyPath = args.applyPath;
+  apply.controlPath = args.controlPath;
+  if (args.trial > 0) apply.trial = args.trial;
+  apply.dryRun = args.dryRun;
+  return tuneApplyCommand(apply);
+}
+
 }  // namespace
 
 void addTuneCommand(CLI::App& app, std::function<int()>* action) {
@@ -345,7 +368,8 @@ void addTuneCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_flag("--quiet,-q", args->quiet, "no line per trial");
   cmd->add_option("--export", args->exportPath, "export a trial of this study file");
   cmd->add_option("--format", args->format, "export format: toml (default), megatron, torchtitan");
-  cmd->add_option("--trial", args->trial, "trial id to export (default: the best passing)");
+  cmd->add_option("--trial", args->trial,
+                  "trial id to export or apply (default: the best passing)");
   cmd->add_flag("--force,-f", args->force, "--export: replace the output file if it exists");
   cmd->add_flag("--predict", args->predict,
                 "predict the step time and memory of --config (default: the trace's) from --trace");
@@ -357,8 +381,18 @@ void addTuneCommand(CLI::App& app, std::function<int()>* action) {
   cmd->add_option("--interconnect", args->interconnect,
                   "--predict/model: intra_node_gbps=450,inter_node_gbps=50,gpus_per_node=8,"
                   "latency_us=15 (any of them)");
+  cmd->add_option("--apply", args->applyPath,
+                  "apply a trial of this study file live to the run at --control (one patch, "
+                  "source tuner)");
+  cmd->add_option("--control", args->controlPath,
+                  "--apply: the run's control socket (moewb run --control PATH)");
+  cmd->add_flag("--dry-run", args->dryRun, "--apply: print the plan, send nothing");
   cmd->callback([args, action] {
     *action = [args] {
+      if (!args->applyPath.empty()) return applyCommand(*args);
+      if (!args->controlPath.empty() || args->dryRun) {
+        return fail(invalidArgument("--control and --dry-run go with --apply STUDY"));
+      }
       if (args->predict) return predictCommand(*args);
       if (args->out.empty()) {
         return fail(invalidArgument("-o FILE is required (the study file, or the export's file)"));

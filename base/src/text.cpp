@@ -1,6 +1,7 @@
 #include "moewb/base/text.h"
 
 #include <cctype>
+#include <sstream>
 
 namespace moewb {
 namespace {
@@ -11,6 +12,14 @@ bool isSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; 
 size_t characterStart(const std::string& text, size_t pos, size_t begin) {
   while (pos > begin && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) --pos;
   return pos;
+}
+
+// `text` without leading and trailing spaces, tabs and carriage returns.
+std::string trimmedLine(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return {};
+  const size_t last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
 }
 
 }  // namespace
@@ -45,6 +54,25 @@ std::string joinText(const std::vector<std::string>& parts, const std::string& s
   std::string out;
   for (const std::string& part : parts) out += (out.empty() ? "" : separator) + part;
   return out;
+}
+
+std::map<std::string, std::string> tomlKeyValues(const std::string& toml) {
+  std::map<std::string, std::string> values;
+  std::istringstream in(toml);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    line = trimmedLine(line);
+    if (line.empty() || line.front() == '#') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trimmedLine(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = trimmedLine(line.substr(0, eq));
+    values[section.empty() ? key : section + "." + key] = trimmedLine(line.substr(eq + 1));
+  }
+  return values;
 }
 
 }  // namespace moewb

@@ -1,23 +1,11 @@
-// Live settings: typed key bounds, TOML values and number text for the Live control panel.
+// Live settings: typed key bounds and number text for the Live control panel.
 #include "moewb/gui/live_settings.h"
 
 #include <QLocale>
 #include <charconv>
 #include <cmath>
-#include <sstream>
 
 namespace moewb::gui {
-
-namespace {
-
-std::string trim(const std::string& s) {
-  const size_t first = s.find_first_not_of(" \t\r");
-  if (first == std::string::npos) return {};
-  const size_t last = s.find_last_not_of(" \t\r");
-  return s.substr(first, last - first + 1);
-}
-
-}  // namespace
 
 bool KeyBounds::acceptsNumber(double value) const {
   if (!std::isfinite(value)) return false;
@@ -28,25 +16,6 @@ bool KeyBounds::acceptsNumber(double value) const {
 
 bool KeyBounds::acceptsText(const QString& text) const {
   return choices.isEmpty() || choices.contains(text);
-}
-
-std::map<std::string, std::string> tomlKeyValues(const std::string& toml) {
-  std::map<std::string, std::string> values;
-  std::istringstream in(toml);
-  std::string line, section;
-  while (std::getline(in, line)) {
-    line = trim(line);
-    if (line.empty() || line.front() == '#') continue;
-    if (line.front() == '[' && line.back() == ']') {
-      section = trim(line.substr(1, line.size() - 2));
-      continue;
-    }
-    const size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    const std::string key = trim(line.substr(0, eq));
-    values[section.empty() ? key : section + "." + key] = trim(line.substr(eq + 1));
-  }
-  return values;
 }
 
 std::optional<double> parseNumber(const QString& text) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "moewb/base/text.h"
 #include "moewb/gui/config_change_model.h"
 #include "moewb/gui/trace_document.h"
 #include "run_controller.h"

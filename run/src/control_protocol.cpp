@@ -43,7 +43,9 @@ std::string quoted(std::string_view word) {
   return "'" + shortenLongRuns(std::string(word), 64) + "'";
 }
 
+// The assignments of a `set` or `apply` request (`words[0]` names the verb, for messages).
 Result<std::vector<std::string>> parseAssignments(const std::vector<std::string_view>& words) {
+  const std::string verb(words[0]);
   std::vector<std::string> assignments;
   for (size_t i = 1; i < words.size(); ++i) {
     if (startsAssignment(words[i])) {
@@ -51,13 +53,13 @@ Result<std::vector<std::string>> parseAssignments(const std::vector<std::string_
     } else if (!assignments.empty()) {
       assignments.back() += " " + std::string(words[i]);
     } else {
-      return invalidArgument("set: " + quoted(words[i]) + " is not an assignment; accepted: "
-                             "set KEY=VALUE [KEY=VALUE ...], e.g. set optim.lr=1e-3");
+      return invalidArgument(verb + ": " + quoted(words[i]) + " is not an assignment; accepted: " +
+                             verb + " KEY=VALUE [KEY=VALUE ...], e.g. " + verb + " optim.lr=1e-3");
     }
   }
   if (assignments.empty()) {
-    return invalidArgument("set needs at least one KEY=VALUE, e.g. set optim.lr=1e-3 (the "
-                           "request keys lists the keys a run can change)");
+    return invalidArgument(verb + " needs at least one KEY=VALUE, e.g. " + verb +
+                           " optim.lr=1e-3 (the request keys lists the keys a run can change)");
   }
   return assignments;
 }
@@ -124,14 +126,15 @@ Result<ControlRequest> parseControlRequest(std::string_view line) {
       {"status", ControlVerb::kStatus}, {"pause", ControlVerb::kPause},
       {"resume", ControlVerb::kResume}, {"step", ControlVerb::kStep},
       {"stop", ControlVerb::kStop},     {"set", ControlVerb::kSet},
-      {"keys", ControlVerb::kKeys},
+      {"keys", ControlVerb::kKeys},     {"apply", ControlVerb::kApply},
   };
   for (const auto& [name, verb] : kVerbs) {
     if (words[0] != name) continue;
     ControlRequest request;
     request.verb = verb;
-    if (verb == ControlVerb::kSet) {
+    if (verb == ControlVerb::kSet || verb == ControlVerb::kApply) {
       MOEWB_ASSIGN_OR_RETURN(request.assignments, parseAssignments(words));
+      if (verb == ControlVerb::kApply) request.source = "tuner";
     } else if (words.size() > 1) {
       return invalidArgument(std::string(name) + " takes no arguments (got " +
                              quoted(words[1]) + ")");
@@ -160,8 +163,28 @@ bool isControlOk(std::string_view answer) {
   return answer == "ok" || answer.substr(0, 3) == "ok ";
 }
 
+Result<std::string> controlStatusTrace(std::string_view answer) {
+  const std::string_view marker = " trace=";
+  const size_t at = answer.find(marker);
+  if (!isControlOk(answer) || at == std::string_view::npos || at + marker.size() == answer.size()) {
+    return invalidArgument("the run's status answer names no trace: " + quoted(answer));
+  }
+  return std::string(answer.substr(at + marker.size()));
+}
+
+Result<std::vector<std::string>> controlKeyList(std::string_view answer) {
+  if (!isControlOk(answer)) {
+    return invalidArgument("the run's keys answer is not ok: " + quoted(answer));
+  }
+  std::vector<std::string> keys;
+  const std::vector<std::string_view> words = splitWords(answer);
+  for (size_t i = 1; i < words.size(); ++i) keys.emplace_back(words[i]);
+  return keys;
+}
+
 const char* controlRequestList() {
-  return "status, pause, resume, step, stop, set KEY=VALUE [KEY=VALUE ...], keys";
+  return "status, pause, resume, step, stop, set KEY=VALUE [KEY=VALUE ...], apply KEY=VALUE "
+         "[KEY=VALUE ...], keys";
 }
 
 }  // namespace moewb::run

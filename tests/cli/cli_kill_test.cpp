@@ -10,21 +10,13 @@
 #include <thread>
 
 #include "cli_process.h"
+#include "cli_wait.h"
 #include "moewb/storage/trace_reader.h"
 
 extern char** environ;
 
 namespace moewb::cli::testing {
 namespace {
-
-int64_t committedSteps(const std::string& trace) {
-  auto reader = storage::TraceReader::open(trace);
-  if (!reader.isOk()) return -1;
-  auto runs = (*reader)->runs();
-  if (!runs.isOk() || runs->empty()) return -1;
-  auto steps = (*reader)->steps(runs->front().id);
-  return steps.isOk() ? int64_t(steps->size()) : -1;
-}
 
 TEST(CliKill, SigkillKeepsEveryCommittedStep) {
   TempDir dir("cli-kill");

@@ -13,23 +13,13 @@
 #include <thread>
 
 #include "cli_process.h"
+#include "cli_wait.h"
 #include "moewb/storage/trace_reader.h"
 
 namespace moewb::cli::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-// Polls `done` until it holds or 120 s passed; returns its last value.
-template <typename Condition>
-bool waitFor(Condition done) {
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  while (!done() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
-}
 
 // A `moewb run --control SOCKET` of tiny.toml in `dir`, long enough to be stopped by hand.
 pid_t startControlledRun(const TempDir& dir, const std::string& socket) {

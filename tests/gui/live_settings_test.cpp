@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "moewb/base/text.h"
+
 namespace moewb::gui {
 namespace {
 

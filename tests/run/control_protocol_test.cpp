@@ -1,10 +1,11 @@
-// The live-control protocol's text side: request parsing (verbs, set's assignments, junk),
-// UTF-8 checks and answer lines.
+// The live-control protocol's text side: request parsing (verbs, set's and apply's assignments,
+// junk), UTF-8 checks and answer lines.
 #include "moewb/run/control_protocol.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace moewb::run {
 namespace {
@@ -36,6 +37,50 @@ TEST(ControlProtocol, SetTakesAssignmentsAndJoinsSpacedValues) {
   EXPECT_EQ(request->assignments[0], "optim.lr=1e-3");
   EXPECT_EQ(request->assignments[1], "moe.top_k=1");
   EXPECT_EQ(request->assignments[2], "swap.ops=[\"moe_act\", \"attn\"]");
+}
+
+TEST(ControlProtocol, ApplyIsSetWithSourceTuner) {
+  Result<ControlRequest> apply =
+      parseControlRequest("apply moe.capacity_factor=0.5 moe.drop_policy=\"position\"");
+  ASSERT_TRUE(apply.isOk()) << apply.status().toString();
+  EXPECT_EQ(apply->verb, ControlVerb::kApply);
+  EXPECT_EQ(apply->source, "tuner");
+  ASSERT_EQ(apply->assignments.size(), 2u);
+  EXPECT_EQ(apply->assignments[0], "moe.capacity_factor=0.5");
+  EXPECT_EQ(apply->assignments[1], "moe.drop_policy=\"position\"");
+  // `set` keeps the server's source ("" here: the server fills in "cli").
+  Result<ControlRequest> set = parseControlRequest("set optim.lr=1e-3");
+  ASSERT_TRUE(set.isOk()) << set.status().toString();
+  EXPECT_EQ(set->source, "");
+  // The same refusals as set, naming apply.
+  Result<ControlRequest> empty = parseControlRequest("apply");
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("apply needs at least one KEY=VALUE"),
+            std::string::npos)
+      << empty.status().message();
+  Result<ControlRequest> word = parseControlRequest("apply now optim.lr=1");
+  ASSERT_FALSE(word.isOk());
+  EXPECT_NE(word.status().message().find("apply: 'now' is not an assignment"), std::string::npos)
+      << word.status().message();
+  EXPECT_FALSE(parseControlRequest("APPLY optim.lr=1").isOk());
+  EXPECT_NE(std::string(controlRequestList()).find("apply KEY=VALUE"), std::string::npos);
+}
+
+TEST(ControlProtocol, ReadsTheTraceOfAStatusAndTheKeysOfAKeysAnswer) {
+  Result<std::string> trace = controlStatusTrace(
+      "ok state=paused step=4 planned=9 committed=4 backend=cpu trace=/tmp/my runs/t.sqlite");
+  ASSERT_TRUE(trace.isOk()) << trace.status().toString();
+  EXPECT_EQ(*trace, "/tmp/my runs/t.sqlite");
+  EXPECT_FALSE(controlStatusTrace("ok state=running step=1").isOk());
+  EXPECT_FALSE(controlStatusTrace("ok state=running trace=").isOk());
+  EXPECT_FALSE(controlStatusTrace("error: x trace=/a").isOk());
+
+  Result<std::vector<std::string>> keys = controlKeyList("ok optim.lr  moe.capacity_factor");
+  ASSERT_TRUE(keys.isOk()) << keys.status().toString();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"optim.lr", "moe.capacity_factor"}));
+  ASSERT_TRUE(controlKeyList("ok").isOk());
+  EXPECT_TRUE(controlKeyList("ok")->empty());
+  EXPECT_FALSE(controlKeyList("error: no").isOk());
 }
 
 TEST(ControlProtocol, RefusesBadRequestsWithPlainWords) {

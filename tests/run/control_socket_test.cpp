@@ -1,9 +1,10 @@
 // ControlServer on a real Unix socket in a temp dir against a real CPU run of tiny.toml: status,
-// pause / step / resume, a live patch recorded with source "cli", the trainer's refusal of a
-// non-live key, keys, junk on the wire (unknown verbs, non-UTF-8 bytes, over-long lines, a client
-// that disconnects mid-line or says nothing), stop, and the socket file's life (removed at the
-// end; a regular file, a live socket, a missing directory or a long path refused; a stale socket
-// replaced). Waits are on conditions with generous deadlines, never fixed sleeps.
+// pause / step / resume, a live patch recorded with source "cli" (`apply`: "tuner"), the
+// trainer's refusal of a non-live key, keys, junk on the wire (unknown verbs, non-UTF-8 bytes,
+// over-long lines, a client that disconnects mid-line or says nothing), stop, and the socket
+// file's life (removed at the end; a regular file, a live socket, a missing directory or a long
+// path refused; a stale socket replaced). Waits are on conditions with generous deadlines, never
+// fixed sleeps.
 #include "moewb/run/control_socket.h"
 
 #include <gtest/gtest.h>
@@ -256,6 +257,25 @@ TEST_F(ControlSocketTest, SetAppliesAPatchRecordedWithSourceCli) {
   EXPECT_EQ(rows[1].key, "optim.warmup_steps");
   EXPECT_EQ(rows[1].source, "cli");
   EXPECT_EQ(rows[1].newValue, "5");
+}
+
+TEST_F(ControlSocketTest, ApplySendsOnePatchRecordedWithSourceTuner) {
+  startRun();
+  ASSERT_TRUE(waitFor([&] { return stepNow() >= 1; }));
+  ASSERT_EQ(ask("pause"), "ok");
+  const int64_t at = stepNow();
+  EXPECT_EQ(ask("apply optim.lr=2e-3 moe.capacity_factor=0.5"), "ok");
+  ASSERT_EQ(ask("stop"), "ok");
+  finishRun(false);
+  ASSERT_TRUE(m_summary && m_summary->isOk());
+  const std::vector<storage::ConfigChangeRow> rows = configChanges();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].key, "optim.lr");
+  EXPECT_EQ(rows[1].key, "moe.capacity_factor");
+  for (const storage::ConfigChangeRow& row : rows) {
+    EXPECT_EQ(row.source, "tuner");
+    EXPECT_EQ(row.step, at);
+  }
 }
 
 TEST_F(ControlSocketTest, ARefusedPatchAnswersTheTrainersMessageAndChangesNothing) {

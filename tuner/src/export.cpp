@@ -116,45 +116,26 @@ Result<StudyExport> exportStudyTrial(const std::string& studyPath, std::optional
   MOEWB_ASSIGN_OR_RETURN(auto store, StudyStore::open(studyPath, false));
   MOEWB_ASSIGN_OR_RETURN(std::vector<TrialRecord> trials, store->trials());
   MOEWB_ASSIGN_OR_RETURN(Objective objective, parseObjective(store->info().objective));
-  std::optional<TrialRecord> chosen;
-  if (trialId) {
-    for (const auto& t : trials) {
-      if (t.id == *trialId) chosen = t;
-    }
-    if (!chosen)
-      return notFound("--trial " + std::to_string(*trialId) + ": no such trial in " + studyPath);
-    if (chosen->verdict != Verdict::kOk && chosen->verdict != Verdict::kPruned) {
-      return failedPrecondition("trial " + std::to_string(*trialId) + " has verdict " +
-                                verdictName(chosen->verdict) +
-                                "; only trials that passed (ok, pruned) are exported");
-    }
-  } else {
-    for (const StudyRow& row : rankTrials(trials, objective, "")) {
-      if (row.trial.verdict == Verdict::kOk) {
-        chosen = row.trial;
-        break;
-      }
-    }
-    if (!chosen) return failedPrecondition(studyPath + " has no passing trial to export");
-  }
+  MOEWB_ASSIGN_OR_RETURN(const TrialRecord chosen,
+                         pickStudyTrial(trials, objective, trialId, studyPath));
   MOEWB_ASSIGN_OR_RETURN(engine::RunConfig base,
                          engine::parseConfigToml(store->info().configToml, studyPath));
-  MOEWB_ASSIGN_OR_RETURN(Settings settings, parseSettingsText(chosen->settings));
+  MOEWB_ASSIGN_OR_RETURN(Settings settings, parseSettingsText(chosen.settings));
   MOEWB_ASSIGN_OR_RETURN(engine::ValidConfig config, applySettings(base, settings));
   Provenance p;
   p.studyPath = studyPath;
-  p.trialId = chosen->id;
-  p.settings = chosen->settings;
-  p.steps = chosen->steps;
-  p.stepTimeMs = chosen->stepTimeMs;
-  p.tokensPerSecond = chosen->tokensPerSecond;
-  p.peakBytes = chosen->peakBytes;
+  p.trialId = chosen.id;
+  p.settings = chosen.settings;
+  p.steps = chosen.steps;
+  p.stepTimeMs = chosen.stepTimeMs;
+  p.tokensPerSecond = chosen.tokensPerSecond;
+  p.peakBytes = chosen.peakBytes;
   p.gitCommit = store->info().gitCommit;
   p.machine = store->info().host;
   p.device = store->info().device;
-  p.predictedStepTimeMs = chosen->predictedStepTimeMs;
-  p.predictedPeakBytes = chosen->predictedPeakBytes;
-  return StudyExport{exportConfig(config, p, format), *chosen};
+  p.predictedStepTimeMs = chosen.predictedStepTimeMs;
+  p.predictedPeakBytes = chosen.predictedPeakBytes;
+  return StudyExport{exportConfig(config, p, format), chosen};
 }
 
 }  // namespace moewb::tuner

@@ -124,6 +124,27 @@ std::vector<StudyRow> rankTrials(const std::vector<TrialRecord>& trials, Objecti
   return rows;
 }
 
+Result<TrialRecord> pickStudyTrial(const std::vector<TrialRecord>& trials, Objective objective,
+                                   std::optional<int64_t> trialId, const std::string& studyPath) {
+  if (trialId) {
+    const auto found = std::find_if(trials.begin(), trials.end(),
+                                    [&](const TrialRecord& t) { return t.id == *trialId; });
+    if (found == trials.end()) {
+      return notFound("--trial " + std::to_string(*trialId) + ": no such trial in " + studyPath);
+    }
+    if (found->verdict != Verdict::kOk && found->verdict != Verdict::kPruned) {
+      return failedPrecondition("trial " + std::to_string(*trialId) + " has verdict " +
+                                verdictName(found->verdict) +
+                                "; only trials that passed (ok, pruned) are exported");
+    }
+    return *found;
+  }
+  for (const StudyRow& row : rankTrials(trials, objective, "")) {
+    if (row.trial.verdict == Verdict::kOk) return row.trial;
+  }
+  return failedPrecondition(studyPath + " has no passing trial to export");
+}
+
 std::string trialDirectory(const std::string& studyPath) {
   std::string stem = studyPath;
   const std::string ext = ".sqlite";

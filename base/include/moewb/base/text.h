@@ -1,7 +1,8 @@
-// Text helpers for messages shown to people.
+// Text helpers for messages shown to people, and for reading back the TOML the engine writes.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,5 +16,10 @@ std::string shortenLongRuns(const std::string& message, size_t maxRunChars = 200
 
 // `parts` joined with `separator` between them ("" for none): {"a", "b"}, ", " -> "a, b".
 std::string joinText(const std::vector<std::string>& parts, const std::string& separator);
+
+// "section.key" -> value text for every `key = value` line under a `[section]` header of `toml`
+// (the flat layout engine::toToml writes; comments and blank lines skipped). Values are trimmed
+// and kept as TOML text ("0.5", "\"cce\"", "true"); a key seen twice keeps its last value.
+std::map<std::string, std::string> tomlKeyValues(const std::string& toml);
 
 }  // namespace moewb

@@ -1,10 +1,10 @@
 // Live settings: the helpers behind the Live control panel's editors. KeyBounds holds one config
 // key's typed bounds as the engine gives them (engine::ConfigKeyInfo: min, max, whole numbers,
 // choices; the panel copies them field by field, since this library does not link the engine)
-// and checks a typed value against them; the rest reads a whole config's values out of its TOML
-// (engine::toToml) and writes a user's number back as a TOML float. The engine's validateConfig
-// stays the one judge of a patch (and of the rules between keys): the panel only uses the bounds
-// to flag a value before it is sent.
+// and checks a typed value against them; the rest writes a user's number back as a TOML float (a
+// whole config's values come out of its TOML through moewb::tomlKeyValues, base/text.h). The
+// engine's validateConfig stays the one judge of a patch (and of the rules between keys): the
+// panel only uses the bounds to flag a value before it is sent.
 // Pure functions and value types, no widgets and no engine dependency; safe from any thread.
 #pragma once
 
@@ -30,10 +30,6 @@ struct KeyBounds {
   // True when `text` is one of `choices`, or `choices` is empty.
   bool acceptsText(const QString& text) const;
 };
-
-// "section.key" -> value text for every `key = value` line under a `[section]` header of
-// `toml` (the layout engine::toToml writes). Values are trimmed and kept as TOML text.
-std::map<std::string, std::string> tomlKeyValues(const std::string& toml);
 
 // The number in `text` (C locale, e.g. "1e-3", "0.5", " 3 "), or nullopt.
 std::optional<double> parseNumber(const QString& text);

@@ -10,6 +10,8 @@
 //                               spaces)
 //   pause | resume | step | stop     answered once the trainer took the command at a step boundary
 //   set KEY=VALUE [KEY=VALUE ...]    one live patch; answered with the trainer's verdict
+//   apply KEY=VALUE [KEY=VALUE ...]  the same patch recorded with source "tuner" (a study's pick,
+//                               `moewb tune --apply`) instead of the server's ("cli")
 //   keys                        "ok KEY KEY ..." (the keys a patch may change on this run)
 // Everything here is O(length of the line) and thread-safe (no shared state).
 #pragma once
@@ -28,20 +30,22 @@ namespace moewb::run {
 // an error and its connection closed.
 inline constexpr size_t kControlMaxLineBytes = 4096;
 
-enum class ControlVerb : uint8_t { kStatus, kPause, kResume, kStep, kStop, kSet, kKeys };
+enum class ControlVerb : uint8_t { kStatus, kPause, kResume, kStep, kStop, kSet, kKeys, kApply };
 
 struct ControlRequest {
   ControlVerb verb = ControlVerb::kStatus;
-  std::vector<std::string> assignments;  // kSet: "section.key=value", in the order given
+  std::vector<std::string> assignments;  // kSet, kApply: "section.key=value", in given order
+  std::string source;  // the patch's TrainerCommand::source: "tuner" for kApply; "" = the server's
 };
 
 // Parses one request line (without its '\n'; one trailing '\r' is dropped). The verb is
-// case-sensitive. For `set`, each word that starts with a key ("section.key", letters, digits,
-// '_' and '.') and '=' starts an assignment; other words continue the previous assignment's value
-// after one space, so `set swap.ops=["moe_act", "attn"]` is one assignment. Errors
-// (kInvalidArgument, plain words naming what was wrong and what is accepted): a line that is not
-// UTF-8 text or holds control characters, an empty line, an unknown verb, arguments to a verb that
-// takes none, `set` without an assignment or with a word before the first one, a line over
+// case-sensitive. For `set` and `apply`, each word that starts with a key ("section.key",
+// letters, digits, '_' and '.') and '=' starts an assignment; other words continue the previous
+// assignment's value after one space, so `set swap.ops=["moe_act", "attn"]` is one assignment.
+// `apply` sets ControlRequest::source to "tuner". Errors (kInvalidArgument, plain words naming
+// what was wrong and what is accepted): a line that is not UTF-8 text or holds control
+// characters, an empty line, an unknown verb, arguments to a verb that takes none, `set` or
+// `apply` without an assignment or with a word before the first one, a line over
 // kControlMaxLineBytes.
 Result<ControlRequest> parseControlRequest(std::string_view line);
 
@@ -59,8 +63,16 @@ std::string controlError(const Status& status);
 // True when `answer` (one line, no '\n') reports success: it is "ok" or starts with "ok ".
 bool isControlOk(std::string_view answer);
 
+// The trace path in a `status` answer: everything after " trace=" (it comes last and may hold
+// spaces). kInvalidArgument when `answer` is not an ok answer holding a non-empty trace path.
+Result<std::string> controlStatusTrace(std::string_view answer);
+
+// The keys of a `keys` answer ("ok KEY KEY ..."), in order; empty for a bare "ok".
+// kInvalidArgument when `answer` is not an ok answer.
+Result<std::vector<std::string>> controlKeyList(std::string_view answer);
+
 // The accepted requests, for messages: "status, pause, resume, step, stop, set KEY=VALUE ...,
-// keys".
+// apply KEY=VALUE ..., keys".
 const char* controlRequestList();
 
 }  // namespace moewb::run

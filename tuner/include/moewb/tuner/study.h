@@ -122,6 +122,14 @@ Result<StudyResult> runStudy(const StudyOptions& options);
 std::vector<StudyRow> rankTrials(const std::vector<TrialRecord>& trials, Objective objective,
                                  const std::string& baseSettings);
 
+// The trial `moewb tune --export` (and --apply) takes from a study whose trials are `trials`:
+// trial `trialId` when given, else the first trial with verdict ok in rankTrials' order under
+// `objective` (the pick). Errors: kNotFound when no trial has id `trialId`, kFailedPrecondition
+// when it did not pass (only ok and pruned trials are taken) or when no trial passed; `studyPath`
+// names the study in the messages. Pure.
+Result<TrialRecord> pickStudyTrial(const std::vector<TrialRecord>& trials, Objective objective,
+                                   std::optional<int64_t> trialId, const std::string& studyPath);
+
 // The folder that holds the trace files of the study at `studyPath`.
 std::string trialDirectory(const std::string& studyPath);
 
