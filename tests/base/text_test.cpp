@@ -40,5 +40,23 @@ TEST(JoinText, PutsTheSeparatorBetweenParts) {
   EXPECT_EQ(joinText({"moe_act", "expert_fc2"}, ","), "moe_act,expert_fc2");
 }
 
+TEST(TomlKeyValues, ReadsSectionKeysAsTrimmedTomlText) {
+  const auto values = tomlKeyValues(
+      "# a comment\n"
+      "top = 1\n"
+      "\n"
+      "[optim]\n"
+      "  lr =  0.003 \r\n"
+      "[loss]\n"
+      "kind = \"cce\"\n"
+      "kind = \"dense\"\n"
+      "not a key line\n");
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values.at("top"), "1");
+  EXPECT_EQ(values.at("optim.lr"), "0.003");
+  EXPECT_EQ(values.at("loss.kind"), "\"dense\"");  // the last one wins
+  EXPECT_TRUE(tomlKeyValues("").empty());
+}
+
 }  // namespace
 }  // namespace moewb
