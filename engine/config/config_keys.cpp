@@ -135,6 +135,8 @@ std::vector<KeySpec> buildSpecs() {
        "CCE: vocabulary entries per block"},
       {"loss", "cce_filter_eps", MOEWB_FIELD(loss.cceFilterEps), 0, 1, false, {},
        "CCE gradient filtering threshold (0 = exact)"},
+      {"loss", "cce_filter_weight_grad", MOEWB_FIELD(loss.cceFilterWeightGrad), 0, 0, false, {},
+       "CCE: the filter also skips its tiles in the LM head's weight gradient"},
       {"fusion", "permute_into_experts", MOEWB_FIELD(fusion.permuteIntoExperts), 0, 0, false, {},
        "experts gather token rows themselves (no permuted copy)"},
       {"fusion", "combine_into_experts", MOEWB_FIELD(fusion.combineIntoExperts), 0, 0, false, {},

@@ -19,7 +19,8 @@ const std::vector<std::string> kLiveKeys = {
     "data.noise",      "moe.top_k",          "moe.aux_loss_coef", "moe.seq_aux_loss_coef",
     "moe.z_loss_coef", "moe.route_scale",    "moe.capacity_factor", "moe.drop_policy",
     "fusion.permute_into_experts", "fusion.combine_into_experts", "loss.kind", "loss.chunk_tokens",
-    "loss.cce_vocab_block", "loss.cce_filter_eps", "sparse.top_k", "sparse.indexer_loss_coef",
+    "loss.cce_vocab_block", "loss.cce_filter_eps", "loss.cce_filter_weight_grad", "sparse.top_k",
+    "sparse.indexer_loss_coef",
     "kda.chunk_size", "swap.mode", "swap.ops", "swap.recompute_ops", "swap.min_bytes",
     "swap.hbm_target_gb", "swap.prefetch_layers", "swap.free_lag_layers",
 };

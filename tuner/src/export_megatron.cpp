@@ -151,7 +151,9 @@ void trainingFlags(const engine::RunConfig& c, FlagWriter& w) {
          "nearest: --overlap-moe-expert-parallel-comm --delay-wgrad-compute");
   if (c.loss.kind == "dense") w.mapped({"loss.kind"});
   if (c.loss.kind != "chunk") w.mapped({"loss.chunk_tokens"});
-  if (c.loss.kind != "cce") w.mapped({"loss.cce_vocab_block", "loss.cce_filter_eps"});
+  if (c.loss.kind != "cce") {
+    w.mapped({"loss.cce_vocab_block", "loss.cce_filter_eps", "loss.cce_filter_weight_grad"});
+  }
   w.note("loss.kind", "nearest: --cross-entropy-loss-fusion (a fused kernel; logits still exist)");
   if (!c.lora.enabled) w.mapped({"lora.enabled", "lora.rank", "lora.alpha", "lora.targets"});
   w.note("run.threads", "a CPU engine setting");

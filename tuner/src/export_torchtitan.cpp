@@ -34,6 +34,7 @@ std::vector<std::string> mappedKeys(const engine::RunConfig& c) {
   if (c.loss.kind != "cce") {
     mapped.push_back("loss.cce_vocab_block");
     mapped.push_back("loss.cce_filter_eps");
+    mapped.push_back("loss.cce_filter_weight_grad");
   }
   if (c.lora.enabled == false) {
     for (const char* k : {"lora.enabled", "lora.rank", "lora.alpha", "lora.targets"})

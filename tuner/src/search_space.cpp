@@ -26,6 +26,7 @@ const std::vector<TunableKey>& tunableTable() {
       {"loss.chunk_tokens", true},
       {"loss.cce_vocab_block", true},
       {"loss.cce_filter_eps", true},
+      {"loss.cce_filter_weight_grad", true},
       {"kda.chunk_size", true},
       {"kda.keep_intermediates", false},  // same bits (the CUDA recompute is bitwise)
       {"parallel.a2a_chunks", true},

@@ -18,6 +18,7 @@ CceOptions cceOptionsOf(const ModelDims& dims) {
   CceOptions options;
   options.vocabBlock = dims.loss.cceVocabBlock;
   options.filterEps = dims.loss.cceFilterEps;  // 0 = exact
+  options.filterWeightGrad = dims.loss.cceFilterWeightGrad;
   options.loss.ignoreIndex = kIgnoreTarget;
   return options;
 }

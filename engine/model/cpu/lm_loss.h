@@ -41,7 +41,8 @@ Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T
 
 // The loss heads' options from the model's loss settings, for both backends (the CUDA loss head
 // copies them into its own option types): targets kIgnoreTarget are ignored; loss.chunk_tokens;
-// loss.cce_vocab_block and loss.cce_filter_eps (0 = exact) with CCE's token tile.
+// loss.cce_vocab_block, loss.cce_filter_eps (0 = exact) and loss.cce_filter_weight_grad with
+// CCE's token tile.
 ChunkLossOptions chunkLossOptionsOf(const ModelDims& dims);
 CceOptions cceOptionsOf(const ModelDims& dims);
 

@@ -44,6 +44,7 @@ CceCudaOptions cceOptions(const ModelDims& dims) {
   options.vocabBlock = cpu.vocabBlock;
   options.filterEps = cpu.filterEps;
   options.filterTokenBlock = cpu.tokenBlock;
+  options.filterWeightGrad = cpu.filterWeightGrad;
   options.loss = cpu.loss;
   if (cpu.filterEps != 0) {
     options.filterVocabBlock = cpu.vocabBlock;

@@ -156,6 +156,24 @@ TEST(TrainerControl, FusionAndLossHeadChangeLiveWithoutChangingTheMath) {
   EXPECT_EQ(cceSink.configChanges[0].newValue, "\"cce\"");
 }
 
+// loss.cce_filter_weight_grad reaches the loss head live: with the filter on, dropping the
+// filtered tiles from the head's weight gradient too changes the following updates (not the loss
+// of the step that takes the patch, whose forward is the same).
+TEST(TrainerControl, CceFilterOfTheWeightGradientChangesLive) {
+  const std::vector<std::string> filtered = {"loss.kind=\"cce\"", "loss.cce_vocab_block=16",
+                                             "loss.cce_filter_eps=0.5"};
+  std::vector<std::string> weights = filtered;
+  weights.push_back("loss.cce_filter_weight_grad=true");
+  test::RecordingSink dhSink, weightSink;
+  const std::vector<double> dhOnly = lossesWithPatch(filtered, &dhSink);
+  const std::vector<double> both = lossesWithPatch(weights, &weightSink);
+  for (size_t i = 0; i <= 3; ++i) EXPECT_EQ(both[i], dhOnly[i]) << "step " << i;
+  EXPECT_NE(both[5], dhOnly[5]);
+  ASSERT_EQ(weightSink.configChanges.size(), 4u);
+  EXPECT_EQ(weightSink.configChanges[3].key, "loss.cce_filter_weight_grad");
+  EXPECT_EQ(weightSink.configChanges[3].newValue, "true");
+}
+
 TEST(TrainerControl, TopKChangesLiveAndRoutesFewerAssignments) {
   test::RecordingSink sink;
   lossesWithPatch({"moe.top_k=1"}, &sink);

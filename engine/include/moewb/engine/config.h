@@ -100,6 +100,7 @@ struct LossSection {
   int32_t chunkTokens = 256;      // chunk loss: tokens per chunk
   int32_t cceVocabBlock = 256;    // CCE: vocabulary entries per block
   double cceFilterEps = 0.0;      // CCE gradient filtering threshold; 0 = exact
+  bool cceFilterWeightGrad = false;  // CCE: the filter also drops tiles from the head's gradient
 
   bool operator==(const LossSection&) const = default;
 };
