@@ -75,4 +75,36 @@ std::map<std::string, std::string> tomlKeyValues(const std::string& toml) {
   return values;
 }
 
+bool isValidUtf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    int more = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the range of the byte after the lead byte
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) low = 0xA0;
+      if (c == 0xED) high = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;
+    } else {
+      return false;
+    }
+    if (end - p <= more || p[1] < low || p[1] > high) return false;
+    for (int i = 2; i <= more; ++i) {
+      if (p[i] < 0x80 || p[i] > 0xBF) return false;
+    }
+    p += more + 1;
+  }
+  return true;
+}
+
 }  // namespace moewb

@@ -75,44 +75,13 @@ std::string oneLine(std::string_view text) {
 
 }  // namespace
 
-bool isUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    size_t extra = 0;
-    uint32_t cp = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if (lead >= 0xc2 && lead <= 0xdf) {
-      extra = 1, cp = lead & 0x1f;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-      extra = 2, cp = lead & 0x0f;
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-      extra = 3, cp = lead & 0x07;
-    } else {
-      return false;  // a continuation byte, an overlong 2-byte lead (c0, c1) or past U+10FFFF
-    }
-    if (i + extra >= text.size()) return false;  // cut short
-    for (size_t k = 1; k <= extra; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (next & 0x3f);
-    }
-    const bool overlong = (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000);
-    if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
-
 Result<ControlRequest> parseControlRequest(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.size() > kControlMaxLineBytes) {
     return invalidArgument("request line of " + std::to_string(line.size()) +
                            " bytes; accepted: at most " + std::to_string(kControlMaxLineBytes));
   }
-  if (!isUtf8(line)) return invalidArgument("the request is not UTF-8 text");
+  if (!isValidUtf8(line)) return invalidArgument("the request is not UTF-8 text");
   for (char c : line) {
     if (isControl(static_cast<unsigned char>(c))) {
       return invalidArgument("the request holds control characters; accepted: one line of text");

@@ -40,6 +40,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "moewb/base/text.h"
 #include "moewb/base/units.h"
 #include "moewb/storage/gpu_rows.h"
 #include "moewb/storage/trace_reader.h"
@@ -102,43 +103,9 @@ class Repairs {
   const ChromeExportStats& stats() const { return m_stats; }
 
  private:
-  static bool isValidUtf8(const std::string& text);
   int64_t m_originNs;
   ChromeExportStats m_stats;
 };
-
-// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
-bool Repairs::isValidUtf8(const std::string& text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const unsigned char* end = p + text.size();
-  while (p < end) {
-    const unsigned char c = *p;
-    int more = 0;
-    unsigned char low = 0x80, high = 0xBF;  // the range of the byte after the lead byte
-    if (c < 0x80) {
-      ++p;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      more = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      more = 2;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      more = 3;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return false;
-    }
-    if (end - p <= more || p[1] < low || p[1] > high) return false;
-    for (int i = 2; i <= more; ++i) {
-      if (p[i] < 0x80 || p[i] > 0xBF) return false;
-    }
-    p += more + 1;
-  }
-  return true;
-}
 
 // Flow id of the launch with correlation id `correlationId` on `rank` (ids are per process).
 // A GPU work slice's details as Nsight Systems shows them: grid, block, registers and shared

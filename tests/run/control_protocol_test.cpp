@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "moewb/base/text.h"
+
 namespace moewb::run {
 namespace {
 
@@ -114,10 +116,10 @@ TEST(ControlProtocol, RefusesBadRequestsWithPlainWords) {
 }
 
 TEST(ControlProtocol, Utf8TextIsAcceptedAsAValue) {
-  EXPECT_TRUE(isUtf8("run.name=caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_TRUE(isValidUtf8("run.name=caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
   Result<ControlRequest> request = parseControlRequest("set run.name=caf\xc3\xa9");
   ASSERT_TRUE(request.isOk()) << request.status().toString();
-  EXPECT_FALSE(isUtf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(isValidUtf8("\xf4\x90\x80\x80"));  // past U+10FFFF
 }
 
 TEST(ControlProtocol, AnswersAreOneLine) {

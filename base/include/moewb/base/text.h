@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moewb {
@@ -13,6 +14,10 @@ namespace moewb {
 // that quotes a user's value (a 1 MB string in a config) stays readable. Cuts happen on UTF-8
 // character boundaries; shorter runs and whitespace are left as they are.
 std::string shortenLongRuns(const std::string& message, size_t maxRunChars = 200);
+
+// True when `text` is well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing
+// above U+10FFFF, no sequence cut short.
+bool isValidUtf8(std::string_view text);
 
 // `parts` joined with `separator` between them ("" for none): {"a", "b"}, ", " -> "a, b".
 std::string joinText(const std::vector<std::string>& parts, const std::string& separator);

@@ -49,10 +49,6 @@ struct ControlRequest {
 // kControlMaxLineBytes.
 Result<ControlRequest> parseControlRequest(std::string_view line);
 
-// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
-// U+10FFFF).
-bool isUtf8(std::string_view text);
-
 // "ok" when `detail` is empty, else "ok " + detail; control characters become spaces. No '\n'.
 std::string controlOk(std::string_view detail = {});
 
