@@ -32,15 +32,8 @@ int ctlCommand(const CtlArgs& args) {
   const auto timeoutMs = int64_t(args.timeoutSeconds * 1000);
   Result<std::string> answer = run::askControlSocket(args.path, request, timeoutMs);
   if (!answer.isOk()) {
-    const StatusCode code = answer.status().code();
-    if (code == StatusCode::kNotFound) {
-      std::fprintf(stderr,
-                   "moewb ctl: no run is listening at %s (is `moewb run --control %s` running?)\n",
-                   args.path.c_str(), args.path.c_str());
-    } else {
-      std::fprintf(stderr, "moewb ctl: %s\n", answer.status().message().c_str());
-    }
-    return code == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    std::fprintf(stderr, "moewb ctl: %s\n", answer.status().message().c_str());
+    return answer.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
   }
   std::printf("%s\n", answer->c_str());
   return run::isControlOk(*answer) ? kExitOk : kExitFailure;

@@ -53,14 +53,7 @@ Result<std::string> ask(const TuneApplyArgs& args, const std::string& request, F
   Result<std::string> answer =
       run::askControlSocket(args.controlPath, request, int64_t(args.timeoutSeconds * 1000));
   if (!answer.isOk()) {
-    // The messages of `moewb ctl`.
-    if (answer.status().code() == StatusCode::kNotFound) {
-      const std::string& path = args.controlPath;
-      failure->message =
-          "no run is listening at " + path + " (is `moewb run --control " + path + "` running?)";
-    } else {
-      failure->message = answer.status().message();
-    }
+    failure->message = answer.status().message();  // the messages `moewb ctl` prints
     failure->exitCode =
         answer.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "control_address.h"
 #include "moewb/run/control_protocol.h"
 #include "moewb/run/control_socket.h"
 
@@ -40,16 +41,15 @@ Status noAnswer(const std::string& path, int64_t timeoutMs) {
 }
 
 Status connectTo(int fd, const std::string& path, Clock::time_point deadline, int64_t timeoutMs) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.data(), path.size());
+  const sockaddr_un address = controlAddress(path);  // askControlSocket checked its length
   for (;;) {
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
       return Status::ok();
     }
     const int error = errno;
     if (error == ENOENT || error == ECONNREFUSED || error == ENOTSOCK || error == ENOTDIR) {
-      return notFound("no run is listening at " + path + " (" + std::strerror(error) + ")");
+      return notFound("no run is listening at " + path + " (is `moewb run --control " + path +
+                      "` running?)");
     }
     if (error != EAGAIN && error != EINTR) {
       return internalError("connecting to '" + path + "': " + std::strerror(error));

@@ -132,7 +132,7 @@ void ControlSession::startRequest(std::string_view line) {
   engine::TrainerCommand command;
   command.kind = commandKind(request->verb);
   command.assignments = std::move(request->assignments);
-  command.source = request->source.empty() ? m_context.source : request->source;
+  command.source = request->source.empty() ? "cli" : request->source;  // `set`: "cli"
   m_waitingVerb = request->verb;
   m_verdict = m_context.run->post(std::move(command));
   answerVerdict();

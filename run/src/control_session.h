@@ -26,7 +26,6 @@ struct ControlContext {
   std::string backend;
   std::string tracePath;
   std::vector<std::string> liveKeys;
-  std::string source = "cli";             // TrainerCommand::source of the commands sent
   std::atomic<bool> stopAccepted{false};  // a `stop` request was taken by the trainer
   int64_t idleTimeoutMs = 0;
 };

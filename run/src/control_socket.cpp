@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "control_address.h"
 #include "control_session.h"
 #include "moewb/run/training_run.h"
 
@@ -33,18 +34,11 @@ std::string systemError(const std::string& what, int error) {
   return what + ": " + std::strerror(error);
 }
 
-sockaddr_un addressOf(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.data(), path.size());  // checked: fits with its NUL
-  return address;
-}
-
 // Whether something accepts connections at the socket file `path`.
 bool someoneListens(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  const sockaddr_un address = addressOf(path);
+  const sockaddr_un address = controlAddress(path);
   const bool connected =
       ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
   ::close(fd);
@@ -115,7 +109,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& 
   MOEWB_RETURN_IF_ERROR(clearStaleSocket(path));
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return internalError(systemError("creating the control socket", errno));
-  const sockaddr_un address = addressOf(path);
+  const sockaddr_un address = controlAddress(path);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     const int error = errno;
     ::close(fd);

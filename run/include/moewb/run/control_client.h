@@ -15,7 +15,8 @@ namespace moewb::run {
 // line without its '\n' ("ok ..." or "error: ..."; see control_protocol.h), waiting at most
 // `timeoutMs` for it. Errors: kInvalidArgument (an empty path or one over kControlMaxPathBytes,
 // a request holding a '\n'), kNotFound (nothing listens at `path`: no file, not a socket, or a
-// socket nobody accepts on; the message starts "no run is listening at PATH"), kCancelled (no
+// socket nobody accepts on; the message is "no run is listening at PATH (is `moewb run --control
+// PATH` running?)", what `moewb ctl` prints), kCancelled (no
 // answer within `timeoutMs`), kInternal (the connection failed or ended without an answer line).
 Result<std::string> askControlSocket(const std::string& path, std::string_view request,
                                      int64_t timeoutMs);
