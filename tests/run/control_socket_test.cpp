@@ -183,6 +183,18 @@ class ControlSocketTest : public ::testing::Test {
     auto rows = (*reader)->configChanges();
     return rows.isOk() ? *rows : std::vector<storage::ConfigChangeRow>{};
   }
+  // Starts the run, pauses it after its first step, sends `patch` and stops the run; returns
+  // the step the patch took effect at (the paused step) and the answer to the patch in `answer`.
+  int64_t patchWhilePausedThenStop(const std::string& patch, std::string& answer) {
+    startRun();
+    EXPECT_TRUE(waitFor([&] { return stepNow() >= 1; }));
+    EXPECT_EQ(ask("pause"), "ok");
+    const int64_t at = stepNow();
+    answer = ask(patch);
+    EXPECT_EQ(ask("stop"), "ok");
+    finishRun(false);
+    return at;
+  }
   std::string runStatus() {
     auto reader = storage::TraceReader::open(m_trace);
     if (!reader.isOk()) return reader.status().toString();
@@ -239,13 +251,9 @@ TEST_F(ControlSocketTest, PauseHoldsTheStepAndStepAdvancesExactlyOne) {
 }
 
 TEST_F(ControlSocketTest, SetAppliesAPatchRecordedWithSourceCli) {
-  startRun();
-  ASSERT_TRUE(waitFor([&] { return stepNow() >= 1; }));
-  ASSERT_EQ(ask("pause"), "ok");
-  const int64_t at = stepNow();
-  EXPECT_EQ(ask("set optim.lr=1e-3 optim.warmup_steps=5"), "ok");
-  ASSERT_EQ(ask("stop"), "ok");
-  finishRun(false);
+  std::string answer;
+  const int64_t at = patchWhilePausedThenStop("set optim.lr=1e-3 optim.warmup_steps=5", answer);
+  EXPECT_EQ(answer, "ok");
   ASSERT_TRUE(m_summary && m_summary->isOk());
   const std::vector<storage::ConfigChangeRow> rows = configChanges();
   ASSERT_EQ(rows.size(), 2u);
@@ -260,13 +268,10 @@ TEST_F(ControlSocketTest, SetAppliesAPatchRecordedWithSourceCli) {
 }
 
 TEST_F(ControlSocketTest, ApplySendsOnePatchRecordedWithSourceTuner) {
-  startRun();
-  ASSERT_TRUE(waitFor([&] { return stepNow() >= 1; }));
-  ASSERT_EQ(ask("pause"), "ok");
-  const int64_t at = stepNow();
-  EXPECT_EQ(ask("apply optim.lr=2e-3 moe.capacity_factor=0.5"), "ok");
-  ASSERT_EQ(ask("stop"), "ok");
-  finishRun(false);
+  std::string answer;
+  const int64_t at =
+      patchWhilePausedThenStop("apply optim.lr=2e-3 moe.capacity_factor=0.5", answer);
+  EXPECT_EQ(answer, "ok");
   ASSERT_TRUE(m_summary && m_summary->isOk());
   const std::vector<storage::ConfigChangeRow> rows = configChanges();
   ASSERT_EQ(rows.size(), 2u);
