@@ -24,6 +24,22 @@ Status logitStrip(CudaContext& context, const bf16* h, const bf16* wv, int64_t d
               GemmOutput{z, DType::kF32, cols});
 }
 
+// dhAcc[rows, d] = (accumulate ? dhAcc : 0) + G[rows, cols] wv[v0.., d] (G bf16, ld ldG).
+Status stripDhGemm(CudaContext& context, const bf16* g, int64_t ldG, int64_t rows, int64_t cols,
+                   const bf16* wvBlock, int64_t d, bool accumulate, float* dhAcc) {
+  return gemm(context, rows, d, cols, 1.0f, GemmOperand{g, DType::kBf16, ldG, false},
+              GemmOperand{wvBlock, DType::kBf16, d, false}, accumulate ? 1.0f : 0.0f,
+              GemmOutput{dhAcc, DType::kF32, d});
+}
+
+// dWvBlock[cols, d] += G[rows, cols]^T hGroup[rows, d] (G bf16, ld ldG).
+Status stripDwGemm(CudaContext& context, const bf16* g, int64_t ldG, int64_t rows, int64_t cols,
+                   const bf16* hGroup, int64_t d, float* dWvBlock) {
+  return gemm(context, cols, d, rows, 1.0f, GemmOperand{g, DType::kBf16, ldG, true},
+              GemmOperand{hGroup, DType::kBf16, d, false}, 1.0f,
+              GemmOutput{dWvBlock, DType::kF32, d});
+}
+
 }  // namespace
 
 Status cceForwardCuda(CudaContext& context, const bf16* h, const bf16* wv, const int32_t* targets,
@@ -84,15 +100,10 @@ Status exactBackward(CudaContext& context, const bf16* h, const bf16* wv, const 
       MOEWB_RETURN_IF_ERROR(linearLossGradStrip(stream, strip.data(), rows, cols, g0, v0, targets,
                                                 vocab, options.loss, saved.lse.data(),
                                                 saved.validCount.data(), dLoss, grad.data()));
-      // dhAcc[rows, d] (+)= G[rows, cols] Wv[v0.., d]; dWv[v0.., d] += G^T h[g0.., d].
-      MOEWB_RETURN_IF_ERROR(gemm(context, rows, d, cols, 1.0f,
-                                 GemmOperand{grad.data(), DType::kBf16, cols, false},
-                                 GemmOperand{wv + v0 * d, DType::kBf16, d, false},
-                                 v0 == 0 ? 0.0f : 1.0f, GemmOutput{dhAcc.data(), DType::kF32, d}));
-      MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
-                                 GemmOperand{grad.data(), DType::kBf16, cols, true},
-                                 GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
-                                 GemmOutput{dWv + v0 * d, DType::kF32, d}));
+      MOEWB_RETURN_IF_ERROR(stripDhGemm(context, grad.data(), cols, rows, cols, wv + v0 * d, d,
+                                        v0 != 0, dhAcc.data()));
+      MOEWB_RETURN_IF_ERROR(
+          stripDwGemm(context, grad.data(), cols, rows, cols, h + g0 * d, d, dWv + v0 * d));
     }
     MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dhAcc.data(), dh + g0 * d, rows * d));
   }
@@ -167,20 +178,15 @@ Status filteredBackward(CudaContext& context, const bf16* h, const bf16* wv,
         MOEWB_RETURN_IF_ERROR(cceSkipGemmDh(stream, gradDh, ldG, rows, cols, g0, v0, wv + v0 * d,
                                             d, tiles, v0 != 0, dhAcc.data()));
       } else {
-        MOEWB_RETURN_IF_ERROR(gemm(context, rows, d, cols, 1.0f,
-                                   GemmOperand{gradDh, DType::kBf16, ldG, false},
-                                   GemmOperand{wv + v0 * d, DType::kBf16, d, false},
-                                   v0 == 0 ? 0.0f : 1.0f,
-                                   GemmOutput{dhAcc.data(), DType::kF32, d}));
+        MOEWB_RETURN_IF_ERROR(stripDhGemm(context, gradDh, ldG, rows, cols, wv + v0 * d, d,
+                                          v0 != 0, dhAcc.data()));
       }
       if (skipping && options.filterWeightGrad) {
         MOEWB_RETURN_IF_ERROR(cceSkipGemmDw(stream, gradAll, ldG, rows, cols, g0, v0, h + g0 * d,
                                             d, tiles, dWv + v0 * d));
       } else {
-        MOEWB_RETURN_IF_ERROR(gemm(context, cols, d, rows, 1.0f,
-                                   GemmOperand{gradAll, DType::kBf16, ldG, true},
-                                   GemmOperand{h + g0 * d, DType::kBf16, d, false}, 1.0f,
-                                   GemmOutput{dWv + v0 * d, DType::kF32, d}));
+        MOEWB_RETURN_IF_ERROR(
+            stripDwGemm(context, gradAll, ldG, rows, cols, h + g0 * d, d, dWv + v0 * d));
       }
     }
     MOEWB_RETURN_IF_ERROR(castFloatToBf16(stream, dhAcc.data(), dh + g0 * d, rows * d));

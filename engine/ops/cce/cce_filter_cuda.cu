@@ -13,6 +13,7 @@
 #undef MOEWB_GROUPED_DEVICE_PARTS_ONLY
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -273,6 +274,45 @@ constexpr int skipSmemBytes() {
   return SkipSmem<LoadA>::kBytes + kMaxKSteps * 3 + 16;  // listKeptSteps' list, flags, count
 }
 
+using Accumulators = float[kNB][kMi][kNi][4];
+
+__device__ __forceinline__ void zeroAccumulators(Accumulators& acc) {
+#pragma unroll
+  for (int b = 0; b < kNB; ++b)
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[b][mi][ni][q] = 0.0f;
+}
+
+// Writes (or, with `accumulate`, adds) a CTA's fp32 tile into out[rows][d] (row-major): its rows
+// r0 + accRow(...) below `rows`, its columns n0 + b * kBN + accCol(...) below d, two at a time.
+__device__ __forceinline__ void storeAccumulators(const Accumulators& acc, int64_t r0,
+                                                  int64_t rows, int64_t n0, int64_t d,
+                                                  bool accumulate, float* out) {
+#pragma unroll
+  for (int b = 0; b < kNB; ++b)
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + accRow(mi, 2 * h), col = n0 + b * kBN + accCol(ni);
+          if (r >= rows || col >= d) continue;
+          float2* at = reinterpret_cast<float2*>(out + r * d + col);
+          float2 v = make_float2(acc[b][mi][ni][2 * h], acc[b][mi][ni][2 * h + 1]);
+          if (accumulate) {
+            const float2 old = *at;
+            v.x += old.x;
+            v.y += old.y;
+          }
+          *at = v;
+        }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     cce_skip_dh_kernel(const bf16_t* g, int64_t ldG, int64_t rows, int64_t cols, int64_t rowBegin,
                        int64_t colBegin, const bf16_t* wvBlock, int64_t d, TileMask mask,
@@ -287,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         return mask.anyKept(int32_t(rowBegin + r0), int32_t(rowBegin + r1),
                             int32_t(colBegin + k0), int32_t(colBegin + k1));
       });
-  float acc[kNB][kMi][kNi][4];
+  Accumulators acc;
   if (kept.count > 0) {
     GradRowsLoader la{{}, kept.steps};
     la.inner.init(g, nullptr, ldG, nullptr, r0, rows, cols, kNoSecondSource);
@@ -301,34 +341,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (accumulate) {
     return;  // nothing to add
   } else {
-#pragma unroll
-    for (int b = 0; b < kNB; ++b)
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[b][mi][ni][q] = 0.0f;
+    zeroAccumulators(acc);
   }
-#pragma unroll
-  for (int b = 0; b < kNB; ++b)
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t r = r0 + accRow(mi, 2 * h), col = n0 + b * kBN + accCol(ni);
-          if (r >= rows || col >= d) continue;
-          float2* out = reinterpret_cast<float2*>(dh + r * d + col);
-          float2 v = make_float2(acc[b][mi][ni][2 * h], acc[b][mi][ni][2 * h + 1]);
-          if (accumulate) {
-            const float2 old = *out;
-            v.x += old.x;
-            v.y += old.y;
-          }
-          *out = v;
-        }
+  storeAccumulators(acc, r0, rows, n0, d, accumulate, dh);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -355,30 +370,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     lb[b].inner.init(hGroup, nullptr, d, nullptr, 0, rows, n0 + b * kBN, d, kNoSecondSource);
     lb[b].list = kept.steps;
   }
-  float acc[kNB][kMi][kNi][4];
+  Accumulators acc;
   grouped::groupedMainloop<GradColsLoader, DenseLoader, kNB>(smem, la, lb, kept.count, acc);
-#pragma unroll
-  for (int b = 0; b < kNB; ++b)
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t m = m0 + accRow(mi, 2 * h), col = n0 + b * kBN + accCol(ni);
-          if (m >= cols || col >= d) continue;
-          float2* out = reinterpret_cast<float2*>(dWv + m * d + col);
-          const float2 old = *out;
-          *out = make_float2(old.x + acc[b][mi][ni][2 * h], old.y + acc[b][mi][ni][2 * h + 1]);
-        }
+  storeAccumulators(acc, m0, cols, n0, d, /*accumulate=*/true, dWv);
 }
 
+// Raises `kernel`'s dynamic shared memory limit to `bytes`, once per process (the attribute
+// stays set; a failure is not remembered, so the next launch asks again).
 template <class Kernel>
-Status setSmem(Kernel kernel, int bytes) {
+Status allowSmemOnce(Kernel kernel, int bytes, std::atomic<bool>& done) {
+  if (done.load(std::memory_order_acquire)) return Status::ok();
   MOEWB_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.store(true, std::memory_order_release);
   return Status::ok();
 }
+
+std::atomic<bool> g_dhSmemAllowed{false};
+std::atomic<bool> g_dwSmemAllowed{false};
 
 }  // namespace
 
@@ -446,7 +455,7 @@ Status cceSkipGemmDh(cudaStream_t stream, const bf16* g, int64_t ldG, int64_t ro
   if (rows <= 0 || d <= 0) return Status::ok();
   MOEWB_CHECK(cceSkipGemmSupported(rows, cols, d, tiles.tileCols) && ldG % 8 == 0);
   constexpr int bytes = skipSmemBytes<GradRowsLoader>();
-  MOEWB_RETURN_IF_ERROR(setSmem(cce_skip_dh_kernel, bytes));
+  MOEWB_RETURN_IF_ERROR(allowSmemOnce(cce_skip_dh_kernel, bytes, g_dhSmemAllowed));
   const dim3 grid(unsigned((d + kNB * kBN - 1) / (kNB * kBN)), unsigned((rows + kBM - 1) / kBM));
   cce_skip_dh_kernel<<<grid, kThreads, bytes, stream>>>(
       reinterpret_cast<const bf16_t*>(g), ldG, rows, cols, rowBegin, colBegin,
@@ -461,7 +470,7 @@ Status cceSkipGemmDw(cudaStream_t stream, const bf16* g, int64_t ldG, int64_t ro
   if (rows <= 0 || cols <= 0 || d <= 0) return Status::ok();
   MOEWB_CHECK(cceSkipGemmSupported(rows, cols, d, tiles.tileCols) && ldG % 8 == 0);
   constexpr int bytes = skipSmemBytes<GradColsLoader>();
-  MOEWB_RETURN_IF_ERROR(setSmem(cce_skip_dw_kernel, bytes));
+  MOEWB_RETURN_IF_ERROR(allowSmemOnce(cce_skip_dw_kernel, bytes, g_dwSmemAllowed));
   const dim3 grid(unsigned((d + kNB * kBN - 1) / (kNB * kBN)), unsigned((cols + kBM - 1) / kBM));
   cce_skip_dw_kernel<<<grid, kThreads, bytes, stream>>>(
       reinterpret_cast<const bf16_t*>(g), ldG, rows, cols, rowBegin, colBegin,

@@ -10,7 +10,8 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <vector>
+
+#include "runtime/host_slices.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -28,17 +29,11 @@ constexpr unsigned kTouchThreads = 8;
 void touchPages(char* base, int64_t bytes) {
   const int64_t page = std::max<int64_t>(4096, int64_t(sysconf(_SC_PAGESIZE)));
   const int64_t pages = (bytes + page - 1) / page;
-  const unsigned threads = std::max(
-      1u, std::min({kTouchThreads, std::thread::hardware_concurrency(), unsigned(pages)}));
-  auto touch = [&](int64_t first, int64_t last) {
+  const unsigned threads =
+      std::max(1u, std::min(kTouchThreads, std::thread::hardware_concurrency()));
+  forEachSliceOnThreads(pages, 1, threads, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) base[p * page] = 0;
-  };
-  std::vector<std::thread> workers;
-  for (unsigned t = 1; t < threads; ++t) {
-    workers.emplace_back(touch, pages * t / threads, pages * (t + 1) / threads);
-  }
-  touch(0, pages / threads);
-  for (std::thread& worker : workers) worker.join();
+  });
 }
 
 }  // namespace

@@ -4,11 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <system_error>
 #include <thread>
-#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/host_slices.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -30,30 +29,18 @@ bool allZeroRange(const unsigned char* p, size_t bytes, const std::atomic<bool>&
   return true;
 }
 
-// allZeroRange over the whole buffer; from 64 MiB on, split over up to 16 threads (the pages of
-// a never-written host tensor are faulted in as they are read: that, not the compare, is the
-// cost, and it scales with threads).
+// allZeroRange over the whole buffer; from 64 MiB on, split into page-aligned slices over up to
+// 16 threads (the pages of a never-written host tensor are faulted in as they are read: that, not
+// the compare, is the cost, and it scales with threads).
 bool allZeroBytes(const void* data, size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
   std::atomic<bool> nonZero{false};
   constexpr size_t kParallelBytes = size_t(64) << 20;
-  const size_t threads =
-      bytes < kParallelBytes ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  if (threads == 1) return allZeroRange(p, bytes, nonZero);
-  const size_t slice = (bytes / threads + 4095) / 4096 * 4096;
-  std::vector<std::thread> scanners;
-  for (size_t begin = 0; begin < bytes; begin += slice) {
-    const size_t length = std::min(slice, bytes - begin);
-    auto scan = [&nonZero, p, begin, length] {
-      if (!allZeroRange(p + begin, length, nonZero)) nonZero.store(true);
-    };
-    try {
-      scanners.emplace_back(scan);
-    } catch (const std::system_error&) {
-      scan();  // no thread to be had: this slice on the caller's
-    }
-  }
-  for (std::thread& scanner : scanners) scanner.join();
+  const unsigned threads =
+      bytes < kParallelBytes ? 1u : std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  forEachSliceOnThreads(int64_t(bytes), 4096, threads, [&](int64_t first, int64_t last) {
+    if (!allZeroRange(p + first, size_t(last - first), nonZero)) nonZero.store(true);
+  });
   return !nonZero.load();
 }
 

@@ -176,23 +176,35 @@ TEST_F(CudaTrainerTest, AutoPicksTheGpuAndCheckpointsRoundTrip) {
 // CCE gradient filtering (loss.cce_filter_eps) runs on the GPU now (it was this file's example of
 // an unsupported setting; the single-process Trainer cannot express parallel.ep > 1, so no
 // setting is left to test the refusal and the auto fallback with): the CUDA run stays on cuda and
-// tracks the CPU run with the same filter.
+// tracks the CPU run with the same filter, with and without loss.cce_filter_weight_grad; the
+// weight-gradient filter reaches the GPU op (its losses are not the dh-only run's). The filter is
+// set as trainer_control_test's (eps 0.5, 16-entry tiles: only tiles holding a target are kept,
+// no tile near the threshold, so both backends keep the same tiles); at the default 256-entry
+// vocabulary a small eps filters nothing.
 TEST_F(CudaTrainerTest, CceGradientFilteringRunsOnCudaAndTracksCpu) {
-  RunConfig config = trackingConfig("cuda");
-  config.loss.kind = "cce";
-  config.loss.cceFilterEps = 1e-3;
-  std::string gpuBackend, cpuBackend;
-  const std::vector<double> gpu = runLosses(config, 10, &gpuBackend);
-  config.run.backend = "cpu";
-  const std::vector<double> cpu = runLosses(config, 10, &cpuBackend);
-  EXPECT_EQ(gpuBackend, "cuda");
-  EXPECT_EQ(cpuBackend, "cpu");
-  ASSERT_EQ(gpu.size(), 10u);
-  ASSERT_EQ(cpu.size(), 10u);
-  for (size_t s = 0; s < cpu.size(); ++s) {
-    ASSERT_TRUE(std::isfinite(gpu[s])) << "step " << s;
-    EXPECT_NEAR(gpu[s], cpu[s], 0.03 * cpu[s] + 0.02) << "step " << s;
+  std::vector<std::vector<double>> gpuRuns;
+  for (const bool weightGrad : {false, true}) {
+    SCOPED_TRACE(weightGrad ? "dh and dWv filtered" : "dh filtered");
+    RunConfig config = trackingConfig("cuda");
+    config.loss.kind = "cce";
+    config.loss.cceVocabBlock = 16;
+    config.loss.cceFilterEps = 0.5;
+    config.loss.cceFilterWeightGrad = weightGrad;
+    std::string gpuBackend, cpuBackend;
+    const std::vector<double> gpu = runLosses(config, 10, &gpuBackend);
+    config.run.backend = "cpu";
+    const std::vector<double> cpu = runLosses(config, 10, &cpuBackend);
+    EXPECT_EQ(gpuBackend, "cuda");
+    EXPECT_EQ(cpuBackend, "cpu");
+    ASSERT_EQ(gpu.size(), 10u);
+    ASSERT_EQ(cpu.size(), 10u);
+    for (size_t s = 0; s < cpu.size(); ++s) {
+      ASSERT_TRUE(std::isfinite(gpu[s])) << "step " << s;
+      EXPECT_NEAR(gpu[s], cpu[s], 0.03 * cpu[s] + 0.02) << "step " << s;
+    }
+    gpuRuns.push_back(gpu);
   }
+  EXPECT_NE(gpuRuns[0], gpuRuns[1]) << "loss.cce_filter_weight_grad changed nothing on the GPU";
 }
 
 TEST_F(CudaTrainerTest, UnsupportedConfigOnCudaIsAClearErrorAndAutoFallsBack) {
