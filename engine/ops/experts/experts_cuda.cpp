@@ -65,6 +65,8 @@ std::atomic<bool> gWarpSpecialized{
 std::atomic<bool> gGluPingPong{
     environmentSwitch("MOEWB_GROUPED_WS_GLU", kExpertsGluPingPongDefault)};
 std::atomic<bool> gWsWgrad{environmentSwitch("MOEWB_GROUPED_WS_WGRAD", kExpertsWsWgradDefault)};
+std::atomic<bool> gGluSplit{
+    environmentSwitch("MOEWB_GROUPED_GLU_SPLIT", kExpertsGluSplitDefault)};
 std::atomic<int> gWgradWalk{int(wgradWalkFromEnvironment())};
 
 // MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
@@ -163,6 +165,14 @@ void setExpertsGluPingPong(bool on) {
 
 bool expertsGluPingPong() {
   return gGluPingPong.load();
+}
+
+void setExpertsGluSplit(bool on) {
+  gGluSplit.store(on);
+}
+
+bool expertsGluSplit() {
+  return gGluSplit.load();
 }
 
 void setExpertsWsWgrad(bool on) {
@@ -320,6 +330,12 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
                          context.newTensor<bf16>({rows, f}, MemoryCategory::kWorkspace));
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dUp,
                          context.newTensor<bf16>({rows, f}, MemoryCategory::kWorkspace));
+  // Round 9's split dh (expertsGluSplit): the fp32 dh rows before the GLU backward.
+  DeviceTensor<float> dHidden;
+  if (expertsGluSplit() && expertsWgmmaSupported()) {
+    MOEWB_ASSIGN_OR_RETURN(dHidden,
+                           context.newTensor<float>({rows, f}, MemoryCategory::kWorkspace));
+  }
   MOEWB_ASSIGN_OR_RETURN(
       DeviceTensor<int32_t> tileStart,
       context.newTensor<int32_t>({shape.experts + 1}, MemoryCategory::kWorkspace));
@@ -358,6 +374,7 @@ Result<DeviceTensor<bf16>> expertsBackwardCuda(
   args.wgradTickets = wgradTickets.data();
   args.dGate = dGate.data();
   args.dUp = dUp.data();
+  args.dHidden = dHidden.empty() ? nullptr : dHidden.data();
   args.dYWeighted = weighted ? dYWeighted.data() : nullptr;
   args.rowWeightPartial = weighted ? rowWeightPartial.data() : nullptr;
   args.dx = dx.data();

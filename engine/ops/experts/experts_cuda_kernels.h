@@ -56,6 +56,7 @@ struct ExpertsBackwardArgs {
   int32_t* wgradTickets = nullptr;       // [3] workspace (round 6's tile tickets) or null
   bf16* dGate = nullptr;                 // [N k, F] workspace
   bf16* dUp = nullptr;                   // [N k, F] workspace
+  float* dHidden = nullptr;              // [N k, F] workspace for round 9's split dh, or null
   bf16* dYWeighted = nullptr;            // [N k, D] workspace (with rowWeight)
   float* rowWeightPartial = nullptr;     // [ceil(D / kExpertsMmaTileN), N k] workspace
   bf16* dx = nullptr;                    // [N k, D] output
@@ -103,6 +104,7 @@ struct GroupedRowStage {
   int numExperts = 0;
   const int32_t* offsets = nullptr;
   const int32_t* tileStart = nullptr;
+  int64_t maxRows = 0;  // rows the [rows, ...] buffers hold (offsets[numExperts] <= maxRows)
 };
 
 #if MOEWB_EXPERTS_WGMMA
@@ -117,7 +119,8 @@ Status expertsWgmmaDownLaunch(const GroupedRowStage& s, const bf16* hidden, cons
 // dRowWeight part 1: args.rowWeightPartial [ceil(D / 128), maxRows] per-column-tile dots.
 Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwardArgs& args,
                                    int64_t maxRows);
-// dh = dYRows Wd, then the GLU backward into args.dGate / dUp.
+// dh = dYRows Wd, then the GLU backward into args.dGate / dUp (round 9's split stores dh in
+// args.dHidden first when that is set).
 Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
                             const ExpertsBackwardArgs& args, const GluParams& activation);
 // dx = dGate Wg + dUp Wu into args.dx.

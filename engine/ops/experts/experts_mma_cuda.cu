@@ -239,7 +239,8 @@ Status launchVersions(LaunchVersions& v) {
 
 Status expertsForwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& shape,
                                const ExpertsForwardArgs& args, const GluParams& activation) {
-  RowStage s{stream, 0, shape.d, shape.f, int(shape.experts), args.offsets, args.tileStart};
+  RowStage s{stream, 0, shape.d, shape.f, int(shape.experts), args.offsets, args.tileStart,
+             shape.maxRows};
   MOEWB_RETURN_IF_ERROR(rowTileSlots(shape, s.slots));
   MOEWB_RETURN_IF_ERROR(schedule(stream, args.offsets, shape.experts, args.tileStart));
   LaunchVersions ver{};
@@ -253,7 +254,7 @@ Status expertsBackwardMmaLaunch(cudaStream_t stream, const ExpertsLaunchShape& s
                                 const ExpertsBackwardArgs& args, const GluParams& activation) {
   const int64_t d = shape.d, f = shape.f;
   const int numExperts = int(shape.experts);
-  RowStage s{stream, 0, d, f, numExperts, args.offsets, args.tileStart};
+  RowStage s{stream, 0, d, f, numExperts, args.offsets, args.tileStart, shape.maxRows};
   MOEWB_RETURN_IF_ERROR(rowTileSlots(shape, s.slots));
   MOEWB_RETURN_IF_ERROR(schedule(stream, args.offsets, shape.experts, args.tileStart));
   LaunchVersions ver{};

@@ -10,8 +10,10 @@
 // (grouped_gemm_ws_cuda.cuh) in the sweep's tma_rel0 configuration when expertsWarpSpecialized()
 // (experts_wgmma_cuda.h; docs/GPU.md has the measurements), round 2 otherwise or when the TMA
 // maps cannot be encoded. It reads the same 128-row tileStart schedule.
-// Forward gate+up and dh run round 7's ping-pong kernel (grouped_gemm_ws_pingpong_cuda.cuh, same
-// 128-row schedule and round 2's bits) when expertsGluPingPong(), round 2 otherwise. The weight
+// Forward gate+up and dh run round 9's split (round 5's kernel with plain epilogues, then the
+// elementwise GLU passes of glu_split_cuda.cuh) when expertsGluSplit(), else round 7's ping-pong
+// kernel (grouped_gemm_ws_pingpong_cuda.cuh, same 128-row schedule and round 2's bits) when
+// expertsGluPingPong(), round 2 otherwise. The weight
 // gradients run round 6 (grouped_gemm_ws_wgrad_cuda.cuh, round 2's bits, the tile walk of
 // expertsWgradWalk()) when expertsWsWgrad(), round 2 otherwise.
 #define MOEWB_GROUPED_DEVICE_PARTS_ONLY 1
@@ -24,6 +26,7 @@
 
 #include "ops/experts/experts_cuda_kernels.h"
 #include "ops/experts/experts_wgmma_cuda.h"
+#include "ops/experts/glu_split_cuda.cuh"
 #include "ops/experts/grouped_gemm_wgmma_cuda.cuh"
 #include "ops/experts/grouped_gemm_ws_cuda.cuh"
 #include "ops/experts/grouped_gemm_ws_pingpong_cuda.cuh"
@@ -108,6 +111,58 @@ Status ppLaunch(const GroupedRowStage& s, pp::Params p, const bf16* b1, const bf
   return Status::ok();
 }
 
+// The current device's multiprocessor count.
+Status multiprocessors(int& sms) {
+  int device = 0;
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return Status::ok();
+}
+
+// Round 9 forward: gatePre / upPre from round 5's kernel (no hidden in its epilogue), then hidden
+// from them. `launched` false (nothing issued) when the TMA maps cannot be encoded.
+Status splitGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardArgs& args,
+                         const GluParams& activation, bool& launched) {
+  ws::Params p;
+  p.a1 = args.x;
+  p.gather = args.gatherIndex;
+  p.b1 = args.gate;
+  p.b2 = args.up;
+  p.out1 = args.gatePre;
+  p.out2 = args.upPre;
+  p.out3 = nullptr;
+  // 2 f: the grid count of 128-wide gate+up column tiles (wsLaunch divides by 256).
+  MOEWB_RETURN_IF_ERROR(wsLaunch<ws::Stage::kGateUp>(s, p, 2 * s.f, launched));
+  if (!launched) return Status::ok();
+  int sms = 0;
+  MOEWB_RETURN_IF_ERROR(multiprocessors(sms));
+  glu_split::glu_split_fwd_kernel<<<glu_split::gridFor(s.maxRows, s.f, sms), glu_split::kThreads,
+                                    0, s.stream>>>(gluDeviceParams(activation), args.gatePre,
+                                                   args.upPre, args.hidden, s.maxRows, s.f,
+                                                   s.offsets + s.numExperts);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
+// Round 9 dh: dh rows in fp32 into args.dHidden from round 5's kernel, then the GLU backward.
+Status splitDhLaunch(const GroupedRowStage& s, const bf16* dYRows, const ExpertsBackwardArgs& args,
+                     const GluParams& activation, bool& launched) {
+  ws::Params p;
+  p.a1 = dYRows;
+  p.b1 = args.down;
+  p.dHidden = args.dHidden;
+  MOEWB_RETURN_IF_ERROR(wsLaunch<ws::Stage::kDh>(s, p, s.f, launched));
+  if (!launched) return Status::ok();
+  int sms = 0;
+  MOEWB_RETURN_IF_ERROR(multiprocessors(sms));
+  glu_split::glu_split_bwd_kernel<<<glu_split::gridFor(s.maxRows, s.f, sms), glu_split::kThreads,
+                                    0, s.stream>>>(gluDeviceParams(activation), args.gatePre,
+                                                   args.upPre, args.dHidden, args.dGate, args.dUp,
+                                                   s.maxRows, s.f, s.offsets + s.numExperts);
+  MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::ok();
+}
+
 }  // namespace
 
 bool expertsWgmmaLoadable() {
@@ -119,6 +174,11 @@ bool expertsWgmmaLoadable() {
 
 Status expertsWgmmaGateUpLaunch(const GroupedRowStage& s, const ExpertsForwardArgs& args,
                                 const GluParams& activation) {
+  if (expertsGluSplit() && s.f % 8 == 0) {
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(splitGateUpLaunch(s, args, activation, launched));
+    if (launched) return Status::ok();
+  }
   if (expertsGluPingPong()) {
     pp::Params p;
     p.a = args.x;
@@ -179,6 +239,11 @@ Status expertsWgmmaRowWeightLaunch(const GroupedRowStage& s, const ExpertsBackwa
 
 Status expertsWgmmaDhLaunch(const GroupedRowStage& s, const bf16* dYRows,
                             const ExpertsBackwardArgs& args, const GluParams& activation) {
+  if (args.dHidden != nullptr && expertsGluSplit() && s.f % 8 == 0) {
+    bool launched = false;
+    MOEWB_RETURN_IF_ERROR(splitDhLaunch(s, dYRows, args, activation, launched));
+    if (launched) return Status::ok();
+  }
   if (expertsGluPingPong()) {
     pp::Params p;
     p.a = dYRows;

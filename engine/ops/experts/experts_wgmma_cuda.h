@@ -60,6 +60,24 @@ void setExpertsGluPingPong(bool on);
 // kExpertsGluPingPongDefault).
 bool expertsGluPingPong();
 
+// Round 9 (glu_split_cuda.cuh, bench/scratch/grouped_gemm_09.md), the GLU split: forward gate+up
+// and dh on round 5's warp-specialized kernel with plain epilogues (gatePre / upPre; dh in fp32
+// into a [rows, F] workspace) and the GLU forward / backward as elementwise passes. dGate / dUp
+// are round 2's bits; hidden comes from the bf16 gatePre / upPre (round 2: from the fp32
+// accumulators), so it and what follows from it differ in the last bits. Takes precedence over
+// expertsGluPingPong. Default on (kExpertsGluSplitDefault; H200, the sixteenth session: MoE layer
+// fwd+bwd 14.10 -> 13.41 ms at D = 2048, 7.31 -> 7.01 ms at D = 1024; h200.toml 233.3 -> 226.6 ms
+// a step; +0.5 GB of transient workspace at those sizes); MOEWB_GROUPED_GLU_SPLIT=1 / 0 forces it
+// (read once per process). When a TMA map cannot be encoded, or F % 8 != 0, round 7 / round 2.
+constexpr bool kExpertsGluSplitDefault = true;
+
+// Process-wide choice for every later wgmma gate+up / dh launch (tests and A/B benchmarks;
+// race-free but not meant to change while launches are being issued from other threads).
+void setExpertsGluSplit(bool on);
+
+// The current choice (setExpertsGluSplit, else MOEWB_GROUPED_GLU_SPLIT, else the default).
+bool expertsGluSplit();
+
 // Round 6 (grouped_gemm_ws_wgrad_cuda.cuh, bench/scratch/grouped_gemm_06.md): the three weight
 // gradients (dDown, dGate, dUp) on the warp-specialized persistent kernel, round 2's per-element
 // K order (bitwise equal to round 2; ExpertsWgmmaCudaTest.WsWgradEqualsRound2Bitwise checks it).

@@ -155,7 +155,9 @@ struct Params {
   const bf16_t* upPre = nullptr;
   bf16_t* out1 = nullptr;
   bf16_t* out2 = nullptr;
-  bf16_t* out3 = nullptr;
+  bf16_t* out3 = nullptr;  // kGateUp: hidden, or null (round 9's split: the GLU runs later)
+  float* dHidden = nullptr;  // kDh round 9 (split): the fp32 dh tile [R, f] goes here, no GLU
+                             //   backward (out1 / out2 / gatePre / upPre unused)
 #if MOEWB_WS_TMA_B
   CUtensorMap mapB1;  // TMA maps over b1 / b2 (encodeWeightMaps)
   CUtensorMap mapB2;
@@ -457,7 +459,7 @@ __device__ __forceinline__ void prefetchEpilogue(const Params& p, const Geometry
                                                  const ProducerTile& pt) {
   if constexpr (kS == Stage::kDh) {
     const int64_t r = pt.begin + int(threadIdx.x);
-    if (r >= pt.end) return;
+    if (r >= pt.end || p.dHidden != nullptr) return;
 #pragma unroll
     for (int l = 0; l < kBN / 64; ++l) {
       const int64_t col = pt.n0 + l * 64;
@@ -602,9 +604,22 @@ __device__ __forceinline__ void epilogue(const Params& p, const Geometry<kS>& g,
         const int64_t at = r * p.f + col;
         storeBf16x2(p.out1 + at, g0, g1);
         storeBf16x2(p.out2 + at, u0, u1);
-        storeBf16x2(p.out3 + at, gluForwardDevice(p.glu, g0, u0), gluForwardDevice(p.glu, g1, u1));
+        if (p.out3 != nullptr) {
+          storeBf16x2(p.out3 + at, gluForwardDevice(p.glu, g0, u0),
+                      gluForwardDevice(p.glu, g1, u1));
+        }
       }
     } else if constexpr (kS == Stage::kDh) {  // v2::dhEpilogue
+      if (p.dHidden != nullptr) {  // round 9: the fp32 tile, 8-byte stores
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int64_t col = n0 + j * 8 + (lane % 4) * 2;
+          if (col >= g.nExtent) continue;
+          *reinterpret_cast<float2*>(p.dHidden + r * g.nExtent + col) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+        continue;
+      }
       // gatePre / upPre loaded kDhChunk column groups at a time before the dependent math and
       // stores: loads after a store to a possibly aliasing out1 / out2 are not hoisted by the
       // compiler, so one element pair at a time costs one memory round trip each.

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -367,6 +368,7 @@ class ExpertsWgmmaCudaTest : public ExpertsCudaTest {
     setExpertsWgmmaMode(ExpertsWgmmaMode::kEnvironment);
     setExpertsWarpSpecialized(kExpertsWarpSpecializedDefault);
     setExpertsGluPingPong(kExpertsGluPingPongDefault);
+    setExpertsGluSplit(kExpertsGluSplitDefault);
     setExpertsWsWgrad(kExpertsWsWgradDefault);
     setExpertsWgradWalk(ExpertsWgradWalk::kBySkew);
     ExpertsCudaTest::TearDown();
@@ -381,10 +383,10 @@ struct ExpertsRun {
 // Forward + backward into zero gradients; `fused`: gather by index, row weights in the epilogue
 // and dRowWeight (the folded combine), else the permuted rows and dYPerm.
 void runExperts(CudaContext& context, const Problem& p, const DeviceWeights& dw, int64_t f,
-                bool fused, const Tensor<float>& dY, ExpertsRun& run) {
+                bool fused, const Tensor<float>& dY, ExpertsRun& run,
+                const GluParams& glu = GluParams()) {
   const MoeShape& s = p.shape;
   const int64_t d = p.d, rows = p.plan.rows(), maxRows = s.n * s.k;
-  const GluParams glu;
   DeviceExpertsIo io;
   MOEWB_ASSIGN_OR_FAIL(auto rowWeight, poisonedFloat(context, {maxRows}));
   if (fused) {
@@ -507,6 +509,7 @@ TEST_F(ExpertsWgmmaCudaTest, WarpSpecializedEqualsRound2Bitwise) {
       const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
       ExpertsRun round2, ws;
       setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      setExpertsGluSplit(false);  // round 2's gate+up / dh in both runs
       setExpertsWarpSpecialized(false);
       runExperts(context(), p, dw, c.f, fused, dY, round2);
       setExpertsWarpSpecialized(true);
@@ -563,6 +566,7 @@ TEST_F(ExpertsWgmmaCudaTest, GluPingPongEqualsRound2Bitwise) {
       const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
       ExpertsRun round2, pingPong, again;
       setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+      setExpertsGluSplit(false);  // the split would take precedence over the ping-pong kernel
       setExpertsGluPingPong(false);
       runExperts(context(), p, dw, c.f, fused, dY, round2);
       setExpertsGluPingPong(true);
@@ -607,6 +611,70 @@ int64_t bitwiseDiffering(const Tensor<float>& got, const Tensor<float>& want, in
   }
   return differing;
 }
+
+// Round 9's GLU split (setExpertsGluSplit; grouped_gemm_09.md) against round 2 (off), SwiGLU and
+// SiTU: gatePre / upPre and everything computed from them and dY alone (dGate / dUp through dx
+// and the gate / up weight gradients) BITWISE; hidden (from the bf16 gatePre / upPre instead of
+// the fp32 accumulators) and what follows from it (y, the down gradient, dRowWeight) within bf16
+// rounding; the split bitwise run to run. Shapes as the ping-pong test's (F = 40: one partial
+// 128-wide gate+up tile and K step; empty and 1-row experts; 8192 rows over at most 132 CTAs).
+TEST_F(ExpertsWgmmaCudaTest, GluSplitMatchesRound2) {
+  struct Case {
+    int64_t d, f;
+    MoeShape shape;
+  };
+  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
+                                {72, 40, {257, 8, 4}},
+                                {264, 136, {257, 64, 8}},
+                                {1096, 520, {2048, 8, 4}}};
+  GluParams situ;
+  situ.kind = GluKind::kSitu;
+  const std::set<std::string> bitwise = {"gatePre", "upPre", "dx", "gradGate", "gradUp"};
+  uint64_t seed = 15000;
+  for (const Case& c : cases) {
+    Problem p;
+    makeProblem(context(), c.shape, c.d, seed += 10, p);
+    if (HasFatalFailure()) return;
+    HostWeights hw = randomWeights(c.shape.e, c.d, c.f, false, seed += 10);
+    MOEWB_ASSIGN_OR_FAIL(DeviceWeights dw, upload(context(), hw));
+    for (const GluParams& glu : {GluParams(), situ}) {
+      for (bool fused : {false, true}) {
+        const std::string what = describe(c.shape) + " D=" + std::to_string(c.d) + " F=" +
+                                 std::to_string(c.f) + (fused ? " fused" : " plain") +
+                                 (glu.kind == GluKind::kSitu ? " SiTU" : " SwiGLU");
+        const int64_t dyRows = fused ? c.shape.n : c.shape.n * c.shape.k;
+        const Tensor<float> dY = roundedToBf16(randomTensor({dyRows, c.d}, seed += 10));
+        ExpertsRun round2, split, again;
+        setExpertsWgmmaMode(ExpertsWgmmaMode::kOn);
+        setExpertsGluSplit(false);
+        runExperts(context(), p, dw, c.f, fused, dY, round2, glu);
+        setExpertsGluSplit(true);
+        if (HasFatalFailure()) return;
+        runExperts(context(), p, dw, c.f, fused, dY, split, glu);
+        if (HasFatalFailure()) return;
+        runExperts(context(), p, dw, c.f, fused, dY, again, glu);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(split.outputs.size(), round2.outputs.size());
+        for (size_t i = 0; i < split.outputs.size(); ++i) {
+          const auto& [name, got] = split.outputs[i];
+          const Tensor<float>& want = round2.outputs[i].second;
+          ASSERT_EQ(got.numel(), want.numel()) << what << " " << name;
+          int64_t first = -1;
+          EXPECT_EQ(bitwiseDiffering(again.outputs[i].second, got, first), 0)
+              << what << " " << name << ": not bitwise deterministic";
+          if (bitwise.count(name) != 0) {
+            const int64_t differing = bitwiseDiffering(got, want, first);
+            EXPECT_EQ(differing, 0) << what << " " << name << ": " << differing << " of "
+                                    << got.numel() << " differ from round 2, first at " << first;
+          } else {
+            EXPECT_LT(relativeError(got, want), 1e-2) << what << " " << name;
+          }
+        }
+      }
+    }
+  }
+}
+
 
 // Round 6's weight-gradient kernel (setExpertsWsWgrad; grouped_gemm_06.md) against round 2's
 // (off), the three weight gradients (and every other output, which must not move) BITWISE, on
