@@ -4,7 +4,7 @@
 #include "runtime/cuda/gemm.h"
 #include "ops/experts/glu_activation_cuda.h"
 #include "ops/linear/linear_cuda.h"
-#include "ops/dense_ffn/dense_ffn_cuda_kernels.h"
+#include "runtime/cuda/elementwise.h"
 
 namespace moewb::engine::cuda {
 
@@ -49,7 +49,7 @@ Status denseFfnBackwardCuda(CudaContext& context, const bf16* dy, const bf16* x,
   MOEWB_RETURN_IF_ERROR(gemm(context, n, d, f, 1.0f, GemmOperand{dUp.data(), DType::kBf16, f},
                              GemmOperand{weights.up, DType::kBf16, d}, 1.0f, acc));
   if (f == 0) MOEWB_RETURN_IF_ERROR(fillFloat(context.stream(), dxAcc.data(), 0.0f, n * d));
-  MOEWB_RETURN_IF_ERROR(denseFfnAddFloatIntoBf16(context.stream(), dxAcc.data(), dx, n * d));
+  MOEWB_RETURN_IF_ERROR(addFloatIntoBf16(context.stream(), dxAcc.data(), dx, n * d));
   MOEWB_RETURN_IF_ERROR(linearBackwardWeightCuda(context, dGate.data(), x, grads.gate, n, d, f));
   return linearBackwardWeightCuda(context, dUp.data(), x, grads.up, n, d, f);
 }
