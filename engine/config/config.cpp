@@ -227,6 +227,43 @@ Status validateSwap(const RunConfig& config) {
   return Status::ok();
 }
 
+// "1, 2, 4, 8": the divisors of `n`, or "" when there are more than a message should list.
+std::string divisorList(int64_t n) {
+  std::vector<std::string> divisors;
+  for (int64_t d = 1; d <= n && divisors.size() <= 12; ++d) {
+    if (n % d == 0) divisors.push_back(std::to_string(d));
+  }
+  return divisors.size() > 12 ? "" : joinText(divisors, ", ");
+}
+
+// data.micro_batch_size against the rank's batch (after validateParallelConfig checked that
+// world_size divides batch_size) and against swap, whose planner times one forward and one
+// backward per step.
+Status validateMicroBatch(const RunConfig& config) {
+  const int64_t micro = config.data.microBatchSize;
+  if (micro == 0) return Status::ok();
+  const int64_t rankBatch = config.rankBatchSize();
+  if (rankBatch % micro != 0) {
+    const std::string list = divisorList(rankBatch);
+    return relationError(
+        "data.micro_batch_size",
+        "micro_batch_size = " + std::to_string(micro) + " does not divide the " +
+            std::to_string(rankBatch) + " sequences each rank trains per step (data.batch_size = " +
+            std::to_string(config.data.batchSize) + " / parallel.world_size = " +
+            std::to_string(config.parallel.worldSize) + "); accepted: 0 (the whole batch) or a " +
+            "divisor of " + std::to_string(rankBatch) + (list.empty() ? "" : " (" + list + ")"));
+  }
+  if (config.microBatches() > 1 && config.swap.mode != "off") {
+    return relationError(
+        "swap.mode", "\"" + config.swap.mode + "\" is not accepted with data.micro_batch_size = " +
+                         std::to_string(micro) + " (" + std::to_string(config.microBatches()) +
+                         " micro-batches a step): swap plans one forward and one backward per "
+                         "step; accepted: swap.mode = \"off\", or data.micro_batch_size = 0 or " +
+                         std::to_string(rankBatch));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const std::vector<ConfigKeyInfo>& configKeys() {
@@ -387,7 +424,8 @@ Status validateConfigFields(const RunConfig& config) {
                                                 " tokens per step exceeds 67108864");
   }
   MOEWB_RETURN_IF_ERROR(validateSwap(config));
-  return validateParallelConfig(config);
+  MOEWB_RETURN_IF_ERROR(validateParallelConfig(config));
+  return validateMicroBatch(config);
 }
 
 }  // namespace

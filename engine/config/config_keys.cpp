@@ -73,6 +73,10 @@ std::vector<KeySpec> buildSpecs() {
       {"moe", "situ_beta2", MOEWB_FIELD(moe.situBeta2), 0, 1e6, true, {}, "SiTU linear clip"},
       {"data", "kind", MOEWB_FIELD(data.kind), 0, 0, false, {"synthetic"}, "data source"},
       {"data", "batch_size", MOEWB_FIELD(data.batchSize), 1, 1'048'576, false, {}, "sequences per step"},
+      {"data", "micro_batch_size", MOEWB_FIELD(data.microBatchSize), 0, 1'048'576, false, {},
+       "sequences per forward and backward on each rank (must divide batch_size / "
+       "parallel.world_size): gradients accumulate over the step's micro-batches and the "
+       "optimizer runs once (0 = the rank's whole batch)"},
       {"data", "skew", MOEWB_FIELD(data.skew), 0, 10, false, {},
        "Zipf exponent of topic frequencies: 0 = uniform, larger = hotter experts"},
       {"data", "num_topics", MOEWB_FIELD(data.numTopics), 1, 1'048'576, false, {},

@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/batch.h"
 #include "model/cpu/model.h"
 #include "moewb/base/status.h"
 #include "moewb/engine/config.h"
+#include "train/micro_batches.h"
 #include "train/optimizer.h"
 #include "runtime/phase_recorder.h"
 
@@ -46,16 +48,29 @@ class DeviceBackend {
   // Device-memory events (EventSink::onMemory) go to `sink` from the next step on; null stops.
   virtual void setEventSink(EventSink* sink, int32_t rank) = 0;
 
-  // One optimizer step on `batch`: forward, backward, global-norm clip and AdamW with
-  // `optim` at 0-based `step`. The update is skipped (updated = false) when the loss or the norm
-  // is not finite. `recorder` may be null. Errors: kResourceExhausted (device memory; nothing is
-  // updated and later steps may be tried again), kInternal (a CUDA failure).
-  virtual Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step,
+  // One optimizer step on the micro-batches of its batch (micro_batches.h; one element = the
+  // whole batch): gradients zeroed once, forward and backward of each micro-batch with its loss
+  // weights, then global-norm clip and AdamW with `optim` at 0-based `step`; `forward` is the
+  // step's result (addMicroBatchResult). Each micro-batch's batch must have the model's batch
+  // size. The update is skipped (updated = false) when a loss (no backward then, nor for the
+  // micro-batches after it) or the norm is not finite. `recorder` may be null. Errors:
+  // kResourceExhausted (device memory; nothing is updated and later steps may be tried again),
+  // kInternal (a CUDA failure).
+  virtual Result<DeviceStepResult> trainStep(const std::vector<MicroBatch>& batches, int64_t step,
                                              const OptimSection& optim,
                                              PhaseRecorder* recorder) = 0;
 
+  // trainStep on the whole of `batch` in one forward (a copy of it as the one micro-batch).
+  Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
+                                     PhaseRecorder* recorder) {
+    std::vector<MicroBatch> whole;
+    whole.push_back({sliceSequences(batch, 0, batch.batchSize), LossWeights{}});
+    return trainStep(whole, step, optim, recorder);
+  }
+
   // Forward and backward only (no update); gradients are left on the device for pullGrads.
-  virtual Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) = 0;
+  virtual Result<ForwardResult> forwardBackward(const std::vector<MicroBatch>& batches,
+                                                int64_t step) = 0;
 
   // Copies the device weights and moments into the host model (checkpoints, exports).
   virtual Status pullState(Model<float>& host) = 0;
@@ -64,7 +79,8 @@ class DeviceBackend {
   // Copies the gradients of the last backward into the host model's grads.
   virtual Status pullGrads(Model<float>& host) = 0;
 
-  // The live-patchable settings of Model::applyLiveDims.
+  // The live-patchable settings of Model::applyLiveDims (dims of one forward). A change of the
+  // swap candidates (batch size, top-k, permute fusion) gives the swap controller a new profile.
   virtual void applyLiveDims(const ModelDims& dims) = 0;
 
   // New [swap] settings (a live patch, validated): take effect at the next step's start, which

@@ -87,7 +87,8 @@ Status checkHostMemory(const ModelDims& dims, bool onCpu, double memoryBytes) {
       formatBytes(int64_t(neededBytes)) + ", more than half of the " +
       formatBytes(int64_t(memoryBytes)) +
       " of host memory; reduce model.d_model, moe.num_experts, moe.d_ff, model.vocab_size" +
-      (onCpu ? std::string(" or data.batch_size * model.seq_len") +
+      (onCpu ? std::string(" or the tokens of one forward (data.batch_size or "
+                           "data.micro_batch_size, times model.seq_len)") +
                    (sparse ? " (the gated sparse layers' dense warm-up keeps [B*T, T] "
                              "indexer tensors: sparse.warmup_steps = 0 skips it)"
                            : "")
@@ -101,7 +102,7 @@ bool runsOnCpuBackend(const RunConfig& config) {
 
 Status checkFitsThisMachine(const RunConfig& config) {
   if (config.parallel.worldSize > 1) return Status::ok();
-  return checkHostMemory(ModelDims::fromConfig(config), runsOnCpuBackend(config),
+  return checkHostMemory(ModelDims::forwardFromConfig(config), runsOnCpuBackend(config),
                          physicalMemoryBytes());
 }
 

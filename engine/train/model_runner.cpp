@@ -15,10 +15,22 @@
 #include "train/checkpoint/alignment_dump.h"
 #include "train/device_backend.h"
 #include "train/memory_estimate.h"
+#include "train/micro_batches.h"
 #include "train/optimizer.h"
 
 namespace moewb::engine {
 namespace {
+
+// An alignment dump holds one batch, one forward's losses and the gradients of its backward: a
+// step cut into micro-batches has none of these to write.
+Status checkDumpable(const RunConfig& config) {
+  if (config.microBatches() == 1) return Status::ok();
+  return failedPrecondition(
+      "an alignment dump needs the whole step in one forward and backward, but "
+      "data.micro_batch_size = " + std::to_string(config.data.microBatchSize) + " cuts it into " +
+      std::to_string(config.microBatches()) + " micro-batches; set data.micro_batch_size = 0 " +
+      "for the dumped steps");
+}
 
 // Whether two swap profiles list the same candidates with the same bytes.
 bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
@@ -43,7 +55,7 @@ class CpuModelRunner final : public ModelRunner {
       : ModelRunner(config),
         m_backendNote(std::move(backendNote)),
         m_swap(cpuSwapSettings(m_config.swap),
-               swapProfileFor(ModelDims::fromConfig(m_config)), 0) {}
+               swapProfileFor(ModelDims::forwardFromConfig(m_config)), 0) {}
   std::string backendName() const override { return "cpu"; }
   std::string deviceDescription() const override {
     return "CPU, " + std::to_string(threadCount()) + " threads" +
@@ -53,9 +65,10 @@ class CpuModelRunner final : public ModelRunner {
   Status applyLiveConfig(const ValidConfig& config) override {
     const SwapSection before = m_config.swap;
     MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
-    // moe.top_k and fusion.permute_into_experts change the candidates: a new controller (auto
-    // measures again); otherwise a changed [swap] plans again at the next step.
-    SwapProfile sizes = swapProfileFor(ModelDims::fromConfig(m_config));
+    // moe.top_k, fusion.permute_into_experts and data.micro_batch_size change the candidates:
+    // a new controller (auto measures again); otherwise a changed [swap] plans again at the
+    // next step.
+    SwapProfile sizes = swapProfileFor(ModelDims::forwardFromConfig(m_config));
     if (!sameCandidates(sizes, m_swap.profile())) {
       m_swap = SwapController(cpuSwapSettings(m_config.swap), std::move(sizes), 0);
     } else if (!(m_config.swap == before)) {
@@ -68,6 +81,11 @@ class CpuModelRunner final : public ModelRunner {
   // The simulated tier around one step: the plan before it, its copies and totals after it.
   void beginSwapStep(int64_t step);
   Status endSwapStep(int64_t step, const std::vector<PhaseEvent>& phases);
+  // Forward and backward of each micro-batch into the gradients (zeroed by the caller); the
+  // step's forward result. Errors: the step's divergence (a micro-batch's loss not finite: no
+  // backward for it).
+  Result<ForwardResult> forwardBackward(const std::vector<MicroBatch>& parts, int64_t step,
+                                        PhaseRecorder* recorder);
 
   std::string m_backendNote;  // why run.backend = "auto" stayed on the CPU (empty otherwise)
   SwapController m_swap;      // always present: it records layer times even while swap is off
@@ -93,7 +111,7 @@ class CudaModelRunner final : public ModelRunner {
   Status applyLiveConfig(const ValidConfig& config) override {
     const SwapSection before = m_config.swap;
     MOEWB_RETURN_IF_ERROR(ModelRunner::applyLiveConfig(config));
-    m_device->applyLiveDims(ModelDims::fromConfig(m_config));
+    m_device->applyLiveDims(ModelDims::forwardFromConfig(m_config));
     if (!(m_config.swap == before)) m_device->applySwapSettings(m_config.swap);
     return Status::ok();
   }
@@ -131,8 +149,32 @@ Status CpuModelRunner::endSwapStep(int64_t step, const std::vector<PhaseEvent>& 
   return Status::ok();
 }
 
+Result<ForwardResult> CpuModelRunner::forwardBackward(const std::vector<MicroBatch>& parts,
+                                                      int64_t step, PhaseRecorder* recorder) {
+  ForwardResult total;
+  for (size_t m = 0; m < parts.size(); ++m) {
+    const LossWeights& weights = parts[m].weights;
+    m_model->setLossWeights(weights);
+    ForwardResult part;
+    {
+      ScopedPhase phase(recorder, Phase::kForward, Pass::kForward, -1);
+      part = m_model->forward(parts[m].batch, recorder);
+    }
+    if (!std::isfinite(part.loss) || !std::isfinite(part.auxLoss)) {
+      m_model->setLossWeights({});
+      return divergedLoss(step, part.loss, part.auxLoss, part.nonFiniteAuxTerm);
+    }
+    addMicroBatchResult(total, std::move(part), weights, m == 0);
+    ScopedPhase phase(recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(recorder);
+  }
+  m_model->setLossWeights({});
+  return total;
+}
+
 Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& request) {
   const int64_t stepIndex = request.step;
+  if (request.dump) MOEWB_RETURN_IF_ERROR(checkDumpable(m_config));
   TensorMemory::resetPeak();
   RankStepOutcome out;
   out.event.step = stepIndex;
@@ -141,24 +183,14 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
   if (m_sink) beginSwapStep(stepIndex);
   PhaseCaptureSink capture(m_sink);  // the step's phases, for the swap controller's times
   PhaseRecorder recorder(m_sink ? &capture : nullptr, stepIndex);
-  const Batch batch = m_data->batch(stepIndex);
+  const std::vector<MicroBatch> parts =
+      splitMicroBatches(m_data->batch(stepIndex), m_config.microBatchSize());
   m_model->zeroGrads();
   m_model->setStep(stepIndex);
-  {
-    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
-    out.forward = m_model->forward(batch, &recorder);
-  }
-  if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
-    return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss,
-                        out.forward.nonFiniteAuxTerm);
-  }
-  {
-    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
-    m_model->backward(&recorder);
-  }
+  MOEWB_ASSIGN_OR_RETURN(out.forward, forwardBackward(parts, stepIndex, &recorder));
   if (request.dump) {
     MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
-                                             m_model->expertBiases(), batch,
+                                             m_model->expertBiases(), parts.front().batch,
                                              {out.forward.loss, out.forward.auxLoss},
                                              toToml(m_config)));
   }
@@ -172,11 +204,13 @@ Result<std::vector<RankStepOutcome>> CpuModelRunner::step(const StepRequest& req
       m_model->afterOptimizerStep();
     }
   }
-  if (m_sink) MOEWB_RETURN_IF_ERROR(endSwapStep(stepIndex, capture.phases));
+  // The controller's layer times come from one forward and one backward a step (swap is
+  // refused with several micro-batches).
+  if (m_sink && parts.size() == 1) MOEWB_RETURN_IF_ERROR(endSwapStep(stepIndex, capture.phases));
   out.event.endNs = steadyNowNs();
   out.event.loss = out.forward.loss;
   out.event.auxLoss = out.forward.auxLoss;
-  out.event.tokens = batch.tokens();
+  out.event.tokens = stepTokens(parts);
   out.event.peakBytes = TensorMemory::peakBytes();
   out.event.gradNorm = optim.gradNorm;
   out.event.lr = optim.lr;
@@ -202,10 +236,12 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
   out.event.step = stepIndex;
   out.event.startNs = steadyNowNs();
   PhaseRecorder recorder(m_sink, stepIndex);
-  const Batch batch = m_data->batch(stepIndex);
+  if (request.dump) MOEWB_RETURN_IF_ERROR(checkDumpable(m_config));
+  const std::vector<MicroBatch> parts =
+      splitMicroBatches(m_data->batch(stepIndex), m_config.microBatchSize());
   if (request.dump) MOEWB_RETURN_IF_ERROR(m_device->pullState(*m_model));
   MOEWB_ASSIGN_OR_RETURN(DeviceStepResult result,
-                         m_device->trainStep(batch, stepIndex, m_config.optim, &recorder));
+                         m_device->trainStep(parts, stepIndex, m_config.optim, &recorder));
   out.forward = std::move(result.forward);
   if (!std::isfinite(out.forward.loss) || !std::isfinite(out.forward.auxLoss)) {
     return divergedLoss(stepIndex, out.forward.loss, out.forward.auxLoss,
@@ -217,7 +253,7 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
   if (request.dump) {
     MOEWB_RETURN_IF_ERROR(m_device->pullGrads(*m_model));
     MOEWB_RETURN_IF_ERROR(writeAlignmentDump(request.dumpDir, stepIndex, m_model->parameters(),
-                                             m_model->expertBiases(), batch,
+                                             m_model->expertBiases(), parts.front().batch,
                                              {out.forward.loss, out.forward.auxLoss},
                                              toToml(m_config)));
   }
@@ -225,7 +261,7 @@ Result<std::vector<RankStepOutcome>> CudaModelRunner::step(const StepRequest& re
   out.event.endNs = steadyNowNs();
   out.event.loss = out.forward.loss;
   out.event.auxLoss = out.forward.auxLoss;
-  out.event.tokens = batch.tokens();
+  out.event.tokens = stepTokens(parts);
   out.event.peakBytes = result.peakBytes;
   out.event.gradNorm = result.optim.gradNorm;
   out.event.lr = result.optim.lr;
@@ -245,7 +281,7 @@ ModelRunner::ModelRunner(const ValidConfig& valid) : m_config(valid) {
   const RunConfig& config = valid;
   m_pool = std::make_unique<ThreadPool>(config.run.threads);
   const int64_t allocateNs = steadyNowNs();
-  m_model = std::make_unique<Model<float>>(ModelDims::fromConfig(config), *m_pool);
+  m_model = std::make_unique<Model<float>>(ModelDims::forwardFromConfig(config), *m_pool);
   const int64_t initializeNs = steadyNowNs();
   m_model->initialize(config.run.seed);
   m_startup.push_back({"host model allocation", initializeNs - allocateNs});
@@ -264,7 +300,7 @@ Status ModelRunner::start(const std::vector<EventSink*>& sinks) {
 Status ModelRunner::applyLiveConfig(const ValidConfig& config) {
   refreshDataOnPatch(m_data, m_config, config.get());
   m_config = config.get();
-  m_model->applyLiveDims(ModelDims::fromConfig(m_config));
+  m_model->applyLiveDims(ModelDims::forwardFromConfig(m_config));
   return Status::ok();
 }
 
@@ -281,7 +317,7 @@ Result<std::unique_ptr<StepRunner>> createModelRunner(const ValidConfig& validCo
   // the host keeps only the parameter state; on the CPU also one step's activations.
   const std::string& wanted = config.run.backend;
   const bool cpu = runsOnCpuBackend(config);
-  const ModelDims dims = ModelDims::fromConfig(config);
+  const ModelDims dims = ModelDims::forwardFromConfig(config);
   const double memoryBytes = physicalMemoryBytes();
   const auto fits = [&](bool onCpu) { return checkHostMemory(dims, onCpu, memoryBytes); };
   MOEWB_RETURN_IF_ERROR(fits(cpu));

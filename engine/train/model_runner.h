@@ -1,7 +1,10 @@
 // The single-rank StepRunners (step_runner.h): one model in this process, on the CPU (the fp32
 // reference, CpuModelRunner) or on one GPU (the CUDA backend, CudaModelRunner). Both keep the host
 // Model<float> as the owner of the run's identity: parameter names and order, the initial weights
-// drawn from the seed, the expert bias state, and what checkpoints read and write.
+// drawn from the seed, the expert bias state, and what checkpoints read and write. The models are
+// built for one forward's batch (ModelDims::forwardFromConfig): a step cut into micro-batches
+// (data.micro_batch_size, micro_batches.h) runs one forward and backward per micro-batch, then
+// one optimizer update. Alignment dumps need one forward a step (refused otherwise).
 // Used from the trainer thread only.
 #pragma once
 

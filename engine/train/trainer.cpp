@@ -210,6 +210,13 @@ void Trainer::setDumpPolicy(int64_t firstStep, int64_t endStep, const std::strin
 
 Result<Trainer::ReplayedLoss> Trainer::replayAlignmentDump(const std::string& path) {
   MOEWB_ASSIGN_OR_RETURN(Model<float>* model, singleRankModel("replaying an alignment dump"));
+  if (m_config.microBatches() > 1) {
+    return failedPrecondition(
+        "replaying an alignment dump runs the dump's whole batch in one forward, but "
+        "data.micro_batch_size = " + std::to_string(m_config.data.microBatchSize) +
+        " builds the model for " + std::to_string(m_config.microBatchSize()) +
+        " sequences; replay with data.micro_batch_size = 0");
+  }
   MOEWB_ASSIGN_OR_RETURN(AlignmentDump dump, readAlignmentDump(path, model->parameters(),
                                                                  model->expertBiases()));
   if (dump.batch.batchSize != m_config.data.batchSize || dump.batch.seqLen != m_config.model.seqLen) {

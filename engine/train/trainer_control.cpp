@@ -16,7 +16,8 @@ namespace {
 const std::vector<std::string> kLiveKeys = {
     "optim.lr",       "optim.beta1",        "optim.beta2",       "optim.eps",
     "optim.weight_decay", "optim.warmup_steps", "optim.grad_clip", "data.skew",
-    "data.noise",      "moe.top_k",          "moe.aux_loss_coef", "moe.seq_aux_loss_coef",
+    "data.noise",      "data.micro_batch_size", "moe.top_k", "moe.aux_loss_coef",
+    "moe.seq_aux_loss_coef",
     "moe.z_loss_coef", "moe.route_scale",    "moe.capacity_factor", "moe.drop_policy",
     "fusion.permute_into_experts", "fusion.combine_into_experts", "loss.kind", "loss.chunk_tokens",
     "loss.cce_vocab_block", "loss.cce_filter_eps", "loss.cce_filter_weight_grad", "sparse.top_k",

@@ -73,6 +73,11 @@ std::vector<engine::RunConfig> sampleConfigs() {
   c.moe.latentDim = 32;
   c.moe.auxLossCoef = 0;
   out.push_back(c);
+  engine::RunConfig d = tiny;  // 8 sequences on 2 ranks in micro-batches of 2
+  d.parallel.worldSize = 2;
+  d.data.batchSize = 8;
+  d.data.microBatchSize = 2;
+  out.push_back(d);
   for (const auto& config : out) EXPECT_TRUE(engine::validateConfig(config).isOk());
   engine::RunConfig swapped = tiny;  // manual swap beside recompute (GPU)
   swapped.run.backend = "cuda";
@@ -246,6 +251,39 @@ TEST(Exports, SettingsATargetCannotExpressAreListedNeverDropped) {
       EXPECT_NE(out.text.find("--moe-expert-capacity-factor 1.25"), std::string::npos);
       EXPECT_NE(out.text.find("--moe-token-drop-policy position"), std::string::npos);
       EXPECT_NE(out.text.find("--moe-permute-fusion"), std::string::npos);
+    }
+  }
+}
+
+// data.micro_batch_size is both targets' per-rank batch of one forward (Megatron-Core's
+// --micro-batch-size, torchtitan's [training] local_batch_size) beside the global batch of all
+// ranks: each target accumulates global / (micro x data-parallel ranks) micro-batches a step,
+// the engine's microBatches(). Without it, the micro-batch is the rank's whole share.
+TEST(Exports, MicroBatchesAreTheTargetsPerRankBatches) {
+  const engine::RunConfig split = sampleConfigs()[4];
+  ASSERT_EQ(split.microBatches(), 2);
+  const engine::RunConfig whole = sampleConfigs()[3];  // 4 sequences on 4 ranks
+  ExportText megatron = exportConfig(split, sampleProvenance(), ExportFormat::kMegatron);
+  EXPECT_NE(megatron.text.find("--global-batch-size 8\n"), std::string::npos) << megatron.text;
+  EXPECT_NE(megatron.text.find("--micro-batch-size 2\n"), std::string::npos) << megatron.text;
+  for (const std::string& line : megatron.unexpressed) {
+    EXPECT_EQ(line.rfind("data.micro_batch_size", 0), std::string::npos) << line;
+  }
+  megatron = exportConfig(whole, sampleProvenance(), ExportFormat::kMegatron);
+  EXPECT_NE(megatron.text.find("--micro-batch-size 1\n"), std::string::npos) << megatron.text;
+  for (const engine::RunConfig& config : {split, whole}) {
+    ExportText titan = exportConfig(config, sampleProvenance(), ExportFormat::kTorchtitan);
+    const toml::table doc = toml::parse(titan.text);
+    const int64_t local = doc["training"]["local_batch_size"].value_or(int64_t(0));
+    const int64_t global = doc["training"]["global_batch_size"].value_or(int64_t(0));
+    const int64_t dp = doc["parallelism"]["data_parallel_shard_degree"].value_or(int64_t(0)) *
+                       doc["parallelism"]["data_parallel_replicate_degree"].value_or(int64_t(0));
+    EXPECT_EQ(local, config.microBatchSize());
+    EXPECT_EQ(global, config.data.batchSize);
+    ASSERT_GT(local * dp, 0);
+    EXPECT_EQ(global / (local * dp), config.microBatches());  // torchtitan's accumulation steps
+    for (const std::string& line : titan.unexpressed) {
+      EXPECT_EQ(line.rfind("data.micro_batch_size", 0), std::string::npos) << line;
     }
   }
 }

@@ -74,6 +74,32 @@ TEST(SearchSpace, GeneratedValuesStayInsideTheKeyBounds) {
   }
 }
 
+// data.micro_batch_size: 0 (the whole batch) and the sizes that cut the rank's batch into the
+// four smallest numbers of equal micro-batches; the engine refuses them beside swap.
+TEST(SearchSpace, MicroBatchSizesCutTheRankBatchEvenly) {
+  engine::RunConfig base = quickTiny();
+  base.data.batchSize = 24;
+  base.parallel.worldSize = 2;  // 12 sequences a rank: 2, 3, 4 and 6 micro-batches
+  auto space = buildSearchSpace(base, {{"data.micro_batch_size", {}}});
+  ASSERT_TRUE(space.isOk()) << space.status().toString();
+  EXPECT_EQ(space->knobs[0].values, (std::vector<std::string>{"0", "6", "4", "3", "2"}));
+  EXPECT_TRUE(space->knobs[0].gated);
+  EXPECT_EQ(space->validCount(), 5u);
+
+  base.parallel.worldSize = 1;
+  base.data.batchSize = 4;
+  auto withSwap = buildSearchSpace(base, {{"data.micro_batch_size", {}}, {"swap.mode", {}}});
+  ASSERT_TRUE(withSwap.isOk()) << withSwap.status().toString();
+  for (const Candidate& c : withSwap->candidates) {
+    const bool split = c.settings[0].second != "0";
+    const bool swaps = c.settings[1].second != "off";
+    EXPECT_EQ(c.valid(), !(split && swaps)) << settingsText(c.settings);
+    if (!c.valid()) {
+      EXPECT_NE(c.rejection.find("data.micro_batch_size"), std::string::npos) << c.rejection;
+    }
+  }
+}
+
 TEST(SearchSpace, RefusesUnknownKeysAndValuesOutsideTheBounds) {
   const engine::RunConfig base = quickTiny();
   auto notTunable = buildSearchSpace(base, {{"model.d_model", {}}});

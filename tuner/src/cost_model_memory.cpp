@@ -209,7 +209,8 @@ double lossTrafficBytes(const engine::RunConfig& c, double tokensPerRank, bool f
   const double n = tokensPerRank, v = c.model.vocabSize, d = c.model.dModel;
   if (c.loss.kind == "dense") return n * v * (forward ? 8 : 10);
   if (c.loss.kind != "chunk" || !forward) return 0;
-  const double chunks = std::ceil(n / std::max(1, c.loss.chunkTokens));
+  const double micro = std::max(1, c.microBatches());
+  const double chunks = micro * std::ceil(n / micro / std::max(1, c.loss.chunkTokens));
   return n * v * 18 + chunks * v * d * 4 * 2;
 }
 

@@ -257,6 +257,13 @@ void appendRuleAssumptions(const Calibration& cal, const engine::RunConfig& c,
             "per-chunk dW at the optimizer's measured %.2f TB/s",
             detail::hbmBytesPerMs(cal) / 1e9));
   }
+  if (c.microBatches() != cal.config.microBatches()) {
+    a.push_back(
+        fmt("data.micro_batch_size: %.0f micro-batches a step (calibrated %.0f): the same "
+            "compute, one micro-batch's activations, idle gaps and all-to-all latencies per "
+            "pass; smaller kernels' lower efficiency is not modelled",
+            double(c.microBatches()), double(cal.config.microBatches())));
+  }
   if (c.kda.keepIntermediates != cal.config.kda.keepIntermediates && cal.backend == "cuda") {
     a.push_back(
         fmt("kda.keep_intermediates: the KDA core's forward recompute, %.2f ms in the "

@@ -84,6 +84,11 @@ Work workOf(const engine::RunConfig& c, double skew) {
   const double dff = c.moe.dFf, layers = c.model.numLayers;
   const double ep = std::max(1, c.parallel.ep);
   w.tokensPerRank = n;
+  // Micro-batching: the same work per step in M forward + backward passes of N / M tokens; the
+  // activations held are one micro-batch's, the per-pass fixed costs repeat M times.
+  w.microBatches = std::max(1, c.microBatches());
+  const double nMicro = n / w.microBatches;
+  w.tokensPerMicroBatch = nMicro;
   w.rankSkew = rankSkewOf(c, skew);
 
   auto& ph = w.phaseWork;
@@ -135,9 +140,9 @@ Work workOf(const engine::RunConfig& c, double skew) {
   // cost_model_memory.cpp): per layer the norms, mixer input/output and projections (8 D), softmax
   // attention's probabilities (heads x T) in 'A' layers, per routed row the permuted input and
   // output (2 D; D with fusion.permute_into_experts) and the SwiGLU gate / up / activated rows
-  // (3 F); plus the loss buffer.
+  // (3 F); plus the loss buffer; all of one micro-batch of N / M tokens.
   double perToken = 0, kdaKept = 0;
-  const double keptPerKdaLayer = kdaKeptElemsPerLayer(c, n);
+  const double keptPerKdaLayer = kdaKeptElemsPerLayer(c, nMicro);
   for (int32_t l = 0; l < c.model.numLayers; ++l) {
     const char kind = p.empty() ? 'A' : p[size_t(l) % p.size()];
     const double rowsIn = c.fusion.permuteIntoExperts ? 1 : 2;  // fused: no permuted copy
@@ -145,18 +150,22 @@ Work workOf(const engine::RunConfig& c, double skew) {
     if (kind == 'A') perToken += double(c.model.numHeads) * c.model.seqLen;
     if (kind == 'K') kdaKept += keptPerKdaLayer;
   }
-  double lossBuffer = n * v;
-  if (c.loss.kind == "chunk") lossBuffer = std::min(n, double(c.loss.chunkTokens)) * v;
-  if (c.loss.kind == "cce") lossBuffer = n * std::min(v, double(c.loss.cceVocabBlock));
-  w.activationElems = n * perToken + lossBuffer + kdaKept;
-  w.deviceActivationBytes = deviceActivations(c, n, w.rankSkew).peakBytes;
+  double lossBuffer = nMicro * v;
+  if (c.loss.kind == "chunk") lossBuffer = std::min(nMicro, double(c.loss.chunkTokens)) * v;
+  if (c.loss.kind == "cce") lossBuffer = nMicro * std::min(v, double(c.loss.cceVocabBlock));
+  w.activationElems = nMicro * perToken + lossBuffer + kdaKept;
+  w.deviceActivationBytes = deviceActivations(c, nMicro, w.rankSkew).peakBytes;
 
   // EP all-to-all: dispatch, combine and their backwards per layer; a count exchange each.
   w.a2aElems = ep > 1 ? 4 * layers * n * k * d * (ep - 1) / ep * w.rankSkew : 0;
-  w.a2aCount = ep > 1 ? int32_t(8 * layers * std::max(1, c.parallel.a2aChunks)) : 0;
+  w.a2aCount = ep > 1 ? int32_t(8 * layers * std::max(1, c.parallel.a2aChunks) *
+                                w.microBatches)
+                      : 0;
   const double edp = ranks / ep;
   double coll = 0;
   int32_t count = 0;
+  // Once a step whatever the micro-batches: the engine gathers before the first micro-batch's
+  // forward and reduce-scatters after the last one's backward.
   if (fsdp > 1) {
     coll += 3 * w.denseParams / fsdp * (fsdp - 1);  // gather fwd + bwd, reduce-scatter: shards
     count += int32_t(3 * (layers + 1));
@@ -171,7 +180,9 @@ Work workOf(const engine::RunConfig& c, double skew) {
   }
   w.collectiveElems = coll;
   w.collectiveCount = count;
-  w.idleUnits = 10 * layers + 5;
+  // Per forward + backward pass: 10 phases a layer, embedding and loss each way; then the
+  // optimizer once a step.
+  w.idleUnits = w.microBatches * (10 * layers + 4) + 1;
   return w;
 }
 

@@ -18,20 +18,25 @@ namespace moewb::tuner::detail {
 
 struct Work {
   double tokensPerRank = 0;                 // N = batch_size * seq_len / world_size
+  double microBatches = 1;                  // M forward + backward passes per step and rank
+  double tokensPerMicroBatch = 0;           // N / M: the tokens whose activations are held
   std::map<std::string, double> phaseWork;  // phase base name ("experts") -> work per step
   double otherPhaseWork = 0;                // a phase without a rule: N * num_layers
   double denseParams = 0;                   // whole model, not sharded
   double expertParams = 0;                  // routed experts, whole model
   double paramsPerRank = 0;                 // dense / fsdp + experts / ep
-  double activationElems = 0;               // saved elements per rank at the peak (CPU layout)
-  double deviceActivationBytes = 0;         // CUDA backend: activation bytes at the peak
+  double activationElems = 0;               // saved elements per rank at the peak (CPU layout,
+                                            //   one micro-batch's)
+  double deviceActivationBytes = 0;         // CUDA backend: activation bytes at the peak (one
+                                            //   micro-batch's)
   double kdaCoreForwardWork = 0;            // KDA core forward FLOPs per rank (the recompute)
   bool kdaRecomputes = false;               // the KDA backward recomputes the core's forward
   double a2aElems = 0;                      // elements one rank sends in a step's EP all-to-alls
-  int32_t a2aCount = 0;                     // EP all-to-all collectives per step
+  int32_t a2aCount = 0;                     // EP all-to-all collectives per step (per
+                                            //   micro-batch, times M)
   double collectiveElems = 0;               // elements one rank sends in FSDP/replicate/EDP
   int32_t collectiveCount = 0;              // those collectives per step
-  double idleUnits = 0;                     // phases per step: 10 * num_layers + 5
+  double idleUnits = 0;                     // phases per step: M (10 num_layers + 4) + 1
   double rankSkew = 1;                      // busiest EP rank's expert rows / the mean
 };
 
@@ -79,8 +84,9 @@ LossPasses lossPasses(const std::string& kind);
 // the CUDA backend: the materialised logits of dense and chunk (fp32 [N, V] written by the GEMM
 // and read by the softmax kernels, bf16 gradient written and read by the two products: 8 bytes
 // per logit in the forward and 10 in the backward for dense, all 18 in the chunk forward) and
-// the chunk loss's fp32 [V, D] dW read and written once per chunk of loss.chunk_tokens tokens.
-// cce: 0 (nothing of [N, V] size touches memory).
+// the chunk loss's fp32 [V, D] dW read and written once per chunk of loss.chunk_tokens tokens
+// (chunks counted per micro-batch of data.micro_batch_size). cce: 0 (nothing of [N, V] size
+// touches memory).
 double lossTrafficBytes(const engine::RunConfig& config, double tokensPerRank, bool forward);
 
 // The HBM rate of a CUDA calibration, bytes per ms: its optimizer phase streams AdamW's state

@@ -117,8 +117,10 @@ void moeFlags(const engine::RunConfig& c, FlagWriter& w) {
 
 void trainingFlags(const engine::RunConfig& c, FlagWriter& w) {
   const auto& p = c.parallel;
+  // Megatron-Core accumulates global / (micro x data-parallel ranks) micro-batches a step: our
+  // global batch of all ranks and the sequences of one forward on a rank.
   w.flag("global-batch-size", std::to_string(c.data.batchSize));
-  w.flag("micro-batch-size", std::to_string(c.data.batchSize / p.worldSize));
+  w.flag("micro-batch-size", std::to_string(c.microBatchSize()));
   w.flag("train-iters", std::to_string(c.run.steps));
   w.flag("seed", std::to_string(c.run.seed));
   if (c.data.kind == "synthetic") w.flag("mock-data");
@@ -131,9 +133,9 @@ void trainingFlags(const engine::RunConfig& c, FlagWriter& w) {
   w.flag("adam-eps", num(c.optim.eps));
   w.flag("clip-grad", num(c.optim.gradClip));
   if (c.run.backend == "cuda") w.flag("bf16");
-  w.mapped({"data.batch_size", "data.kind", "run.steps", "run.seed", "run.name", "optim.lr",
-            "optim.warmup_steps", "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps",
-            "optim.grad_clip", "run.backend"});
+  w.mapped({"data.batch_size", "data.micro_batch_size", "data.kind", "run.steps", "run.seed",
+            "run.name", "optim.lr", "optim.warmup_steps", "optim.weight_decay", "optim.beta1",
+            "optim.beta2", "optim.eps", "optim.grad_clip", "run.backend"});
   w.flag("tensor-model-parallel-size", "1");
   w.flag("expert-tensor-parallel-size", "1");
   w.flag("expert-model-parallel-size", std::to_string(p.ep));

@@ -26,10 +26,10 @@ std::string quoted(const std::string& s) {
 std::vector<std::string> mappedKeys(const engine::RunConfig& c) {
   std::vector<std::string> mapped = {
       "optim.lr",        "optim.eps",           "optim.weight_decay", "optim.beta1",
-      "optim.beta2",     "optim.warmup_steps",  "data.batch_size",    "model.seq_len",
-      "optim.grad_clip", "run.steps",           "run.backend",        "run.name",
-      "run.seed",        "parallel.world_size", "parallel.fsdp",      "parallel.replicate",
-      "parallel.ep"};
+      "optim.beta2",     "optim.warmup_steps",  "data.batch_size",    "data.micro_batch_size",
+      "model.seq_len",   "optim.grad_clip",     "run.steps",          "run.backend",
+      "run.name",        "run.seed",            "parallel.world_size", "parallel.fsdp",
+      "parallel.replicate", "parallel.ep"};
   if (c.loss.kind != "chunk") mapped.push_back("loss.chunk_tokens");  // unused by this loss
   if (c.loss.kind != "cce") {
     mapped.push_back("loss.cce_vocab_block");
@@ -90,7 +90,9 @@ std::string torchtitanToml(const engine::RunConfig& c, std::vector<std::string>&
   o += "beta1 = " + num(c.optim.beta1) + "\nbeta2 = " + num(c.optim.beta2) + "\n\n";
   o += "[lr_scheduler]\nwarmup_steps = " + std::to_string(c.optim.warmupSteps) + "\n";
   o += "decay_ratio = 0.0  # constant after warm-up, as the engine's schedule\n\n";
-  o += "[training]\nlocal_batch_size = " + std::to_string(c.data.batchSize / p.worldSize) + "\n";
+  // torchtitan accumulates global / (local x data-parallel degree) micro-batches a step, so
+  // local_batch_size is the sequences of one forward on a rank.
+  o += "[training]\nlocal_batch_size = " + std::to_string(c.microBatchSize()) + "\n";
   o += "global_batch_size = " + std::to_string(c.data.batchSize) + "\n";
   o += "seq_len = " + std::to_string(c.model.seqLen) + "\n";
   o += "max_norm = " + num(c.optim.gradClip) + "\n";

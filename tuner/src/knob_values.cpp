@@ -30,6 +30,16 @@ std::vector<std::string> divisors(int64_t n) {
   return out;
 }
 
+// data.micro_batch_size: 0 (the rank's whole batch) and the micro-batch sizes that cut the
+// rank's `rankBatch` sequences into M = 2, 3, 4, ... equal parts, the four smallest such M.
+std::vector<std::string> microBatchSizes(int64_t rankBatch) {
+  std::vector<std::string> out = {"0"};
+  for (int64_t m = 2; m <= rankBatch && out.size() < 5; ++m) {
+    if (rankBatch % m == 0) out.push_back(std::to_string(rankBatch / m));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string currentValue(const engine::RunConfig& config, const std::string& key) {
@@ -90,6 +100,7 @@ std::vector<std::string> generatedValues(const engine::RunConfig& base,
   if (k == "parallel.ep" || k == "parallel.fsdp" || k == "parallel.replicate")
     return divisors(world);
   if (k == "parallel.a2a_chunks") return powersOfTwo(1, base.moe.numExperts / base.parallel.ep);
+  if (k == "data.micro_batch_size") return microBatchSizes(base.rankBatchSize());
   if (k == "kda.chunk_size") return powersOfTwo(16, std::min<int64_t>(128, base.model.seqLen));
   if (k == "loss.chunk_tokens") return {"64", "256", "1024"};
   // CCE: its vocabulary block is also the width of its gradient-filter tiles (128 measured best

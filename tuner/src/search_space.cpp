@@ -33,6 +33,9 @@ const std::vector<TunableKey>& tunableTable() {
       {"parallel.ep", true},
       {"parallel.fsdp", true},
       {"parallel.replicate", true},
+      // The split of a step into micro-batches: the same gradient up to rounding with the LM
+      // loss alone, but the aux losses and capacity see each micro-batch's routing.
+      {"data.micro_batch_size", true},
       {"moe.capacity_factor", false},
       {"moe.drop_policy", false},
       {"swap.mode", false},             // same bits as without swap (docs/SWAP.md)

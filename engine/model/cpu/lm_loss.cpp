@@ -41,19 +41,20 @@ double lmLossForward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h
 template <typename T>
 Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h,
                          const Tensor<T>& wv, const Tensor<int32_t>& targets,
-                         LmLossSaved<T>& saved, Tensor<T>& dWv) {
+                         LmLossSaved<T>& saved, double dLoss, Tensor<T>& dWv) {
   if (dims.loss.kind == "chunk") {
-    Tensor<T> dh = chunkLossBackward(pool, saved.chunk, 1.0, dWv);
+    Tensor<T> dh = chunkLossBackward(pool, saved.chunk, dLoss, dWv);
     saved.chunk = {};
     return dh;
   }
   if (dims.loss.kind == "cce") {
-    Tensor<T> dh = cceBackward(pool, h, wv, targets, cceOptionsOf(dims), saved.cce, 1.0, dWv);
+    Tensor<T> dh = cceBackward(pool, h, wv, targets, cceOptionsOf(dims), saved.cce, dLoss, dWv);
     saved.cce = {};
     return dh;
   }
   const int64_t n = h.dim(0), d = h.dim(1), v = wv.dim(0);
-  Tensor<T> dLogits = crossEntropyBackward(pool, saved.logits, targets, saved.lse, 1.0);  // [N, V]
+  Tensor<T> dLogits =
+      crossEntropyBackward(pool, saved.logits, targets, saved.lse, dLoss);  // [N, V]
   saved.logits = Tensor<T>();
   Tensor<T> dh({n, d});
   linearBackwardData(pool, dLogits.data(), wv.data(), dh.data(), n, d, v);
@@ -66,7 +67,7 @@ Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T
                                    const Tensor<T>&, const Tensor<int32_t>&, LmLossSaved<T>&);  \
   template Tensor<T> lmLossBackward<T>(ThreadPool&, const ModelDims&, const Tensor<T>&,         \
                                        const Tensor<T>&, const Tensor<int32_t>&,                \
-                                       LmLossSaved<T>&, Tensor<T>&);
+                                       LmLossSaved<T>&, double, Tensor<T>&);
 MOEWB_INSTANTIATE_LM_LOSS(float)
 MOEWB_INSTANTIATE_LM_LOSS(double)
 

@@ -32,12 +32,12 @@ double lmLossForward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h
                      const Tensor<T>& wv /*[V, D]*/, const Tensor<int32_t>& targets /*[N]*/,
                      LmLossSaved<T>& saved);
 
-// Returns dh[N, D] for an upstream gradient of 1 on the mean loss; adds into dWv[V, D]; releases
-// the saved state.
+// Returns dh[N, D] for an upstream gradient of `dLoss` on the mean loss (1: the loss itself; a
+// micro-batch's LossWeights::lm); adds into dWv[V, D]; releases the saved state.
 template <typename T>
 Tensor<T> lmLossBackward(ThreadPool& pool, const ModelDims& dims, const Tensor<T>& h,
                          const Tensor<T>& wv, const Tensor<int32_t>& targets,
-                         LmLossSaved<T>& saved, Tensor<T>& dWv /*[V, D]*/);
+                         LmLossSaved<T>& saved, double dLoss, Tensor<T>& dWv /*[V, D]*/);
 
 // The loss heads' options from the model's loss settings, for both backends (the CUDA loss head
 // copies them into its own option types): targets kIgnoreTarget are ignored; loss.chunk_tokens;

@@ -103,7 +103,24 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   return dims;
 }
 
+ModelDims ModelDims::forwardFromConfig(const RunConfig& config) {
+  ModelDims dims = fromConfig(config);
+  dims.batchSize = config.microBatchSize();
+  return dims;
+}
+
+ModelDims ModelDims::withAuxWeight(double weight) const {
+  ModelDims dims = *this;
+  dims.auxLossCoef *= weight;
+  dims.moe.auxLossCoef *= weight;
+  dims.moe.seqAuxLossCoef *= weight;
+  dims.moe.zLossCoef *= weight;
+  dims.sparse.indexerLossCoef *= weight;
+  return dims;
+}
+
 void ModelDims::applyLiveSettings(const ModelDims& d) {
+  batchSize = d.batchSize;
   topK = d.topK;
   auxLossCoef = d.auxLossCoef;
   moe.seqAuxLossCoef = d.moe.seqAuxLossCoef;
@@ -120,7 +137,8 @@ void ModelDims::applyLiveSettings(const ModelDims& d) {
 }
 
 template <typename T>
-Model<T>::Model(const ModelDims& dims, ThreadPool& pool) : m_dims(dims), m_pool(pool) {
+Model<T>::Model(const ModelDims& dims, ThreadPool& pool)
+    : m_baseDims(dims), m_dims(dims), m_pool(pool) {
   m_layers.resize(size_t(dims.numLayers));
   for (int64_t l = 0; l < dims.numLayers; ++l) m_layers[size_t(l)].mixer = dims.mixerOf(l);
   if (dims.lora.enabled) {
@@ -362,7 +380,14 @@ MoeGrads<T> Model<T>::moeGrads(int32_t layer) {
 
 template <typename T>
 void Model<T>::applyLiveDims(const ModelDims& d) {
-  m_dims.applyLiveSettings(d);
+  m_baseDims.applyLiveSettings(d);
+  m_dims = m_baseDims.withAuxWeight(m_lossWeights.aux);
+}
+
+template <typename T>
+void Model<T>::setLossWeights(const LossWeights& weights) {
+  m_lossWeights = weights;
+  m_dims = m_baseDims.withAuxWeight(weights.aux);
 }
 
 template <typename T>
@@ -604,7 +629,7 @@ template <typename T>
 Tensor<T> Model<T>::lossBackward(PhaseRecorder* recorder) {
   ScopedPhase phase(recorder, Phase::kLoss, Pass::kBackward, -1);
   Tensor<T> dNorm = lmLossBackward(m_pool, m_dims, m_finalNormOut, value(m_lmHead), m_targets,
-                                   m_lossSaved, grad(m_lmHead));  // [N, D]
+                                   m_lossSaved, m_lossWeights.lm, grad(m_lmHead));  // [N, D]
   Parameter<T>& norm = m_params[size_t(m_finalNorm)];
   Tensor<T> dh = rmsNormBackward(m_pool, dNorm, m_finalInput, norm.value, m_finalRstd, norm.grad);
   m_finalInput = Tensor<T>();

@@ -50,7 +50,8 @@ namespace moewb::engine {
 
 struct ForwardResult {
   double loss = 0;     // mean cross-entropy over text targets (nats)
-  double auxLoss = 0;  // MoE balancing losses + indexer KL losses, all weighted
+  double auxLoss = 0;  // MoE balancing losses + indexer KL losses, each weighted by its
+                       // coefficient times the forward's LossWeights::aux
   std::vector<std::vector<int64_t>> expertCounts;   // [L][E] assignments selected, sum N k
   std::vector<std::vector<int64_t>> expertDropped;  // [L][E] assignments dropped by capacity
   std::vector<std::vector<double>> expertBias;      // [L][E] selection bias (0s when unused)
@@ -74,6 +75,8 @@ class Model {
   // chunk, in parallel over the pool.
   void initialize(uint64_t seed);
 
+  // The model's sizes and settings; while loss weights other than the defaults are set, the aux
+  // coefficients are those times LossWeights::aux (what the forward and backward use).
   const ModelDims& dims() const { return m_dims; }
   std::vector<Parameter<T>>& parameters() { return m_params; }
   const std::vector<Parameter<T>>& parameters() const { return m_params; }
@@ -89,12 +92,18 @@ class Model {
   // The optimizer step about to run (selects the sparse layers' stage).
   void setStep(int64_t step) { m_step = step; }
 
-  // Runs the forward pass on `batch` (B and T must match dims) and keeps the activations.
-  // `recorder` may be null.
+  // The next forwards' and backwards' share of their step's objective (micro-batching): the
+  // backward scales the LM loss's gradient by weights.lm, the aux losses (values and gradients)
+  // are weighted by weights.aux. The defaults ({1, 1}) train the whole step in one forward.
+  void setLossWeights(const LossWeights& weights);
+
+  // Runs the forward pass on `batch` (B and T must match dims: dims().batchSize is the batch of
+  // one forward) and keeps the activations. `recorder` may be null.
   ForwardResult forward(const Batch& batch, PhaseRecorder* recorder);
 
-  // Backward of totalLoss() of the last forward; adds into every parameter's grad and releases
-  // the activations. Must follow forward().
+  // Backward of lm * loss + auxLoss of the last forward (LossWeights); adds into every
+  // parameter's grad (so forwards and backwards of several micro-batches accumulate) and
+  // releases the activations. Must follow forward().
   void backward(PhaseRecorder* recorder);
 
   // After the optimizer step: the aux-loss-free bias update (moe.bias_update_rate > 0) from the
@@ -190,7 +199,9 @@ class Model {
   // The standard deviation of parameter i's normal draw (init_std, scaled for residual outputs).
   double initStddev(size_t i) const;
 
-  ModelDims m_dims;
+  ModelDims m_baseDims;  // the configured dims (live settings applied), no loss weights
+  ModelDims m_dims;      // m_baseDims with the aux weight of m_lossWeights
+  LossWeights m_lossWeights;
   ThreadPool& m_pool;
   std::vector<Parameter<T>> m_params;
   std::vector<Init> m_init;        // [params] how initialize() draws each parameter

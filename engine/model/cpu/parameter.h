@@ -1,8 +1,8 @@
 // Parameter<T>: one tensor with its gradient and AdamW moments, plus ModelDims, the model sizes
-// taken from a RunConfig. Weight decay applies to matrices only (decay = true for rank >= 2
-// tensors, false for RMSNorm gains and LoRA adapters). A frozen parameter (trainable = false, the
-// base weights under lora.enabled) has empty moments; the optimizer skips it and its grad is
-// scratch space of the backward.
+// taken from a RunConfig, and LossWeights, one forward's share of its step's objective. Weight
+// decay applies to matrices only (decay = true for rank >= 2 tensors, false for RMSNorm gains and
+// LoRA adapters). A frozen parameter (trainable = false, the base weights under lora.enabled) has
+// empty moments; the optimizer skips it and its grad is scratch space of the backward.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ struct ModelDims {
   int64_t numLayers = 0;   // L
   int64_t numHeads = 0;    // H
   int64_t seqLen = 0;      // T
-  int64_t batchSize = 0;   // B
+  int64_t batchSize = 0;   // B: sequences per forward (forwardFromConfig) or per step
   int64_t numExperts = 0;  // E
   int32_t topK = 0;        // k
   int64_t dFf = 0;         // F
@@ -59,11 +59,31 @@ struct ModelDims {
   int64_t tokens() const { return batchSize * seqLen; }
   // The mixer of layer l: 'A', 'K' or 'S'.
   char mixerOf(int64_t layer) const { return mixerPattern[size_t(layer) % mixerPattern.size()]; }
+  // The sizes of `config` with batchSize = data.batch_size, the whole step of all ranks (what
+  // FLOP counts and the parameter layout read).
   static ModelDims fromConfig(const RunConfig& config);
-  // Copies from `d` the settings a live patch may change (Trainer::liveKeys): top-k, balancing
-  // coefficients, route scale, capacity and drop policy, fusion flags, the loss head, sparse
-  // top-k and indexer weight, KDA chunk size. Shapes stay as they are.
+  // As fromConfig with batchSize = the sequences of one forward on one rank
+  // (RunConfig::microBatchSize()): what a model trains on and its activations are sized by.
+  static ModelDims forwardFromConfig(const RunConfig& config);
+  // Copies from `d` the settings a live patch may change (Trainer::liveKeys): the forward's batch
+  // size (data.micro_batch_size), top-k, balancing coefficients, route scale, capacity and drop
+  // policy, fusion flags, the loss head, sparse top-k and indexer weight, KDA chunk size.
+  // Parameter shapes stay as they are.
   void applyLiveSettings(const ModelDims& d);
+  // A copy whose aux-loss coefficients (auxLossCoef and moe.auxLossCoef, moe.seqAuxLossCoef,
+  // moe.zLossCoef, sparse.indexerLossCoef) are multiplied by `weight` (LossWeights::aux; 1 leaves
+  // them exact). The aux losses are linear in them, so their values and gradients scale alike.
+  ModelDims withAuxWeight(double weight) const;
+};
+
+// One forward's share of its optimizer step's objective when the step is cut into micro-batches
+// (engine/train/micro_batches.h). The backward scales the LM loss's gradient by `lm` (the
+// micro-batch's valid targets over the step's, so the accumulated gradient is that of the step's
+// mean) and every aux loss, value and gradient, by `aux` (1 / micro-batches: their mean). The
+// defaults are the whole step in one forward.
+struct LossWeights {
+  double lm = 1;   // scale of the LM loss gradient
+  double aux = 1;  // weight of the aux losses (their coefficients times this)
 };
 
 }  // namespace moewb::engine

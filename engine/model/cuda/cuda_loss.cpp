@@ -97,7 +97,8 @@ Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const Device
 Result<DeviceTensor<bf16>> lossBackwardCuda(CudaContext& context, const ModelDims& dims,
                                             const DeviceTensor<bf16>& h, const bf16* lmHead,
                                             const DeviceTensor<int32_t>& targets,
-                                            LossStateCuda& state, float* lmHeadGrad) {
+                                            LossStateCuda& state, float dLoss,
+                                            float* lmHeadGrad) {
   const int64_t n = h.dim(0), d = h.dim(1), v = dims.vocabSize;
   LossSavedCuda& s = *state.saved;
   if (dims.loss.kind != "dense") {
@@ -105,16 +106,16 @@ Result<DeviceTensor<bf16>> lossBackwardCuda(CudaContext& context, const ModelDim
                            context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     if (dims.loss.kind == "cce") {
       MOEWB_RETURN_IF_ERROR(cceBackwardCuda(context, h.data(), lmHead, targets.data(), n, d, v,
-                                            cceOptions(dims), s.cce, 1.0f, dh.data(), lmHeadGrad));
+                                            cceOptions(dims), s.cce, dLoss, dh.data(), lmHeadGrad));
     } else {
-      MOEWB_RETURN_IF_ERROR(chunkLossBackwardCuda(context, s.chunk, 1.0f, dh.data(), lmHeadGrad));
+      MOEWB_RETURN_IF_ERROR(chunkLossBackwardCuda(context, s.chunk, dLoss, dh.data(), lmHeadGrad));
     }
     return dh;
   }
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dLogits,
                          context.newTensor<bf16>({n, v}, MemoryCategory::kActivations));
   MOEWB_RETURN_IF_ERROR(crossEntropyBackwardCuda(context.stream(), s.logits.data(), targets.data(),
-                                                 s.lse.data(), s.validCount.data(), 1.0f, n, v,
+                                                 s.lse.data(), s.validCount.data(), dLoss, n, v,
                                                  dLogits.data()));
   s.logits = DeviceTensor<float>();
   MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dh,

@@ -26,10 +26,11 @@ Status lossForwardCuda(CudaContext& context, const ModelDims& dims, const Device
                        const bf16* lmHead, const DeviceTensor<int32_t>& targets,
                        LossStateCuda& state);
 
-// dh[N, D] (allocated) of the mean CE; adds dWlm into lmHeadGrad [V, D].
+// dh[N, D] (allocated) of dLoss times the mean CE (1: the loss itself; a micro-batch's
+// LossWeights::lm); adds dLoss dWlm into lmHeadGrad [V, D].
 Result<DeviceTensor<bf16>> lossBackwardCuda(CudaContext& context, const ModelDims& dims,
                                             const DeviceTensor<bf16>& h, const bf16* lmHead,
                                             const DeviceTensor<int32_t>& targets,
-                                            LossStateCuda& state, float* lmHeadGrad);
+                                            LossStateCuda& state, float dLoss, float* lmHeadGrad);
 
 }  // namespace moewb::engine::cuda

@@ -46,7 +46,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(CudaContext& context, Model
 }
 
 CudaModel::CudaModel(CudaContext& context, Model<float>& host, CudaParameters params)
-    : m_context(context), m_host(host), m_dims(host.dims()), m_params(std::move(params)) {
+    : m_context(context),
+      m_host(host),
+      m_baseDims(host.dims()),
+      m_dims(host.dims()),
+      m_params(std::move(params)) {
   if (!m_dims.lora.enabled) return;
   m_loraScale = m_dims.lora.alpha / double(m_dims.lora.rank);
   const std::string suffix = ".lora_a";
@@ -74,7 +78,13 @@ Status CudaModel::enterUnit(int32_t unit, bool forward) {
 }
 
 void CudaModel::applyLiveDims(const ModelDims& d) {
-  m_dims.applyLiveSettings(d);
+  m_baseDims.applyLiveSettings(d);
+  m_dims = m_baseDims.withAuxWeight(m_lossWeights.aux);
+}
+
+void CudaModel::setLossWeights(const LossWeights& weights) {
+  m_lossWeights = weights;
+  m_dims = m_baseDims.withAuxWeight(weights.aux);
 }
 
 Status CudaModel::setSwap(SwapTierCuda* tier, const SwapController* controller) {
@@ -433,7 +443,8 @@ Status CudaModel::backward(DeviceTimeline* timeline) {
     DevicePhase phase(timeline, Phase::kLoss, Pass::kBackward, -1);
     MOEWB_ASSIGN_OR_RETURN(DeviceTensor<bf16> dNorm,
                            lossBackwardCuda(m_context, m_dims, m_finalNormOut, weight("lm_head"),
-                                            m_targets, m_loss, gradOf("lm_head")));
+                                            m_targets, m_loss, float(m_lossWeights.lm),
+                                            gradOf("lm_head")));
     MOEWB_ASSIGN_OR_RETURN(dh, m_context.newTensor<bf16>({n, d}, MemoryCategory::kActivations));
     MOEWB_RETURN_IF_ERROR(rmsNormBackwardCuda(m_context, dNorm.data(), m_finalInput.data(),
                                               weight("final_norm"), m_finalRstd.data(), dh.data(),

@@ -61,8 +61,12 @@ class CudaModel {
   static Result<std::unique_ptr<CudaModel>> create(CudaContext& context, Model<float>& host);
 
   CudaParameters& parameters() { return m_params; }
+  // As Model::dims (aux coefficients times the loss weights' aux weight while they are set).
   const ModelDims& dims() const { return m_dims; }
   void setStep(int64_t step) { m_step = step; }
+  // As Model::setLossWeights: the next forwards and backwards weigh the aux losses by
+  // weights.aux and scale the LM loss's gradient by weights.lm (micro-batching).
+  void setLossWeights(const LossWeights& weights);
   // The communicators and hooks of a parallel run (pointers must outlive the model). parallel.ep
   // is required when dims().expertShards > 1 and must have that many ranks.
   void setParallel(const ModelParallel& parallel) { m_parallel = parallel; }
@@ -84,7 +88,8 @@ class CudaModel {
   // Errors: kResourceExhausted (activations; the model stays usable), kInternal.
   Result<ForwardResult> forward(const Batch& batch, DeviceTimeline* timeline);
 
-  // Backward of the last forward's total loss; adds into the grads and frees the activations.
+  // Backward of the last forward's lm * loss + auxLoss (LossWeights); adds into the grads (so
+  // several micro-batches accumulate) and frees the activations.
   Status backward(DeviceTimeline* timeline);
 
   // Drops the activations of a forward whose step failed (and the swap tier's copies of them).
@@ -134,7 +139,9 @@ class CudaModel {
 
   CudaContext& m_context;
   Model<float>& m_host;
-  ModelDims m_dims;
+  ModelDims m_baseDims;  // the host's dims with live settings applied, no loss weights
+  ModelDims m_dims;      // m_baseDims with the aux weight of m_lossWeights
+  LossWeights m_lossWeights;
   CudaParameters m_params;
   int64_t m_step = 0;
   ModelParallel m_parallel;

@@ -1,5 +1,7 @@
 // The CUDA DeviceBackend (backend/device_backend.h): a CudaContext on one GPU, the CudaModel and
-// the device optimizer; one trainStep = zero grads, forward, backward, norm, clip + AdamW.
+// the device optimizer; one trainStep = zero grads, forward + backward per micro-batch (one
+// without data.micro_batch_size; each with its loss weights, adding into the gradients), norm,
+// clip + AdamW.
 // Swap ([swap], single GPU): the backend owns the SwapController (settings, plan) and, from the
 // first step with swap on, the SwapTierCuda that moves the tensors. Per step: the controller
 // plans when due (onSwapPlan), the tier is attached to the model for the step, and after the
@@ -40,6 +42,7 @@ class CudaBackend final : public DeviceBackend {
               std::unique_ptr<SwapController> swap)
       : m_context(std::move(context)), m_model(std::move(model)), m_swap(std::move(swap)) {}
 
+  using DeviceBackend::trainStep;  // the whole-batch overload
   std::string backendName() const override { return "cuda"; }
 
   std::string deviceDescription() const override {
@@ -59,19 +62,20 @@ class CudaBackend final : public DeviceBackend {
     m_rank = rank;
   }
 
-  Result<DeviceStepResult> trainStep(const Batch& batch, int64_t step, const OptimSection& optim,
-                                     PhaseRecorder* recorder) override {
+  Result<DeviceStepResult> trainStep(const std::vector<MicroBatch>& batches, int64_t step,
+                                     const OptimSection& optim, PhaseRecorder* recorder) override {
     m_memory.emit(m_step);  // events since the last step (a reload, ...) keep its tag
     m_step = step;
     if (m_sink != nullptr && !m_memory.started()) m_memory.start(*m_context, m_sink, m_rank, step);
-    Result<DeviceStepResult> result = trainStepOnce(batch, step, optim, recorder);
+    Result<DeviceStepResult> result = trainStepOnce(batches, step, optim, recorder);
     m_model->clearSwap();  // forwardBackward and the next step attach (or not) afresh
     m_memory.emit(step);  // after an error; a finished step emitted them before its sync
     return result;
   }
 
-  Result<ForwardResult> forwardBackward(const Batch& batch, int64_t step) override {
-    Result<ForwardResult> forward = runForwardBackward(batch, step, nullptr);
+  Result<ForwardResult> forwardBackward(const std::vector<MicroBatch>& batches,
+                                        int64_t step) override {
+    Result<ForwardResult> forward = runForwardBackward(batches, step, nullptr);
     m_memory.emit(m_step);
     return forward;
   }
@@ -86,19 +90,29 @@ class CudaBackend final : public DeviceBackend {
   Status pullGrads(Model<float>& host) override {
     return m_model->parameters().downloadGrads(*m_context, host.parameters());
   }
-  void applyLiveDims(const ModelDims& dims) override { m_model->applyLiveDims(dims); }
+  void applyLiveDims(const ModelDims& dims) override {
+    m_model->applyLiveDims(dims);
+    SwapProfile sizes = swapProfileFor(m_model->dims());
+    if (sizes.tensors == m_swap->profile().tensors &&
+        sizes.layerOtherBytes == m_swap->profile().layerOtherBytes) {
+      return;
+    }
+    // New candidates (the CPU runner's rule): a new controller measures and plans again.
+    m_swap = std::make_unique<SwapController>(m_swap->settings(), std::move(sizes), 0);
+    m_unmodeledBytes = 0;
+  }
   void applySwapSettings(const SwapSection& section) override {
     m_swap->setSettings(swapSettingsFrom(section, m_context->device().totalMemoryBytes));
   }
 
  private:
-  Result<DeviceStepResult> trainStepOnce(const Batch& batch, int64_t step,
+  Result<DeviceStepResult> trainStepOnce(const std::vector<MicroBatch>& batches, int64_t step,
                                          const OptimSection& optim, PhaseRecorder* recorder) {
     m_context->allocator().resetPeaks();
     MOEWB_RETURN_IF_ERROR(beginSwapStep(step));
     MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), recorder));
     DeviceStepResult result;
-    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batch, step, &m_timeline));
+    MOEWB_ASSIGN_OR_RETURN(result.forward, runForwardBackward(batches, step, &m_timeline));
     {
       cuda::DevicePhase phase(&m_timeline, Phase::kOptimizer, Pass::kNone, -1);
       MOEWB_ASSIGN_OR_RETURN(result.optim.gradNorm,
@@ -133,12 +147,13 @@ class CudaBackend final : public DeviceBackend {
     return result;
   }
 
-  // Zero grads, forward, backward. On an error (out of memory included) the activations are
-  // dropped so the next step starts from a clean device state.
+  // Zero grads, then forward and backward per micro-batch. On an error (out of memory included)
+  // the activations are dropped so the next step starts from a clean device state.
 
-  Result<ForwardResult> runForwardBackward(const Batch& batch, int64_t step,
+  Result<ForwardResult> runForwardBackward(const std::vector<MicroBatch>& batches, int64_t step,
                                            cuda::DeviceTimeline* timeline) {
-    Result<ForwardResult> forward = forwardBackwardOnce(batch, step, timeline);
+    Result<ForwardResult> forward = forwardBackwardOnce(batches, step, timeline);
+    m_model->setLossWeights({});
     if (!forward.isOk()) {
       m_model->releaseActivations();
       (void)m_context->synchronize();
@@ -148,22 +163,28 @@ class CudaBackend final : public DeviceBackend {
     return forward;
   }
 
-  Result<ForwardResult> forwardBackwardOnce(const Batch& batch, int64_t step,
+  Result<ForwardResult> forwardBackwardOnce(const std::vector<MicroBatch>& batches, int64_t step,
                                             cuda::DeviceTimeline* timeline) {
     MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
     m_model->setStep(step);
-    ForwardResult forward;
-    {
-      cuda::DevicePhase phase(timeline, Phase::kForward, Pass::kForward, -1);
-      MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, timeline));
+    ForwardResult total;
+    for (size_t m = 0; m < batches.size(); ++m) {
+      m_model->setLossWeights(batches[m].weights);
+      ForwardResult forward;
+      {
+        cuda::DevicePhase phase(timeline, Phase::kForward, Pass::kForward, -1);
+        MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batches[m].batch, timeline));
+      }
+      const bool finite = std::isfinite(forward.loss) && std::isfinite(forward.auxLoss);
+      addMicroBatchResult(total, std::move(forward), batches[m].weights, m == 0);
+      if (!finite) {
+        m_model->releaseActivations();  // no backward: the swap tier's copies end here too
+        return total;
+      }
+      cuda::DevicePhase phase(timeline, Phase::kBackward, Pass::kBackward, -1);
+      MOEWB_RETURN_IF_ERROR(m_model->backward(timeline));
     }
-    if (!std::isfinite(forward.loss) || !std::isfinite(forward.auxLoss)) {
-      m_model->releaseActivations();  // no backward: the swap tier's copies end here too
-      return forward;
-    }
-    cuda::DevicePhase phase(timeline, Phase::kBackward, Pass::kBackward, -1);
-    MOEWB_RETURN_IF_ERROR(m_model->backward(timeline));
-    return forward;
+    return total;
   }
 
   // Swap: plans (onSwapPlan) and attaches the tier when swap is on this step.

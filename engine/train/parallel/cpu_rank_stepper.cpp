@@ -17,11 +17,24 @@ namespace moewb::engine {
 class CpuRankStepper::Hooks final : public ModelHooks {
  public:
   explicit Hooks(FsdpShards& shards) : m_shards(shards) {}
-  void beforeForward(int32_t unit) override { m_shards.gather(unit); }
-  void afterBackward(int32_t unit) override { m_shards.reduce(unit); }
+  void beforeForward(int32_t unit) override {
+    if (m_gather) m_shards.gather(unit);
+  }
+  void afterBackward(int32_t unit) override {
+    if (m_reduce) m_shards.reduce(unit);
+  }
+  // Micro-batching: the next forward gathers only when it is the step's first (the full values
+  // stay until the optimizer changes the shards) and the next backward reduce-scatters only when
+  // it is the step's last (the full gradients then hold the sum over the micro-batches).
+  void setMicroBatch(bool first, bool last) {
+    m_gather = first;
+    m_reduce = last;
+  }
 
  private:
   FsdpShards& m_shards;
+  bool m_gather = true;
+  bool m_reduce = true;
 };
 
 Result<std::unique_ptr<CpuRankStepper>> CpuRankStepper::create(const ValidConfig& valid,
@@ -41,8 +54,7 @@ Result<std::unique_ptr<CpuRankStepper>> CpuRankStepper::create(const ValidConfig
   }
   MOEWB_RETURN_IF_ERROR(trainer->split());
   const int32_t w = config.parallel.worldSize;
-  ModelDims dims = ModelDims::fromConfig(config);
-  dims.batchSize /= w;
+  ModelDims dims = ModelDims::forwardFromConfig(config);  // this rank's micro-batch
   dims.expertShards = config.parallel.ep;
   dims.expertShard = world.rank() % config.parallel.ep;
   try {
@@ -92,25 +104,8 @@ Status CpuRankStepper::split() {
 }
 
 Batch CpuRankStepper::slice(const Batch& global, int32_t rank, int32_t worldSize) {
-  Batch local;
-  local.batchSize = global.batchSize / worldSize;
-  local.seqLen = global.seqLen;
-  local.imagePatches = global.imagePatches;
-  const int64_t firstSeq = rank * local.batchSize, tokens = local.batchSize * local.seqLen;
-  local.inputs = Tensor<int32_t>({tokens});
-  local.targets = Tensor<int32_t>({tokens});
-  std::copy_n(global.inputs.data() + firstSeq * local.seqLen, tokens, local.inputs.data());
-  std::copy_n(global.targets.data() + firstSeq * local.seqLen, tokens, local.targets.data());
-  local.topics.assign(global.topics.begin() + firstSeq,
-                      global.topics.begin() + firstSeq + local.batchSize);
-  if (global.imagePatches > 0) {
-    const int64_t rows = local.batchSize * global.imagePatches;
-    const int64_t width = global.patches.numel() / (global.batchSize * global.imagePatches);
-    local.patches = Tensor<float>({rows, width});
-    std::copy_n(global.patches.data() + firstSeq * global.imagePatches * width, rows * width,
-                local.patches.data());
-  }
-  return local;
+  const int64_t count = global.batchSize / worldSize;
+  return sliceSequences(global, rank * count, count);
 }
 
 Result<bool> CpuRankStepper::agree(bool stop) { return agreeOnStop(m_world, stop); }
@@ -118,7 +113,8 @@ Result<bool> CpuRankStepper::agree(bool stop) { return agreeOnStop(m_world, stop
 void CpuRankStepper::applyLiveConfig(const RunConfig& config) {
   refreshDataOnPatch(m_data, m_config, config);
   m_config = config;
-  m_model->applyLiveDims(ModelDims::fromConfig(config));
+  ModelDims dims = ModelDims::forwardFromConfig(config);
+  m_model->applyLiveDims(dims);
 }
 
 Result<RankShards> CpuRankStepper::exportShards() {
@@ -198,20 +194,12 @@ Result<RankStepOutcome> CpuRankStepper::trainStep() {
   event.rank = m_world.rank();
   event.startNs = steadyNowNs();
   PhaseRecorder recorder(m_sink, stepIndex);
-  const Batch batch = slice(m_data->batch(stepIndex), m_world.rank(), w);
+  const std::vector<MicroBatch> parts = splitMicroBatches(
+      slice(m_data->batch(stepIndex), m_world.rank(), w), m_config.microBatchSize());
   m_model->zeroGrads();
   m_model->setStep(stepIndex);
-  ForwardResult& forward = out.forward;
-  {
-    ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
-    forward = m_model->forward(batch, &recorder);
-  }
   MOEWB_ASSIGN_OR_RETURN(const GlobalLosses losses,
-                         meanLossesOverRanks(m_world, forward.loss, forward.auxLoss, stepIndex));
-  {
-    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
-    m_model->backward(&recorder);
-  }
+                         forwardBackward(parts, stepIndex, recorder, out.forward));
   OptimizerStepResult optim;
   {
     ScopedPhase phase(&recorder, Phase::kOptimizer, Pass::kNone, -1);
@@ -229,7 +217,7 @@ Result<RankStepOutcome> CpuRankStepper::trainStep() {
   event.endNs = steadyNowNs();
   event.loss = losses.loss;
   event.auxLoss = losses.auxLoss;
-  event.tokens = batch.tokens();
+  event.tokens = stepTokens(parts);
   event.peakBytes = TensorMemory::peakBytes();
   event.gradNorm = optim.gradNorm;
   event.lr = optim.lr;
@@ -243,6 +231,40 @@ Result<RankStepOutcome> CpuRankStepper::trainStep() {
   out.memory.optimizerBytes = m_shards->optimizerBytes();
   ++m_stepsDone;
   return out;
+}
+
+// Per micro-batch: forward, the ranks' mean losses (collective: every rank learns of a diverged
+// micro-batch before any runs its backward), backward into the accumulated gradients; the FSDP
+// gathers on the first micro-batch, the reduce-scatters on the last.
+Result<GlobalLosses> CpuRankStepper::forwardBackward(const std::vector<MicroBatch>& parts,
+                                                     int64_t stepIndex, PhaseRecorder& recorder,
+                                                     ForwardResult& forward) {
+  GlobalLosses losses;
+  for (size_t m = 0; m < parts.size(); ++m) {
+    const LossWeights& weights = parts[m].weights;
+    m_hooks->setMicroBatch(m == 0, m + 1 == parts.size());
+    m_model->setLossWeights(weights);
+    ForwardResult part;
+    {
+      ScopedPhase phase(&recorder, Phase::kForward, Pass::kForward, -1);
+      part = m_model->forward(parts[m].batch, &recorder);
+    }
+    Result<GlobalLosses> mean =
+        meanLossesOverRanks(m_world, weights.lm * part.loss, part.auxLoss, stepIndex);
+    addMicroBatchResult(forward, std::move(part), weights, m == 0);
+    if (!mean.isOk()) {
+      m_hooks->setMicroBatch(true, true);
+      m_model->setLossWeights({});
+      return mean.status();
+    }
+    losses.loss += mean->loss;
+    losses.auxLoss += mean->auxLoss;
+    ScopedPhase phase(&recorder, Phase::kBackward, Pass::kBackward, -1);
+    m_model->backward(&recorder);
+  }
+  m_hooks->setMicroBatch(true, true);
+  m_model->setLossWeights({});
+  return losses;
 }
 
 Result<std::vector<Tensor<float>>> CpuRankStepper::gatherFull(bool grads) {

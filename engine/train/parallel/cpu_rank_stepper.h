@@ -3,6 +3,12 @@
 //   forward (FSDP all-gather per unit, EP all-to-all per MoE layer, global Switch-loss stats) ->
 //   backward (EP all-to-all back, FSDP reduce-scatter per unit) -> global gradient norm ->
 //   clip + AdamW on this rank's shards -> global aux-loss-free bias counts.
+// Micro-batching (data.micro_batch_size, train/micro_batches.h): the rank's sequences are cut
+// into micro-batches, each a forward and a backward into the same full gradients; the FSDP
+// all-gathers run before the first micro-batch's forward and the reduce-scatters after the last
+// one's backward only (once per step, as without micro-batching), the EP all-to-alls and the
+// global switch-loss statistics per micro-batch, and one small all-reduce of the losses per
+// micro-batch (so a diverged micro-batch stops every rank before its backward).
 // Loss normalisation: the loss of the step is the mean over the global batch's tokens; every
 // rank holds N / world_size tokens, so each rank's mean loss weighs 1 / world_size (FsdpShards).
 // The step event reports the global losses and gradient norm (equal on every rank) and this
@@ -27,6 +33,7 @@
 #include "moewb/engine/config.h"
 #include "moewb/engine/event_sink.h"
 #include "model/parallel/fsdp_shards.h"
+#include "train/micro_batches.h"
 #include "train/parallel/rank_common.h"
 #include "runtime/thread_pool.h"
 
@@ -69,6 +76,8 @@ class CpuRankStepper final : public RankStepper {
   CpuRankStepper(const RunConfig& config, Communicator& world, EventSink* sink);
   Status split();
   Result<RankStepOutcome> trainStep();
+  Result<GlobalLosses> forwardBackward(const std::vector<MicroBatch>& parts, int64_t stepIndex,
+                                       PhaseRecorder& recorder, ForwardResult& forward);
   Result<std::vector<Tensor<float>>> gatherFull(bool grads);
 
   RunConfig m_config;

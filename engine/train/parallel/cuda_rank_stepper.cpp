@@ -16,11 +16,24 @@ namespace moewb::engine::cuda {
 class CudaRankStepper::Hooks final : public ModelHooks {
  public:
   explicit Hooks(CudaFsdpShards& shards) : m_shards(shards) {}
-  void beforeForward(int32_t unit) override { throwIfFailed(m_shards.gather(unit)); }
-  void afterBackward(int32_t unit) override { throwIfFailed(m_shards.reduce(unit)); }
+  void beforeForward(int32_t unit) override {
+    if (m_gather) throwIfFailed(m_shards.gather(unit));
+  }
+  void afterBackward(int32_t unit) override {
+    if (m_reduce) throwIfFailed(m_shards.reduce(unit));
+  }
+  // Micro-batching, as the CPU rank's hooks: gathers before the step's first micro-batch only
+  // (the full masters and bf16 copies stay until the optimizer changes the shards),
+  // reduce-scatters after its last only (the full gradients then hold the sum).
+  void setMicroBatch(bool first, bool last) {
+    m_gather = first;
+    m_reduce = last;
+  }
 
  private:
   CudaFsdpShards& m_shards;
+  bool m_gather = true;
+  bool m_reduce = true;
 };
 
 Result<std::unique_ptr<CudaRankStepper>> CudaRankStepper::create(const ValidConfig& valid,
@@ -45,8 +58,7 @@ Result<std::unique_ptr<CudaRankStepper>> CudaRankStepper::create(const ValidConf
   observeCollectives(*t->m_groups.expertDp, "expert_dp", sink, r, &t->m_tag, &t->m_stepsDone);
   observeCollectives(*t->m_groups.fsdp, "fsdp", sink, r, &t->m_tag, &t->m_stepsDone);
   observeCollectives(*t->m_groups.replicate, "replicate", sink, r, &t->m_tag, &t->m_stepsDone);
-  ModelDims dims = ModelDims::fromConfig(config);
-  dims.batchSize /= w;
+  ModelDims dims = ModelDims::forwardFromConfig(config);  // this rank's micro-batch
   dims.expertShards = config.parallel.ep;
   dims.expertShard = r % config.parallel.ep;
   MOEWB_RETURN_IF_ERROR(CudaModel::checkSupported(dims));
@@ -83,7 +95,7 @@ Result<bool> CudaRankStepper::agree(bool stop) { return agreeOnStop(m_world, sto
 void CudaRankStepper::applyLiveConfig(const RunConfig& config) {
   refreshDataOnPatch(m_data, m_config, config);
   m_config = config;
-  ModelDims dims = ModelDims::fromConfig(config);
+  ModelDims dims = ModelDims::forwardFromConfig(config);
   m_host->applyLiveDims(dims);
   m_model->applyLiveDims(dims);
 }
@@ -180,21 +192,17 @@ Result<RankStepOutcome> CudaRankStepper::trainStep() {
   event.rank = m_world.rank();
   event.startNs = steadyNowNs();
   PhaseRecorder recorder(m_sink, stepIndex);
-  const Batch batch = CpuRankStepper::slice(m_data->batch(stepIndex), m_world.rank(), w);
+  const std::vector<MicroBatch> parts = splitMicroBatches(
+      CpuRankStepper::slice(m_data->batch(stepIndex), m_world.rank(), w),
+      m_config.microBatchSize());
   MOEWB_RETURN_IF_ERROR(m_timeline.begin(m_context->stream(), &recorder));
   MOEWB_RETURN_IF_ERROR(m_model->parameters().zeroGrads(*m_context));
   m_model->setStep(stepIndex);
-  ForwardResult& forward = out.forward;
-  {
-    DevicePhase phase(&m_timeline, Phase::kForward, Pass::kForward, -1);
-    MOEWB_ASSIGN_OR_RETURN(forward, m_model->forward(batch, &m_timeline));
-  }
-  MOEWB_ASSIGN_OR_RETURN(const GlobalLosses losses,
-                         meanLossesOverRanks(m_world, forward.loss, forward.auxLoss, stepIndex));
-  {
-    DevicePhase phase(&m_timeline, Phase::kBackward, Pass::kBackward, -1);
-    MOEWB_RETURN_IF_ERROR(m_model->backward(&m_timeline));
-  }
+  Result<GlobalLosses> summed = forwardBackward(parts, stepIndex, out.forward);
+  m_hooks->setMicroBatch(true, true);
+  m_model->setLossWeights({});
+  MOEWB_RETURN_IF_ERROR(summed.status());
+  const GlobalLosses losses = *summed;
   OptimizerStepResult optim;
   {
     DevicePhase phase(&m_timeline, Phase::kOptimizer, Pass::kNone, -1);
@@ -208,7 +216,7 @@ Result<RankStepOutcome> CudaRankStepper::trainStep() {
   event.endNs = steadyNowNs();
   event.loss = losses.loss;
   event.auxLoss = losses.auxLoss;
-  event.tokens = batch.tokens();
+  event.tokens = stepTokens(parts);
   event.peakBytes = m_context->allocator().stats().totalPeakInUseBytes;
   event.gradNorm = optim.gradNorm;
   event.lr = optim.lr;
@@ -218,6 +226,34 @@ Result<RankStepOutcome> CudaRankStepper::trainStep() {
   out.memory.optimizerBytes = stats.inUseBytes[size_t(MemoryCategory::kOptimizer)];
   ++m_stepsDone;
   return out;
+}
+
+// Per micro-batch: forward, the ranks' mean losses (collective: every rank sees a diverged
+// micro-batch before any runs its backward), backward into the accumulated full gradients; the
+// hooks gather on the first micro-batch and reduce-scatter on the last. The caller resets the
+// hooks and the loss weights.
+Result<GlobalLosses> CudaRankStepper::forwardBackward(const std::vector<MicroBatch>& parts,
+                                                      int64_t stepIndex, ForwardResult& forward) {
+  GlobalLosses losses;
+  for (size_t m = 0; m < parts.size(); ++m) {
+    const LossWeights& weights = parts[m].weights;
+    m_hooks->setMicroBatch(m == 0, m + 1 == parts.size());
+    m_model->setLossWeights(weights);
+    ForwardResult part;
+    {
+      DevicePhase phase(&m_timeline, Phase::kForward, Pass::kForward, -1);
+      MOEWB_ASSIGN_OR_RETURN(part, m_model->forward(parts[m].batch, &m_timeline));
+    }
+    const double weightedLoss = weights.lm * part.loss, auxLoss = part.auxLoss;
+    addMicroBatchResult(forward, std::move(part), weights, m == 0);
+    MOEWB_ASSIGN_OR_RETURN(const GlobalLosses mean,
+                           meanLossesOverRanks(m_world, weightedLoss, auxLoss, stepIndex));
+    losses.loss += mean.loss;
+    losses.auxLoss += mean.auxLoss;
+    DevicePhase phase(&m_timeline, Phase::kBackward, Pass::kBackward, -1);
+    MOEWB_RETURN_IF_ERROR(m_model->backward(&m_timeline));
+  }
+  return losses;
 }
 
 // Global norm over the shards (dense shards once per replica set), clip + AdamW on the shards,

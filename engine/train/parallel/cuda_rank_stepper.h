@@ -6,6 +6,9 @@
 //   all-gather per unit, EP device all-to-all per MoE layer, global Switch-loss statistics) ->
 //   backward (EP all-to-all back, FSDP reduce-scatter per unit) -> global gradient norm -> clip +
 //   AdamW on this rank's shards -> global aux-loss-free bias counts.
+// Micro-batching (data.micro_batch_size) as on the CPU ranks: forward and backward per
+// micro-batch into the full gradients, the FSDP gathers before the first and the reduce-scatters
+// after the last micro-batch only.
 // Trace: the step's phases (GPU-timed, NVTX ranges), every collective with its group, layer and
 // phase, all-to-all traffic per layer, expert loads, the device-memory timeline of this rank.
 // Errors: a failed collective or a CUDA error fails the step and every later step (the message
@@ -14,12 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/device_memory_reporter.h"
 #include "model/cuda/device_timeline.h"
 #include "model/parallel/cuda_fsdp_shards.h"
+#include "train/micro_batches.h"
 #include "train/synthetic_data.h"
 #include "train/optimizer.h"
 #include "train/parallel/rank_common.h"
@@ -52,6 +57,8 @@ class CudaRankStepper final : public RankStepper {
   class Hooks;
   CudaRankStepper(const RunConfig& config, Communicator& world, EventSink* sink);
   Result<RankStepOutcome> trainStep();
+  Result<GlobalLosses> forwardBackward(const std::vector<MicroBatch>& parts, int64_t stepIndex,
+                                       ForwardResult& forward);
   Result<OptimizerStepResult> optimizerStep(int64_t stepIndex);
   // The device shard of trainable parameter `index` (model order): its dense or expert shard.
   CudaParameter& shardOf(size_t index);

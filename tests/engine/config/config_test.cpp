@@ -147,6 +147,7 @@ const std::map<std::string, std::vector<std::string>>& roomFor() {
       {"moe.latent_dim", {"model.d_model=65536"}},
       {"data.num_topics", {"model.vocab_size=1048576"}},
       {"data.image_size", {"data.patch_size=4096"}},
+      {"data.micro_batch_size", {"data.batch_size=1048576"}},  // 2^20 x 64 tokens = 2^26
       {"kda.num_heads", {"model.d_model=1024"}},
       {"sparse.kv_heads", {"model.num_heads=1024", "model.d_model=1024"}},
       {"parallel.world_size", {"data.batch_size=1024"}},

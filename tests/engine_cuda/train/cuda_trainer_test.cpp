@@ -3,6 +3,7 @@
 // the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -221,6 +222,52 @@ TEST_F(CudaTrainerTest, UnsupportedConfigOnCudaIsAClearErrorAndAutoFallsBack) {
   ASSERT_TRUE(fallback.isOk()) << fallback.status().toString();
   EXPECT_EQ(fallback.value()->backendName(), "cpu");
   EXPECT_NE(fallback.value()->deviceDescription().find("kda.head_dim"), std::string::npos);
+}
+
+// The largest memory.activations_bytes counter of a run, besides what DeviceRecordingSink keeps.
+class ActivationPeakSink : public DeviceRecordingSink {
+ public:
+  void onCounter(const CounterEvent& e) override {
+    if (e.name == "memory.activations_bytes") peakBytes = std::max(peakBytes, e.value);
+  }
+  double peakBytes = 0;
+};
+
+// Micro-batching (data.micro_batch_size = batch_size / 2) on the GPU: with the LM loss alone and
+// dropless routing the accumulated gradient is the whole batch's, so the losses and gradient
+// norms track the unsplit run's within bf16 rounding; each step traces two forward and two
+// backward passes; the activation peak falls (one micro-batch's activations at a time).
+TEST_F(CudaTrainerTest, MicroBatchesTrackTheWholeBatchAndLowerTheActivationPeak) {
+  RunConfig config = trackingConfig("cuda");
+  config.model.seqLen = 256;
+  config.loss.kind = "dense";
+  config.moe.auxLossCoef = 0;
+  std::vector<StepEvent> runs[2];
+  double peaks[2] = {0, 0};
+  for (int split = 0; split < 2; ++split) {
+    config.data.microBatchSize = split == 0 ? 0 : config.data.batchSize / 2;
+    ActivationPeakSink sink;
+    auto trainer = Trainer::create(config, &sink);
+    ASSERT_TRUE(trainer.isOk()) << trainer.status().toString();
+    EXPECT_EQ(trainer.value()->backendName(), "cuda");
+    for (int s = 0; s < 5; ++s) {
+      auto step = trainer.value()->step();
+      ASSERT_TRUE(step.isOk()) << step.status().toString();
+      runs[split].push_back(step.value());
+    }
+    int64_t forwards = 0;
+    for (const PhaseEvent& p : sink.phases) forwards += p.phase == Phase::kForward ? 1 : 0;
+    EXPECT_EQ(forwards, 5 * (split == 0 ? 1 : 2));
+    peaks[split] = sink.peakBytes;
+  }
+  for (size_t s = 0; s < runs[0].size(); ++s) {
+    EXPECT_NEAR(runs[1][s].loss, runs[0][s].loss, 0.02 * runs[0][s].loss) << "step " << s;
+    EXPECT_NEAR(runs[1][s].gradNorm, runs[0][s].gradNorm, 0.1 * runs[0][s].gradNorm)
+        << "step " << s;
+    EXPECT_EQ(runs[1][s].tokens, runs[0][s].tokens);
+  }
+  EXPECT_GT(peaks[0], 0);
+  EXPECT_LT(peaks[1], 0.8 * peaks[0]);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // loadConfigFile.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -115,6 +116,8 @@ struct FusionSection {
 struct DataSection {
   std::string kind = "synthetic"; // only "synthetic" for now
   int32_t batchSize = 8;          // sequences per step B
+  int32_t microBatchSize = 0;     // sequences per forward and backward on each rank; 0 = the
+                                  //   rank's whole share of the step (see RunConfig::microBatches)
   double skew = 1.0;              // Zipf exponent of topic frequencies; 0 = uniform, larger = hotter experts
   int32_t numTopics = 16;         // hidden topics; each has its own token transition table
   double noise = 0.1;             // probability that a token is replaced by a uniform random one
@@ -219,6 +222,20 @@ struct RunConfig {
   SwapSection swap;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
+  // Sequences each rank trains per step: data.batch_size / parallel.world_size.
+  int32_t rankBatchSize() const {
+    return parallel.worldSize > 0 ? data.batchSize / parallel.worldSize : data.batchSize;
+  }
+  // Sequences of one forward and backward on one rank: data.micro_batch_size, or the rank's
+  // whole batch when it is 0.
+  int32_t microBatchSize() const {
+    return data.microBatchSize > 0 ? data.microBatchSize : rankBatchSize();
+  }
+  // Forward and backward passes per optimizer step on each rank: rankBatchSize() /
+  // microBatchSize() (1 without micro-batching; validateConfig checks that it divides).
+  int32_t microBatches() const {
+    return microBatchSize() > 0 ? std::max(1, rankBatchSize() / microBatchSize()) : 1;
+  }
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -235,8 +252,10 @@ struct RunConfig {
 // d_model (only when the mixer pattern uses S / K), num_topics <= vocab_size, patch_size divides
 // image_size and the image leaves text in seq_len, batch_size * seq_len <= 2^26, lora.rank >= 1
 // only while lora.enabled, and [parallel]'s divisibility rules and exclusions (fusion.* = true
-// refused while parallel.ep > 1, lora.enabled = true while world_size > 1). The letters of
-// model.mixer_pattern (A, K, S; non-empty) are checked there too: it has no list of choices.
+// refused while parallel.ep > 1, lora.enabled = true while world_size > 1), and
+// data.micro_batch_size dividing batch_size / world_size (refused beside swap.mode other than
+// "off" when it splits the step). The letters of model.mixer_pattern (A, K, S; non-empty) are
+// checked there too: it has no list of choices.
 struct ConfigKeyInfo {
   std::string key;           // "moe.top_k"
   std::string type;          // "integer", "float", "string" or "boolean"

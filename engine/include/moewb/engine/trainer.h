@@ -167,13 +167,16 @@ class Trainer {
 
   // Writes an alignment dump (engine/train/checkpoint/alignment_dump.h: weights before the step,
   // the batch, the loss terms, every gradient after backward) for each step in
-  // [firstStep, endStep) to `dir`/step-<NNNNNNNN>.safetensors. A failed write fails the step.
+  // [firstStep, endStep) to `dir`/step-<NNNNNNNN>.safetensors. A failed write fails the step; so
+  // does a dumped step cut into micro-batches (kFailedPrecondition: data.micro_batch_size must
+  // be 0 or the whole batch).
   void setDumpPolicy(int64_t firstStep, int64_t endStep, const std::string& dir);
 
   // Loads the weights and batch of an alignment dump and runs the forward pass on them (no
   // update). Returns {ce, aux} as computed now; compare with the dump's recorded terms.
-  // Errors: those of reading the dump, or kInvalidArgument when its batch shape differs from the
-  // config's (data.batch_size, model.seq_len).
+  // Errors: those of reading the dump, kInvalidArgument when its batch shape differs from the
+  // config's (data.batch_size, model.seq_len), kFailedPrecondition while data.micro_batch_size
+  // cuts steps into micro-batches.
   struct ReplayedLoss {
     double ce = 0;
     double aux = 0;

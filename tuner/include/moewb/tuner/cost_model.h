@@ -47,13 +47,17 @@
 //     reduce-scatter of the dense parameters over fsdp ((f - 1) / f each), all-reduce of the
 //     shard's gradients over replicate (2 (r - 1) / r), all-reduce of the expert gradients over
 //     W / ep (2 (d - 1) / d); exposed entirely (the engine issues them on the step's thread);
-//   idle: the calibrated idle time x (phases per step) ratio (2 * phases per layer * L + 5);
+//   idle: the calibrated idle time x (phases per step) ratio (M (10 L + 4) + 1, M the
+//     micro-batches of data.micro_batch_size: each forward + backward pass repeats its phases);
+//   micro-batches: compute per step unchanged (the same tokens, M passes; smaller kernels'
+//     lower efficiency is not modelled), the optimizer and FSDP collectives once a step, the
+//     EP all-to-alls' latencies M times, activations those of one micro-batch of N / M tokens;
 //   memory (per rank): weights, grads and optimizer x parameters held by the rank; activations
-//     on CUDA x the ratio of the activation peak counted tensor by tensor in allocator blocks
-//     (detail::deviceActivations: every saved tensor at the turn plus the largest backward
-//     transient on the stack still held; docs/TUNER.md lists the tensors), on the CPU x
-//     N * (L * (8 D + H T ['A' layers] + k s (2 D + 3 F)) + loss buffer) (D instead of 2 D with
-//     fusion.permute_into_experts; s the rank skew) where the loss buffer is N * V (dense),
+//     (of one micro-batch, N / M tokens) on CUDA x the ratio of the activation peak counted tensor
+//     by tensor in allocator blocks (detail::deviceActivations: every saved tensor at the turn plus
+//     the largest backward transient on the stack still held; docs/TUNER.md lists the tensors), on
+//     the CPU x N * (L * (8 D + H T ['A' layers] + k s (2 D + 3 F)) + loss buffer) (D instead of
+//     2 D with fusion.permute_into_experts; s the rank skew) where the loss buffer is N * V (dense),
 //     chunk_tokens * V (chunk), N * cce_vocab_block (cce); peak = their sum; with swap on, the
 //     engine's swap planner (engine::planSwap) on the predicted per-layer times and the saved
 //     tensors gives the exposed swap time and the peak, and host memory is the pinned bytes.
