@@ -53,6 +53,14 @@ Status allowSmem(Kernel kernel) {
   return Status::ok();
 }
 
+// The current device's multiprocessor count.
+Status multiprocessors(int& sms) {
+  int device = 0;
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  MOEWB_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return Status::ok();
+}
+
 // Round 5: the persistent warp-specialized kernel for stage kS over grid = min(#SMs, tiles) CTAs.
 // `launched` false (nothing issued, no error pending) when the TMA maps cannot be encoded (no
 // driver entry point, a rejected map): the caller runs round 2 instead.
@@ -69,10 +77,8 @@ Status wsLaunch(const GroupedRowStage& s, ws::Params p, int64_t outColumns, bool
   const auto kernel = ws::grouped_ws_kernel<kS>;
   MOEWB_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ws::kSmemBytes));
-  int device = 0, sms = 0;
-  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  MOEWB_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  MOEWB_RETURN_IF_ERROR(multiprocessors(sms));
   // Tiles: at most s.slots row tiles x column tiles; the kernel reads the real count on the device.
   const int64_t tiles = int64_t(s.slots) * columnTiles(outColumns, ws::kBN);
   const unsigned grid = unsigned(tiles < sms ? tiles : sms);
@@ -98,24 +104,14 @@ Status ppLaunch(const GroupedRowStage& s, pp::Params p, const bf16* b1, const bf
   const auto kernel = pp::grouped_pp_kernel<kS>;
   MOEWB_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pp::kSmemBytes));
-  int device = 0, sms = 0;
-  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  MOEWB_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  MOEWB_RETURN_IF_ERROR(multiprocessors(sms));
   const int64_t width = kS == pp::Stage::kGateUp ? pp::kBN / 2 : pp::kBN;
   const int64_t tiles = int64_t(s.slots) * columnTiles(s.f, width);
   const unsigned grid = unsigned(tiles < sms ? tiles : sms);
   kernel<<<grid > 0 ? grid : 1, pp::kThreads, pp::kSmemBytes, s.stream>>>(p);
   MOEWB_CUDA_RETURN_IF_LAUNCH_ERROR();
   launched = true;
-  return Status::ok();
-}
-
-// The current device's multiprocessor count.
-Status multiprocessors(int& sms) {
-  int device = 0;
-  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  MOEWB_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return Status::ok();
 }
 
@@ -298,10 +294,8 @@ Status wsWgradLaunch(cudaStream_t stream, grouped::wsw::WgradParams p) {
   const auto kernel = wsw::grouped_ws_wgrad_kernel;
   MOEWB_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wsw::kSmemBytes));
-  int device = 0, sms = 0;
-  MOEWB_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  MOEWB_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  MOEWB_RETURN_IF_ERROR(multiprocessors(sms));
   const unsigned grid = wsw::wgradGrid(p, sms);
   if (grid == 0) return Status::ok();
   kernel<<<grid, wsw::kThreads, wsw::kSmemBytes, stream>>>(p);

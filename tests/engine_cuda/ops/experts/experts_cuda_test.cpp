@@ -479,6 +479,19 @@ TEST_F(ExpertsWgmmaCudaTest, WgmmaMatchesMmaSyncAndIsDeterministic) {
   }
 }
 
+// The shapes of the round-against-round tests below: E = 64 with 126 rows (empty and 1-row
+// experts), D and F not multiples of 64 (D = 72 below one 256-wide column tile, F = 40 below one
+// 64-deep K step; D = 264, F = 136: partial tiles), and 8192 rows over 8 experts (more tiles
+// than CTAs of a persistent grid).
+struct RoundCase {
+  int64_t d, f;
+  MoeShape shape;
+};
+const std::vector<RoundCase> kRoundCases{{264, 136, {63, 64, 2}},
+                                         {72, 40, {257, 8, 4}},
+                                         {264, 136, {257, 64, 8}},
+                                         {1096, 520, {2048, 8, 4}}};
+
 // Round 5's warp-specialized kernels (forward down plain and row-weighted, dx; see
 // experts_wgmma_cuda.h) against round 2 (setExpertsWarpSpecialized(false)), every output of
 // forward + backward BITWISE: E = 64 with 126 rows (empty and 1-row experts), D and F not
@@ -487,16 +500,8 @@ TEST_F(ExpertsWgmmaCudaTest, WgmmaMatchesMmaSyncAndIsDeterministic) {
 // (plain), and 8192 rows x 5 column tiles (over 320 tiles: each CTA of the persistent grid
 // walks several). Seeds differ from the other tests'.
 TEST_F(ExpertsWgmmaCudaTest, WarpSpecializedEqualsRound2Bitwise) {
-  struct Case {
-    int64_t d, f;
-    MoeShape shape;
-  };
-  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
-                                {72, 40, {257, 8, 4}},
-                                {264, 136, {257, 64, 8}},
-                                {1096, 520, {2048, 8, 4}}};
   uint64_t seed = 12000;
-  for (const Case& c : cases) {
+  for (const RoundCase& c : kRoundCases) {
     Problem p;
     makeProblem(context(), c.shape, c.d, seed += 10, p);
     if (HasFatalFailure()) return;
@@ -544,16 +549,8 @@ TEST_F(ExpertsWgmmaCudaTest, WarpSpecializedEqualsRound2Bitwise) {
 // (plain), and 8192 rows (320 dh tiles, 576 gate+up tiles over at most 132 CTAs: both consumers
 // of every CTA take tiles, the ring wraps). Round 5's down / dx stay at their default in both.
 TEST_F(ExpertsWgmmaCudaTest, GluPingPongEqualsRound2Bitwise) {
-  struct Case {
-    int64_t d, f;
-    MoeShape shape;
-  };
-  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
-                                {72, 40, {257, 8, 4}},
-                                {264, 136, {257, 64, 8}},
-                                {1096, 520, {2048, 8, 4}}};
   uint64_t seed = 14000;
-  for (const Case& c : cases) {
+  for (const RoundCase& c : kRoundCases) {
     Problem p;
     makeProblem(context(), c.shape, c.d, seed += 10, p);
     if (HasFatalFailure()) return;
@@ -619,19 +616,11 @@ int64_t bitwiseDiffering(const Tensor<float>& got, const Tensor<float>& want, in
 // rounding; the split bitwise run to run. Shapes as the ping-pong test's (F = 40: one partial
 // 128-wide gate+up tile and K step; empty and 1-row experts; 8192 rows over at most 132 CTAs).
 TEST_F(ExpertsWgmmaCudaTest, GluSplitMatchesRound2) {
-  struct Case {
-    int64_t d, f;
-    MoeShape shape;
-  };
-  const std::vector<Case> cases{{264, 136, {63, 64, 2}},
-                                {72, 40, {257, 8, 4}},
-                                {264, 136, {257, 64, 8}},
-                                {1096, 520, {2048, 8, 4}}};
   GluParams situ;
   situ.kind = GluKind::kSitu;
   const std::set<std::string> bitwise = {"gatePre", "upPre", "dx", "gradGate", "gradUp"};
   uint64_t seed = 15000;
-  for (const Case& c : cases) {
+  for (const RoundCase& c : kRoundCases) {
     Problem p;
     makeProblem(context(), c.shape, c.d, seed += 10, p);
     if (HasFatalFailure()) return;
