@@ -168,6 +168,15 @@ std::vector<KeySpec> buildSpecs() {
        "GPU ranks: cut each rank's local experts into N chunks, each with its own EP all-to-all "
        "round trip on a second stream, so one chunk's all-to-all overlaps another's experts "
        "(1 = no overlap; at most moe.num_experts / parallel.ep; the CPU ranks ignore it)"},
+      {"kernels", "expert_glu", MOEWB_FIELD(kernels.expertGlu), 0, 0, false,
+       {"auto", "split", "pingpong", "fused"},
+       "CUDA grouped expert GEMMs, gate+up and dh: split (the GLU as elementwise passes), "
+       "pingpong or fused (the GLU in the GEMM epilogue); auto = the build's default (split); "
+       "docs/GPU.md"},
+      {"kernels", "expert_wgrad_walk", MOEWB_FIELD(kernels.expertWgradWalk), 0, 0, false,
+       {"auto", "skew", "static", "dynamic"},
+       "CUDA expert weight gradients: how persistent CTAs take tiles (same bits every way); "
+       "auto = skew (dynamic when the routing is skewed)"},
       {"swap", "mode", MOEWB_FIELD(swap.mode), 0, 0, false, {"off", "manual", "auto"},
        "keep chosen saved activations in pinned host memory between forward and backward: off, "
        "manual (every tensor of swap.ops >= swap.min_bytes) or auto (the policy picks to reach "

@@ -21,6 +21,7 @@ const std::vector<std::string> kLiveKeys = {
     "moe.z_loss_coef", "moe.route_scale",    "moe.capacity_factor", "moe.drop_policy",
     "fusion.permute_into_experts", "fusion.combine_into_experts", "loss.kind", "loss.chunk_tokens",
     "loss.cce_vocab_block", "loss.cce_filter_eps", "loss.cce_filter_weight_grad", "sparse.top_k",
+    "kernels.expert_glu", "kernels.expert_wgrad_walk",
     "sparse.indexer_loss_coef",
     "kda.chunk_size", "swap.mode", "swap.ops", "swap.recompute_ops", "swap.min_bytes",
     "swap.hbm_target_gb", "swap.prefetch_layers", "swap.free_lag_layers",

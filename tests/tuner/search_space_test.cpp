@@ -24,6 +24,7 @@ TEST(SearchSpace, EveryOfferedCandidateIsValidAndEveryRefusalIsTheEngines) {
       {"swap.mode", "swap.prefetch_layers", "swap.recompute_ops", "parallel.ep"},
       {"loss.kind", "loss.chunk_tokens", "loss.cce_vocab_block", "loss.cce_filter_eps",
        "kda.chunk_size", "kda.keep_intermediates", "run.threads"},
+      {"kernels.expert_glu", "kernels.expert_wgrad_walk", "data.micro_batch_size"},
   };
   size_t invalid = 0;
   for (const auto& group : groups) {

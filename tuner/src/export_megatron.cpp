@@ -159,6 +159,9 @@ void trainingFlags(const engine::RunConfig& c, FlagWriter& w) {
   w.note("loss.kind", "nearest: --cross-entropy-loss-fusion (a fused kernel; logits still exist)");
   if (!c.lora.enabled) w.mapped({"lora.enabled", "lora.rank", "lora.alpha", "lora.targets"});
   w.note("run.threads", "a CPU engine setting");
+  w.note("kernels.expert_glu",
+         "this engine's grouped-GEMM kernel; Megatron-Core: --moe-grouped-gemm");
+  w.note("kernels.expert_wgrad_walk", "this engine's grouped-GEMM kernel");
 }
 
 // Our swap op (named after its consumer) -> Megatron-Core's fine-grained offload module (named

@@ -68,6 +68,8 @@ std::vector<std::pair<std::string, std::string>> notes() {
       {"loss.kind", "torchtitan's loss is set in the model spec; nearest: [compile] components"},
       {"parallel.a2a_chunks", "nearest: [parallelism] expert_parallel_comm_backend = \"deepep\""},
       {"run.threads", "a CPU engine setting"},
+      {"kernels.expert_glu", "this engine's grouped-GEMM kernel"},
+      {"kernels.expert_wgrad_walk", "this engine's grouped-GEMM kernel"},
       {"data.kind", "set [training] dataset"}};
   for (const auto& info : engine::configKeys()) {
     const bool shape = info.key.rfind("model.", 0) == 0 || info.key.rfind("moe.", 0) == 0;

@@ -95,6 +95,9 @@ std::vector<std::string> generatedValues(const engine::RunConfig& base,
   const std::string& k = info.key;
   if (info.type == "boolean") return {"false", "true"};
   if (k == "swap.recompute_ops") return {"", "expert_fc2", "moe_act, expert_fc2"};
+  // The concrete kernels (auto is one of them; the knob starts from the base's value anyway).
+  if (k == "kernels.expert_glu") return {"split", "pingpong", "fused"};
+  if (k == "kernels.expert_wgrad_walk") return {"skew", "static", "dynamic"};
   if (info.type == "string") return info.choices;
   const int64_t world = base.parallel.worldSize;
   if (k == "parallel.ep" || k == "parallel.fsdp" || k == "parallel.replicate")

@@ -42,6 +42,10 @@ const std::vector<TunableKey>& tunableTable() {
       {"swap.prefetch_layers", false},  // when reloads are issued: timing only
       {"swap.recompute_ops", false},    // same bits: the recompute re-runs the forward's launch
       {"run.threads", true},
+      // CUDA kernel choices: the GLU split computes hidden from the bf16 gate / up (last bits);
+      // every weight-gradient walk gives the same bits.
+      {"kernels.expert_glu", true},
+      {"kernels.expert_wgrad_walk", false},
   };
   return table;
 }

@@ -98,6 +98,7 @@ ModelDims ModelDims::fromConfig(const RunConfig& config) {
   dims.sparse = config.sparse;
   dims.loss = config.loss;
   dims.lora = config.lora;
+  dims.kernels = config.kernels;
   dims.imagePatches = config.data.imagePatches();
   dims.patchDim = dims.imagePatches > 0 ? config.data.patchDim() : 0;
   return dims;
@@ -134,6 +135,7 @@ void ModelDims::applyLiveSettings(const ModelDims& d) {
   sparse.topK = d.sparse.topK;
   sparse.indexerLossCoef = d.sparse.indexerLossCoef;
   kda.chunkSize = d.kda.chunkSize;
+  kernels = d.kernels;
 }
 
 template <typename T>

@@ -47,6 +47,7 @@ struct ModelDims {
   SparseSection sparse;
   LossSection loss;
   LoraSection lora;                // LoRA adapters (lora.enabled = false: none)
+  KernelsSection kernels;          // CUDA kernel choices (the CPU model ignores them)
   int64_t imagePatches = 0;        // image positions at the start of each sequence
   int64_t patchDim = 0;            // features per image patch
   // Expert parallelism: this model holds experts [expertShard * E / expertShards, ...) of the

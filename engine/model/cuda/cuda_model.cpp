@@ -11,6 +11,7 @@
 #include "model/cpu/mixer.h"
 #include "model/layers/attnres_state_cuda.h"
 #include "ops/embedding/embedding_cuda.h"
+#include "ops/experts/expert_kernel_choice.h"
 #include "ops/lora/lora_cuda.h"
 #include "ops/patchify/patch_embed_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -202,6 +203,13 @@ Result<ForwardResult> CudaModel::forward(const Batch& batch, DeviceTimeline* tim
     return failedPrecondition("CudaModel: " + std::to_string(m_dims.expertShards) +
                               " expert shards need an EP communicator of that size "
                               "(setParallel)");
+  }
+  // The run's [kernels] choice (live-patchable) on the process-wide expert switches: at the first
+  // forward and whenever a live patch changed it.
+  if (!(m_dims.kernels == m_appliedKernels)) {
+    MOEWB_RETURN_IF_ERROR(applyExpertKernelChoice(m_dims.kernels.expertGlu,
+                                                  m_dims.kernels.expertWgradWalk));
+    m_appliedKernels = m_dims.kernels;
   }
   const int64_t n = m_dims.tokens(), d = m_dims.dModel;
   DeviceTensor<bf16> h;  // [N, D] residual stream

@@ -142,6 +142,10 @@ class CudaModel {
   ModelDims m_baseDims;  // the host's dims with live settings applied, no loss weights
   ModelDims m_dims;      // m_baseDims with the aux weight of m_lossWeights
   LossWeights m_lossWeights;
+  // The [kernels] choice last applied to the process-wide expert switches; none before the first
+  // forward (which applies the run's choice, auto restoring the defaults an earlier run in this
+  // process may have changed).
+  KernelsSection m_appliedKernels{"", ""};
   CudaParameters m_params;
   int64_t m_step = 0;
   ModelParallel m_parallel;

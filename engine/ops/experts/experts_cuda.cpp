@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/experts/expert_kernel_choice.h"
 #include "ops/experts/experts_cuda_kernels.h"
 #include "ops/experts/experts_wgmma_cuda.h"
 
@@ -62,12 +63,15 @@ ExpertsWgradWalk wgradWalkFromEnvironment() {
 
 std::atomic<bool> gWarpSpecialized{
     environmentSwitch("MOEWB_GROUPED_WS", kExpertsWarpSpecializedDefault)};
-std::atomic<bool> gGluPingPong{
-    environmentSwitch("MOEWB_GROUPED_WS_GLU", kExpertsGluPingPongDefault)};
+// The process defaults of the switches a run's [kernels] may override (applyExpertKernelChoice's
+// "auto"), read from the environment once.
+const bool kEnvGluPingPong = environmentSwitch("MOEWB_GROUPED_WS_GLU", kExpertsGluPingPongDefault);
+const bool kEnvGluSplit = environmentSwitch("MOEWB_GROUPED_GLU_SPLIT", kExpertsGluSplitDefault);
+const ExpertsWgradWalk kEnvWgradWalk = wgradWalkFromEnvironment();
+std::atomic<bool> gGluPingPong{kEnvGluPingPong};
 std::atomic<bool> gWsWgrad{environmentSwitch("MOEWB_GROUPED_WS_WGRAD", kExpertsWsWgradDefault)};
-std::atomic<bool> gGluSplit{
-    environmentSwitch("MOEWB_GROUPED_GLU_SPLIT", kExpertsGluSplitDefault)};
-std::atomic<int> gWgradWalk{int(wgradWalkFromEnvironment())};
+std::atomic<bool> gGluSplit{kEnvGluSplit};
+std::atomic<int> gWgradWalk{int(kEnvWgradWalk)};
 
 // MOEWB_GROUPED_WGMMA, read once: `on` 3 all wgmma stages ("1" or unset), 2 fc + dgrad
 // ("dgrad"), 1 the fc stages only ("fc"), 0 none ("0"), -1 any other value (`text`).
@@ -189,6 +193,37 @@ void setExpertsWgradWalk(ExpertsWgradWalk walk) {
 
 ExpertsWgradWalk expertsWgradWalk() {
   return ExpertsWgradWalk(gWgradWalk.load());
+}
+
+Status applyExpertKernelChoice(const std::string& glu, const std::string& wgradWalk) {
+  bool split = kEnvGluSplit, pingPong = kEnvGluPingPong;
+  if (glu == "split") {
+    split = true;
+  } else if (glu == "pingpong") {
+    split = false;
+    pingPong = true;
+  } else if (glu == "fused") {
+    split = false;
+    pingPong = false;
+  } else if (glu != "auto") {
+    return invalidArgument("kernels.expert_glu = \"" + glu +
+                           "\" is not a kernel choice; accepted: auto, split, pingpong, fused");
+  }
+  ExpertsWgradWalk walk = kEnvWgradWalk;
+  if (wgradWalk == "skew") {
+    walk = ExpertsWgradWalk::kBySkew;
+  } else if (wgradWalk == "static") {
+    walk = ExpertsWgradWalk::kStatic;
+  } else if (wgradWalk == "dynamic") {
+    walk = ExpertsWgradWalk::kDynamic;
+  } else if (wgradWalk != "auto") {
+    return invalidArgument("kernels.expert_wgrad_walk = \"" + wgradWalk +
+                           "\" is not a tile walk; accepted: auto, skew, static, dynamic");
+  }
+  setExpertsGluSplit(split);
+  setExpertsGluPingPong(pingPong);
+  setExpertsWgradWalk(walk);
+  return Status::ok();
 }
 
 bool expertsWgmmaSupported() {

@@ -117,6 +117,24 @@ TEST(Config, TomlRoundTripIsExact) {
   EXPECT_EQ(back.value(), c);
 }
 
+// [kernels]: the CUDA kernel choices parse, default to auto and refuse a name they do not know
+// with the accepted ones.
+TEST(Config, KernelChoicesParseAndRefuseUnknownNames) {
+  auto good = parseConfigToml(
+      "[kernels]\nexpert_glu = \"fused\"\nexpert_wgrad_walk = \"static\"\n", "kernels");
+  ASSERT_TRUE(good.isOk()) << good.status().toString();
+  EXPECT_EQ(good->kernels.expertGlu, "fused");
+  EXPECT_EQ(good->kernels.expertWgradWalk, "static");
+  EXPECT_EQ(RunConfig().kernels.expertGlu, "auto");
+  EXPECT_TRUE(validateConfig(*good).isOk());
+  auto bad = parseConfigToml("[kernels]\nexpert_glu = \"fast\"\n", "kernels");
+  ASSERT_TRUE(bad.isOk()) << bad.status().toString();  // the TOML is fine; the value is not
+  const Status refused = validateConfig(*bad);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.message().find("kernels.expert_glu"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("pingpong"), std::string::npos) << refused.message();
+}
+
 TEST(Config, KeyTableListsEveryKeyWithDefaults) {
   const auto& keys = configKeys();
   EXPECT_GE(keys.size(), 25u);

@@ -156,6 +156,21 @@ TEST(TrainerControl, FusionAndLossHeadChangeLiveWithoutChangingTheMath) {
   EXPECT_EQ(cceSink.configChanges[0].newValue, "\"cce\"");
 }
 
+// The CUDA kernel choices are live keys; the CPU backend (one kernel per op) takes a patch of
+// them without changing its math, and the change is recorded like any other.
+TEST(TrainerControl, KernelChoicesPatchLiveAndLeaveTheCpuMathAlone) {
+  test::RecordingSink plainSink, kernelSink;
+  const std::vector<double> plain = lossesWithPatch({"optim.lr=0.003"}, &plainSink);
+  const std::vector<double> kernels = lossesWithPatch(
+      {"optim.lr=0.003", "kernels.expert_glu=\"fused\"", "kernels.expert_wgrad_walk=\"static\""},
+      &kernelSink);
+  EXPECT_EQ(kernels, plain);
+  ASSERT_EQ(kernelSink.configChanges.size(), 3u);
+  EXPECT_EQ(kernelSink.configChanges[1].key, "kernels.expert_glu");
+  EXPECT_EQ(kernelSink.configChanges[1].newValue, "\"fused\"");
+  EXPECT_EQ(kernelSink.configChanges[2].key, "kernels.expert_wgrad_walk");
+}
+
 // loss.cce_filter_weight_grad reaches the loss head live: with the filter on, dropping the
 // filtered tiles from the head's weight gradient too changes the following updates (not the loss
 // of the step that takes the patch, whose forward is the same).

@@ -12,6 +12,7 @@
 
 #include "cuda_test_util.h"
 #include "moewb/engine/trainer.h"
+#include "ops/experts/experts_wgmma_cuda.h"
 
 namespace moewb::engine::cuda {
 namespace {
@@ -206,6 +207,33 @@ TEST_F(CudaTrainerTest, CceGradientFilteringRunsOnCudaAndTracksCpu) {
     gpuRuns.push_back(gpu);
   }
   EXPECT_NE(gpuRuns[0], gpuRuns[1]) << "loss.cce_filter_weight_grad changed nothing on the GPU";
+}
+
+// [kernels] reaches the expert GEMMs: a run with kernels.expert_glu = "fused" sets the process's
+// switches (round 2's fused GLU, the static wgrad walk) and gives other losses than the default
+// split (hidden's last bits); a later run left at auto restores the defaults (this assumes the
+// MOEWB_GROUPED_* variables are unset, as in the test scripts).
+TEST_F(CudaTrainerTest, KernelChoicesReachTheExpertGemmsAndAutoRestoresTheDefaults) {
+  if (!expertsWgmmaSupported()) GTEST_SKIP() << "no sm_90a wgmma kernels for this device or build";
+  RunConfig config = trackingConfig("cuda");  // D = 64, F = 128: the wgmma expert stages
+  std::string backend;
+  const std::vector<double> split = runLosses(config, 4, &backend);
+  EXPECT_TRUE(expertsGluSplit());
+  config.kernels.expertGlu = "fused";
+  config.kernels.expertWgradWalk = "static";
+  const std::vector<double> fused = runLosses(config, 4, &backend);
+  EXPECT_FALSE(expertsGluSplit());
+  EXPECT_FALSE(expertsGluPingPong());
+  EXPECT_EQ(expertsWgradWalk(), ExpertsWgradWalk::kStatic);
+  ASSERT_EQ(split.size(), 4u);
+  ASSERT_EQ(fused.size(), 4u);
+  EXPECT_NE(split, fused) << "kernels.expert_glu changed nothing";
+  for (size_t s = 0; s < split.size(); ++s) EXPECT_NEAR(fused[s], split[s], 1e-2 * split[s]);
+  config.kernels = KernelsSection();
+  const std::vector<double> again = runLosses(config, 4, &backend);
+  EXPECT_EQ(expertsGluSplit(), kExpertsGluSplitDefault);
+  EXPECT_EQ(expertsWgradWalk(), ExpertsWgradWalk::kBySkew);
+  EXPECT_EQ(again, split) << "auto did not restore the default kernels";
 }
 
 TEST_F(CudaTrainerTest, UnsupportedConfigOnCudaIsAClearErrorAndAutoFallsBack) {

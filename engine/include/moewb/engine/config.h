@@ -207,6 +207,18 @@ struct SwapSection {
   bool operator==(const SwapSection&) const = default;
 };
 
+// Kernel choices of the CUDA backend's grouped expert GEMMs (docs/GPU.md; the CPU backend has one
+// kernel per op and ignores them). "auto" keeps the process's default (the MOEWB_GROUPED_*
+// environment variables, else the built-in choice).
+struct KernelsSection {
+  std::string expertGlu = "auto";        // gate+up and dh: "split" (round 9: plain epilogues,
+                                         //   the GLU as elementwise passes), "pingpong" (round
+                                         //   7), "fused" (round 2: the GLU in the epilogue)
+  std::string expertWgradWalk = "auto";  // weight-gradient tile walk: "skew", "static", "dynamic"
+
+  bool operator==(const KernelsSection&) const = default;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -220,6 +232,7 @@ struct RunConfig {
   LoraSection lora;
   ParallelSection parallel;
   SwapSection swap;
+  KernelsSection kernels;
 
   int64_t tokensPerStep() const { return int64_t(data.batchSize) * model.seqLen; }
   // Sequences each rank trains per step: data.batch_size / parallel.world_size.
