@@ -32,11 +32,6 @@ Status checkDumpable(const RunConfig& config) {
       "for the dumped steps");
 }
 
-// Whether two swap profiles list the same candidates with the same bytes.
-bool sameCandidates(const SwapProfile& a, const SwapProfile& b) {
-  return a.tensors == b.tensors && a.layerOtherBytes == b.layerOtherBytes;
-}
-
 // The CPU backend keeps every activation: swap.recompute_ops has no effect here (validation
 // refuses it with run.backend = "cpu"; run.backend = "auto" on a machine without a GPU lands
 // here with it, and runs as if it were "").
@@ -69,7 +64,7 @@ class CpuModelRunner final : public ModelRunner {
     // a new controller (auto measures again); otherwise a changed [swap] plans again at the
     // next step.
     SwapProfile sizes = swapProfileFor(ModelDims::forwardFromConfig(m_config));
-    if (!sameCandidates(sizes, m_swap.profile())) {
+    if (!sizes.sameCandidatesAs(m_swap.profile())) {
       m_swap = SwapController(cpuSwapSettings(m_config.swap), std::move(sizes), 0);
     } else if (!(m_config.swap == before)) {
       m_swap.setSettings(cpuSwapSettings(m_config.swap));

@@ -93,10 +93,7 @@ class CudaBackend final : public DeviceBackend {
   void applyLiveDims(const ModelDims& dims) override {
     m_model->applyLiveDims(dims);
     SwapProfile sizes = swapProfileFor(m_model->dims());
-    if (sizes.tensors == m_swap->profile().tensors &&
-        sizes.layerOtherBytes == m_swap->profile().layerOtherBytes) {
-      return;
-    }
+    if (sizes.sameCandidatesAs(m_swap->profile())) return;
     // New candidates (the CPU runner's rule): a new controller measures and plans again.
     m_swap = std::make_unique<SwapController>(m_swap->settings(), std::move(sizes), 0);
     m_unmodeledBytes = 0;

@@ -97,6 +97,12 @@ struct SwapProfile {
   int64_t fixedBytes = 0;                 // resident for the whole step (weights, grads, ...)
   std::vector<double> layerRecomputeMs;   // [L] cost of recomputing the layer's recomputable
                                           //   tensors (one re-run for all of them), or empty: 0
+
+  // Whether `other` lists the same candidates with the same bytes (a change of them, after a live
+  // patch of the batch, top-k or fusion, needs a new controller that measures again).
+  bool sameCandidatesAs(const SwapProfile& other) const {
+    return tensors == other.tensors && layerOtherBytes == other.layerOtherBytes;
+  }
 };
 
 // kRecompute: freed at the end of its layer's forward, recomputed at the start of the layer's
