@@ -295,19 +295,6 @@ __device__ __forceinline__ void diagonalColumnSums(const DiagView& v, int x0, in
   }
 }
 
-// Largest block decay G_x0 - G_r (any key column of a warp tile) the tensor-core diagonal takes.
-inline constexpr float kDiagMmaMaxDecay = 40.f;
-
-// d += a b with split operands, lo·lo included (smallest product first; mma3 drops it, ≈ 2^-18
-// relative per term): the diagonal blocks hold the largest pairwise terms (the least decayed),
-// which round 5 summed in fp32, so they keep the fourth product for 4 MMAs per warp tile.
-__device__ __forceinline__ void mma4(float (&d)[4], const uint32_t (&ah)[4],
-                                     const uint32_t (&al)[4], const uint32_t (&bh)[2],
-                                     const uint32_t (&bl)[2]) {
-  mma16816(d, al, bl);
-  mma3(d, ah, al, bh, bl);
-}
-
 // The operands the tensor-core diagonal block reads (BwdChunkLayout): split dAqk (its
 // diagonal zeroed, see diagonalOnTensorCores), dL, kR, qF, kbF; fp32 dAqk's diagonal blocks
 // [C/16][16][17] and bf16 q / k [C, K] for the j = i terms.

@@ -1,11 +1,15 @@
 // The chunked KDA core on the GPU (ENGINE-MATH §2.3 / §2.5; see kda_cuda.h for the kernel plan,
 // limits and costs): the Status launchers of kda_cuda_kernels.h around the kernels (workspace
 // layouts in kda_chunk_kernels.cuh). Which kernel runs:
-//   intra-chunk forward   round 5 (kda_intra_r5.cuh; intraRound5(), on by default,
-//                         MOEWB_KDA_INTRA_R5, setKdaIntraRound5; bench/scratch/kda_chunk_05) where
-//                         kdaIntraR5Supported, else round 2 (kda_intra_mma.cuh, the same bits)
-//                         where kdaIntraMmaSupported (chunk and keyDim multiples of 16, valueDim
-//                         of 8), else the fp32 kda_intra_fwd_kernel (kda_chunk_kernels.cuh).
+//   intra-chunk forward   where kdaIntraR5Supported: round 8 (intraRound8(), on by default,
+//                         MOEWB_KDA_INTRA_R8,
+//                         setKdaIntraRound8; bench/scratch/kda_chunk_08: tensor-core diagonal
+//                         blocks, M by blocks, other bits), else round 5 (kda_intra_r5.cuh;
+//                         intraRound5(), on by default, MOEWB_KDA_INTRA_R5, setKdaIntraRound5;
+//                         bench/scratch/kda_chunk_05), else round 2 (kda_intra_mma.cuh, round
+//                         5's bits) where kdaIntraMmaSupported (chunk and keyDim multiples of
+//                         16, valueDim of 8), else the fp32 kda_intra_fwd_kernel
+//                         (kda_chunk_kernels.cuh).
 //   recurrences           round 3 on tensor cores (kda_recurrent_r3.cuh), every shape.
 //   backward products     round 3 (kda_products_r3.cuh), every shape.
 //   per-chunk backward    kda_bwd_chunk.cuh's kernel where kdaBwdChunkSupported: round 6
@@ -34,6 +38,14 @@ namespace {
 // (B2 T8192: 2.42 -> 1.71 ms, the recompute 1.40 -> 0.55 ms; every output bitwise round 2's).
 KernelChoice& intraRound5() {
   static KernelChoice choice("MOEWB_KDA_INTRA_R5", true);
+  return choice;
+}
+
+// Round 8 of the intra-chunk forward (bench/scratch/kda_chunk_08.md): the diagonal blocks on
+// tensor cores and M by blocks on tensor cores; on since its H200 check (B2 T8192 1.71 -> 0.90
+// ms with the model's gate range; Aqk / M within 2e-5 of fp64, round 5's bits elsewhere).
+KernelChoice& intraRound8() {
+  static KernelChoice choice("MOEWB_KDA_INTRA_R8", true);
   return choice;
 }
 
@@ -73,10 +85,11 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
                              const KdaWyWorkspace& work) {
   const kda_detail::CoreArgs args = coreArgs(dims);
   const bool mma = kda_detail::kdaIntraMmaSupported(args);
-  const auto launch = !mma ? kda_detail::launchIntraForward
-                      : intraRound5().newer() && kda_detail::kdaIntraR5Supported(args)
-                          ? kda_detail::launchIntraForwardR5
-                          : kda_detail::launchIntraForwardMma;
+  const bool r5Shape = mma && kda_detail::kdaIntraR5Supported(args);
+  const auto launch = !mma                                   ? kda_detail::launchIntraForward
+                      : r5Shape && intraRound8().newer()     ? kda_detail::launchIntraForwardR8
+                      : r5Shape && intraRound5().newer()     ? kda_detail::launchIntraForwardR5
+                                                             : kda_detail::launchIntraForwardMma;
   MOEWB_CUDA_RETURN_IF_ERROR(launch(stream, args, q, k, v, g, beta, computeM, savedAqk, savedM,
                                     work.w, work.u, work.qg, work.kDec, work.eGC));
   return Status::ok();
@@ -84,6 +97,10 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 
 void setKdaIntraRound5(int mode) {
   intraRound5().force(mode);
+}
+
+void setKdaIntraRound8(int mode) {
+  intraRound8().force(mode);
 }
 
 void setKdaBwdChunkRound5(int mode) {

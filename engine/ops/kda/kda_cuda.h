@@ -13,8 +13,11 @@
 //                        q ⊙ e^G, k ⊙ e^{G_C - G} and e^{G_C} (fp32 workspace). When chunk and
 //                        keyDim are multiples of 16 and valueDim of 8: Aqk / L off the diagonal
 //                        16-token blocks and W / U on tensor cores (block J < I factored through
-//                        the first row r of I, exp(G_i - G_r) exp(G_r - G_j), both <= 1), the
-//                        diagonal blocks elementwise; other shapes: fp32 FMA throughout.
+//                        the first row r of I, exp(G_i - G_r) exp(G_r - G_j), both <= 1); the
+//                        diagonal blocks on tensor cores too (through their first row x0:
+//                        e^{G_x0 - G_j} <= e^40) where a block decays at most 40, elementwise
+//                        otherwise, and M by blocks (16-row inverses, then the merges on tensor
+//                        cores; round 8); other shapes: fp32 FMA throughout.
 //   recurrent kernel     one CTA (16 warps) per (b, hv, value tile of 32) walking the chunks in
 //                        order (8 warps and tiles of 16 when the tile-32 grid would leave SMs
 //                        idle), the transposed state slice S^T [32, K] in fp32 shared memory

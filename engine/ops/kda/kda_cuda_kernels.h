@@ -53,6 +53,14 @@ Status launchKdaIntraForward(cudaStream_t stream, const KdaCoreDims& dims, const
 // Process-wide; safe to call from any thread, takes effect at the next launch.
 void setKdaIntraRound5(int mode);
 
+// Tests and benchmarks: round 8 of the intra-chunk forward (kda_intra_r5.cuh's kernel with the
+// diagonal blocks on tensor cores and M solved by blocks; other bits than round 5's), checked
+// before round 5 where the shape allows round 5. mode 1 forces round 8, 0 forces the round-5
+// choice above, -1 (the start state) follows intraRound8()'s default (on) in kda_chunk_cuda.cu
+// unless the environment variable MOEWB_KDA_INTRA_R8 is set ("1": round 8, any other value: not;
+// read once per process). Process-wide; safe to call from any thread, takes effect at the next launch.
+void setKdaIntraRound8(int mode);
+
 // Tests and benchmarks: which per-chunk backward launchKdaChunkBackward runs where the shape
 // allows round 5 (kda_bwd_chunk.cuh, kdaBwdChunkSupported) and round 6 is off. mode 1 forces
 // round 5, 0 forces round 2 (kda_bwd_mma.cuh; the same bits as round 5), -1 (the start state)

@@ -4,7 +4,8 @@
 // row-major bf16 matrices with a padded row stride (rows padded by 8 elements: 16-byte rows for
 // ldmatrix, conflict-free). Fragments for mma.sync m16n8k16 come from ldmatrix (x4 for A, x2 for
 // B), the .trans form where the product needs the transposed operand, so one copy serves both
-// orientations; products take hi·hi + hi·lo + lo·hi (mma3, kda_recurrent_mma.cuh).
+// orientations; products take hi·hi + hi·lo + lo·hi (mma3, kda_recurrent_mma.cuh), or all four
+// (mma4) on the diagonal blocks.
 #pragma once
 
 #include "ops/kda/kda_bwd_mma.cuh"  // expNeg, mma3, CoreArgs, bf16
@@ -22,6 +23,15 @@ struct SplitMat {
     const bf16 h = __float2bfloat16_rn(x);
     hi[r * ld + col] = h;
     lo[r * ld + col] = __float2bfloat16_rn(x - __bfloat162float(h));
+  }
+  // put(r, col, x0) and put(r, col + 1, x1) (the same roundings) as 4-byte stores; col and ld
+  // even.
+  __device__ void put2(int r, int col, float x0, float x1) const {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const float2 back = __bfloat1622float2(h);
+    *reinterpret_cast<__nv_bfloat162*>(hi + r * ld + col) = h;
+    *reinterpret_cast<__nv_bfloat162*>(lo + r * ld + col) =
+        __floats2bfloat162_rn(x0 - back.x, x1 - back.y);
   }
 };
 
@@ -56,6 +66,21 @@ __device__ __forceinline__ void fragBT(uint32_t (&h)[2], uint32_t (&l)[2], const
   const int off = (k0 + (lane & 15)) * s.ld + n0;
   ldsm2t(h, s.hi + off);
   ldsm2t(l, s.lo + off);
+}
+
+// Largest block decay G_x0 - G_r (any key column of a 16-row diagonal block) that the diagonal
+// blocks' tensor-core products take (the per-chunk backward's round 6, the intra forward's round
+// 8): a factor e^{G_i - G_x0} >= e^-40 keeps its bf16 lo part far above fp32's normal range.
+inline constexpr float kDiagMmaMaxDecay = 40.f;
+
+// d += a b with split operands, lo·lo included (smallest product first; mma3 drops it, ≈ 2^-18
+// relative per term): the diagonal blocks hold the largest pairwise terms (the least decayed),
+// which the fp32 rounds summed elementwise, so they keep the fourth product.
+__device__ __forceinline__ void mma4(float (&d)[4], const uint32_t (&ah)[4],
+                                     const uint32_t (&al)[4], const uint32_t (&bh)[2],
+                                     const uint32_t (&bl)[2]) {
+  mma16816(d, al, bl);
+  mma3(d, ah, al, bh, bl);
 }
 
 // The split matrix at byte offset `off` of `base`: hi [rows, ld], then lo [rows, ld].
