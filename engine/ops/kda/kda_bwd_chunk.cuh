@@ -414,34 +414,148 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     betas[i] = i < c ? p.beta[(at.row0 + i) * a.valueHeads + hv] : 0.f;
   }
   for (int d = int(threadIdx.x); d < kd; d += blockDim.x) cumsumGColumn(a, p, at, c, d, gs, ld);
-  for (int idx = threadIdx.x; idx < cMax * kd; idx += blockDim.x) {
-    const int i = idx / kd, d = idx % kd;
-    bf16 qv = __float2bfloat16(0.f), kv = qv;
-    if (i < c) {
-      const int64_t row = at.row0 + i;
-      qv = p.q[row * qkStride + at.qkCol + d];
-      kv = p.k[row * qkStride + at.qkCol + d];
-    }
-    qb[idx] = qv;
-    kb[idx] = kv;
-  }
-  for (int idx = threadIdx.x; idx < cMax * cMax; idx += blockDim.x) {
+  // Threads past the cumsum's (when there are) stage q, k, M, dAqk and dT: 16-byte loads, a
+  // batch of items loaded before any is stored (the same values as one element at a time).
+  const int sT0 = int(blockDim.x) > 2 * kd ? int(threadIdx.x) - kd : int(threadIdx.x);
+  const int sNT = int(blockDim.x) > 2 * kd ? int(blockDim.x) - kd : int(blockDim.x);
+  const bool qkVec = ((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k)) &
+                      15) == 0;  // kd % 16 == 0: rows and head columns keep 16-byte alignment
+  const bool mVec = ((reinterpret_cast<uintptr_t>(p.savedM) | reinterpret_cast<uintptr_t>(p.p3) |
+                      reinterpret_cast<uintptr_t>(p.p4)) & 15) == 0;  // cMax % 16 == 0
+  auto stageM = [&](int idx, float mv, float a3, float a4) {
     const int i = idx / cMax, j = idx % cMax;
     const bool in = i < c && j <= i;
-    const float mv = p.savedM[cBase + idx];
     Ms.put(i, j, mv);
     mF[idx] = mv;
-    const float aq = in ? p.p3[cBase + idx] : 0.f;
+    const float aq = in ? a3 : 0.f;
     // Round 6 stages a zero diagonal: its j = i terms go in fp32 (diagonalOnTensorCores).
     dAs.put(i, j, kTensorCoreDiagonal ? (j < i ? aq : 0.f) : aq);
     if ((i >> 4) == (j >> 4)) dAd[diagAt(i, j)] = aq;
-    dT[i * ldc + j] = in ? p.p4[cBase + idx] : 0.f;
+    dT[i * ldc + j] = in ? a4 : 0.f;
+  };
+  if (sT0 >= 0 && qkVec) {
+    const int per = kd / 8, total = cMax * per;  // 8 bf16 (16 bytes) per item
+    for (int base = sT0; base < total; base += 2 * sNT) {
+      uint4 qv[2], kv[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * sNT, i = item / per, d0 = 8 * (item % per);
+        qv[u] = kv[u] = make_uint4(0, 0, 0, 0);
+        if (item < total && i < c) {
+          const int64_t at0 = (at.row0 + i) * qkStride + at.qkCol + d0;
+          qv[u] = *reinterpret_cast<const uint4*>(p.q + at0);
+          kv[u] = *reinterpret_cast<const uint4*>(p.k + at0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * sNT;
+        if (item >= total) break;
+        *reinterpret_cast<uint4*>(qb + 8 * item) = qv[u];  // qb / kb rows of kd: item * 8
+        *reinterpret_cast<uint4*>(kb + 8 * item) = kv[u];
+      }
+    }
+  } else if (sT0 >= 0) {
+    for (int idx = sT0; idx < cMax * kd; idx += sNT) {
+      const int i = idx / kd, d = idx % kd;
+      bf16 qv = __float2bfloat16(0.f), kv = qv;
+      if (i < c) {
+        const int64_t row = at.row0 + i;
+        qv = p.q[row * qkStride + at.qkCol + d];
+        kv = p.k[row * qkStride + at.qkCol + d];
+      }
+      qb[idx] = qv;
+      kb[idx] = kv;
+    }
+  }
+  if (sT0 >= 0 && mVec) {
+    const int total = cMax * cMax / 4;  // 4 consecutive j per item
+    for (int base = sT0; base < total; base += 2 * sNT) {
+      float4 mv[2], a3[2], a4[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * sNT;
+        mv[u] = a3[u] = a4[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (item < total) {  // [R, C] buffers: every slot's rows exist, so no bound on i
+          mv[u] = *reinterpret_cast<const float4*>(p.savedM + cBase + 4 * item);
+          a3[u] = *reinterpret_cast<const float4*>(p.p3 + cBase + 4 * item);
+          a4[u] = *reinterpret_cast<const float4*>(p.p4 + cBase + 4 * item);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * sNT;
+        if (item >= total) break;
+        stageM(4 * item, mv[u].x, a3[u].x, a4[u].x);
+        stageM(4 * item + 1, mv[u].y, a3[u].y, a4[u].y);
+        stageM(4 * item + 2, mv[u].z, a3[u].z, a4[u].z);
+        stageM(4 * item + 3, mv[u].w, a3[u].w, a4[u].w);
+      }
+    }
+  } else if (sT0 >= 0) {
+    for (int idx = sT0; idx < cMax * cMax; idx += sNT) {
+      stageM(idx, p.savedM[cBase + idx], p.p3[cBase + idx], p.p4[cBase + idx]);
+    }
   }
   __syncthreads();
   MOEWB_KDA_BWD_STAMP(1);
   // ---- inter-chunk terms (as round 2), dW and kE = k ⊙ e^G split once.
   const int nThreads = int(blockDim.x);
-  for (int base = threadIdx.x; base < cMax * kd; base += 4 * nThreads) {
+  // One element's terms (round 2's expressions): kE and dW split, the updated p2 / p1 / dG.
+  auto interChunk = [&](int i, int d, float sq, float skd, float sw, float& kE, float& dW,
+                        float& o2, float& o1, float& oG) {
+    const float ki = kf(i, d), gi = gs[i * ld + d];
+    kE = ki * expNeg(gi);
+    dW = o2 = o1 = oG = 0.f;  // rows >= c: dW zero, p2 / p1 / dG not written
+    if (i >= c) return;
+    const float eG = expf(gi), eR = expf(gs[(c - 1) * ld + d] - gi);
+    dW = -sw;
+    o2 = sq * eG;
+    o1 = skd * eR;
+    oG = qf(i, d) * eG * sq - ki * eR * skd;
+  };
+  const bool pVec = ((reinterpret_cast<uintptr_t>(p0) | reinterpret_cast<uintptr_t>(p1) |
+                      reinterpret_cast<uintptr_t>(p2) | reinterpret_cast<uintptr_t>(dG)) &
+                     15) == 0;  // kd % 16 == 0: every row starts 16-byte aligned
+  if (pVec) {  // 4 consecutive d per item, 16-byte loads and stores, two items per batch
+    const int per = kd / 4, total = cMax * per;
+    for (int base = threadIdx.x; base < total; base += 2 * nThreads) {
+      float4 pre[2][3];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * nThreads, idx = 4 * item;
+        const bool live = item < total && item / per < c;
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        pre[u][0] = live ? *reinterpret_cast<const float4*>(p0 + idx) : z;
+        pre[u][1] = live ? *reinterpret_cast<const float4*>(p1 + idx) : z;
+        pre[u][2] = live ? *reinterpret_cast<const float4*>(p2 + idx) : z;
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int item = base + u * nThreads, idx = 4 * item;
+        if (item >= total) break;
+        const int i = item / per, d0 = 4 * (item % per);
+        const float sq[4] = {pre[u][0].x, pre[u][0].y, pre[u][0].z, pre[u][0].w};
+        const float skd[4] = {pre[u][1].x, pre[u][1].y, pre[u][1].z, pre[u][1].w};
+        const float sw[4] = {pre[u][2].x, pre[u][2].y, pre[u][2].z, pre[u][2].w};
+        float kE[4], dW[4], o2[4], o1[4], oG[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          interChunk(i, d0 + e, sq[e], skd[e], sw[e], kE[e], dW[e], o2[e], o1[e], oG[e]);
+        }
+        kEs.put2(i, d0, kE[0], kE[1]);
+        kEs.put2(i, d0 + 2, kE[2], kE[3]);
+        dWs.put2(i, d0, dW[0], dW[1]);
+        dWs.put2(i, d0 + 2, dW[2], dW[3]);
+        if (i < c) {
+          *reinterpret_cast<float4*>(p2 + idx) = make_float4(o2[0], o2[1], o2[2], o2[3]);
+          *reinterpret_cast<float4*>(p1 + idx) = make_float4(o1[0], o1[1], o1[2], o1[3]);
+          *reinterpret_cast<float4*>(dG + idx) = make_float4(oG[0], oG[1], oG[2], oG[3]);
+        }
+      }
+    }
+  }
+  for (int base = threadIdx.x; !pVec && base < cMax * kd; base += 4 * nThreads) {
     float pre[4][3];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -456,18 +570,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       const int idx = base + u * nThreads;
       if (idx >= cMax * kd) break;
       const int i = idx / kd, d = idx % kd;
-      const float ki = kf(i, d), gi = gs[i * ld + d];
-      kEs.put(i, d, ki * expNeg(gi));
-      if (i >= c) {
-        dWs.put(i, d, 0.f);
-        continue;
+      float kE, dW, o2, o1, oG;
+      interChunk(i, d, pre[u][0], pre[u][1], pre[u][2], kE, dW, o2, o1, oG);
+      kEs.put(i, d, kE);
+      dWs.put(i, d, dW);
+      if (i < c) {
+        p2[idx] = o2;
+        p1[idx] = o1;
+        dG[idx] = oG;
       }
-      const float sq = pre[u][0], skd = pre[u][1], sw = pre[u][2];
-      const float eG = expf(gi), eR = expf(gs[(c - 1) * ld + d] - gi);
-      dWs.put(i, d, -sw);
-      p2[idx] = sq * eG;
-      p1[idx] = skd * eR;
-      dG[idx] = qf(i, d) * eG * sq - ki * eR * skd;
     }
   }
   __syncthreads();

@@ -233,6 +233,23 @@ __device__ inline void intraSplitOperands(const SplitMat& qF, const SplitMat& kF
   }
 }
 
+// A 16 x 8 tile of the pairwise products over the key columns: accA += qF[a0 .. a0+16)
+// B[b0 .. b0+8)^T and accL += kF[a0 .. a0+16) B[b0 .. b0+8)^T (split operands; kAllFour: mma4,
+// else mma3). Called by all 32 lanes of a warp.
+template <bool kAllFour>
+__device__ __forceinline__ void qkTile(const SplitMat& qF, const SplitMat& kF, const SplitMat& b,
+                                       int a0, int b0, int kd, float (&accA)[4],
+                                       float (&accL)[4]) {
+  for (int k0 = 0; k0 < kd; k0 += 16) {
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    fragB(bh, bl, b, k0, b0);
+    fragA(ah, al, qF, a0, k0);
+    if constexpr (kAllFour) mma4(accA, ah, al, bh, bl); else mma3(accA, ah, al, bh, bl);
+    fragA(ah, al, kF, a0, k0);
+    if constexpr (kAllFour) mma4(accL, ah, al, bh, bl); else mma3(accL, ah, al, bh, bl);
+  }
+}
+
 // ---- Round 8 (bench/scratch/kda_chunk_08.md). Round 5 summed the 544 pairs (i >= j) of the
 // four diagonal 16 x 16 blocks elementwise, an exp per (pair, d): 70 k exps and ~1.4 k
 // instructions per pair, the kernel's largest issue cost; and solved M one column per thread
@@ -282,14 +299,7 @@ __device__ inline void intraR8DiagonalTiles(const SplitMat& kR, const SplitMat& 
     const int x0 = 16 * (tile >> 1), j0 = x0 + 8 * (tile & 1);
     if (flags[tile >> 1] != 0) continue;
     float accA[4] = {0.f, 0.f, 0.f, 0.f}, accL[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int k0 = 0; k0 < kd; k0 += 16) {
-      uint32_t ah[4], al[4], bh[2], bl[2];
-      fragB(bh, bl, kR, k0, j0);
-      fragA(ah, al, qF, x0, k0);
-      mma4(accA, ah, al, bh, bl);
-      fragA(ah, al, kF, x0, k0);
-      mma4(accL, ah, al, bh, bl);
-    }
+    qkTile<true>(qF, kF, kR, x0, j0, kd, accA, accL);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int i = x0 + g8 + 8 * (r >> 1), j = j0 + t2 + (r & 1);
@@ -429,14 +439,7 @@ __global__ void __launch_bounds__(kIntraR5Threads, 1)
       }
       const int i0 = 16 * I, j0 = 16 * J + 8 * (tile & 1), bRow = 8 * I * (I - 1) + j0;
       float accA[4] = {0.f, 0.f, 0.f, 0.f}, accL[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int k0 = 0; k0 < kd; k0 += 16) {
-        uint32_t ah[4], al[4], bh[2], bl[2];
-        fragB(bh, bl, kBs, k0, bRow);
-        fragA(ah, al, qFs, i0, k0);
-        mma3(accA, ah, al, bh, bl);
-        fragA(ah, al, kFs, i0, k0);
-        mma3(accL, ah, al, bh, bl);
-      }
+      qkTile<false>(qFs, kFs, kBs, i0, bRow, kd, accA, accL);
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = i0 + g8 + 8 * (r >> 1), j = j0 + t2 + (r & 1);
