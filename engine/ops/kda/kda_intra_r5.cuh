@@ -416,8 +416,6 @@ __global__ void __launch_bounds__(kIntraR5Threads, 1)
   const int ldb = Lay.ldb;
   MOEWB_KDA_INTRA_STAMP(0);
   intraR5Stage(a, at, q, k, g, beta, qb, kb, ldb, gs, ld, betas);
-  auto kf = [&](int i, int d) { return __bfloat162float(kb[i * ldb + d]); };
-  auto qf = [&](int i, int d) { return __bfloat162float(qb[i * ldb + d]); };
   const int nb = (c + 15) / 16;  // 16-row blocks holding valid rows
   const int64_t savedBase = at.slot * cMax * cMax;
   MOEWB_KDA_INTRA_STAMP(2);

@@ -113,8 +113,7 @@ Result<bool> CpuRankStepper::agree(bool stop) { return agreeOnStop(m_world, stop
 void CpuRankStepper::applyLiveConfig(const RunConfig& config) {
   refreshDataOnPatch(m_data, m_config, config);
   m_config = config;
-  ModelDims dims = ModelDims::forwardFromConfig(config);
-  m_model->applyLiveDims(dims);
+  m_model->applyLiveDims(ModelDims::forwardFromConfig(config));
 }
 
 Result<RankShards> CpuRankStepper::exportShards() {
